@@ -1,0 +1,1 @@
+"""Alembic migrations; `pipeline db upgrade` applies them."""

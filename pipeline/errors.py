@@ -1,0 +1,55 @@
+"""The one error hierarchy of the pipeline.
+
+    PipelineError
+    ├── ConfigError                 settings that cannot work (raised at start-up)
+    ├── InputError                  a file or path the user gave cannot be used
+    ├── RetryableError              try the same thing again later
+    │   ├── RateLimited             the provider said 429 (retry_after_s when it told us)
+    │   └── UpstreamUnavailable     5xx, dropped connection, timeout
+    └── PermanentError              trying again will not help
+        ├── SchemaViolation         the answer did not validate, even after one repair
+        └── ProviderRejected        4xx other than 429 (bad request, auth, content policy)
+
+Tasks decide by class: retry a RetryableError with backoff, record a PermanentError
+as the document's failure reason.
+"""
+
+
+class PipelineError(Exception):
+    """Base of every error the pipeline raises on purpose."""
+
+
+class ConfigError(PipelineError):
+    """The configuration cannot work; the message says which setting and why."""
+
+
+class InputError(PipelineError):
+    """A path given by the user cannot be used; the message names it and the reason."""
+
+
+class RetryableError(PipelineError):
+    """A transient failure: the same call may succeed later."""
+
+    def __init__(self, message: str, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class RateLimited(RetryableError):
+    """The provider refused the call for rate (HTTP 429)."""
+
+
+class UpstreamUnavailable(RetryableError):
+    """The provider failed (5xx), dropped the connection or timed out."""
+
+
+class PermanentError(PipelineError):
+    """A failure that repeating will not fix."""
+
+
+class SchemaViolation(PermanentError):
+    """The model's answer did not validate against the schema, even after a repair."""
+
+
+class ProviderRejected(PermanentError):
+    """The provider rejected the request itself (4xx other than 429)."""

@@ -1,0 +1,83 @@
+"""Extracting one document: each chunk not yet answered, then the merge and the upsert."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import Engine
+
+from pipeline import errors, prompts
+from pipeline.constants import PROMPT_VERSION
+from pipeline.llm import CallRecord, LLMClient
+from pipeline.merge import merge_chunks
+from pipeline.schemas import FilingExtraction
+from pipeline.settings import Settings
+from pipeline.storage import repo
+from pipeline.storage.db import session_scope
+from pipeline.storage.models import Chunk, Document
+
+
+@dataclass
+class Context:
+    """What a worker process builds once and hands to every task."""
+
+    settings: Settings
+    engine: Engine
+    llm: LLMClient
+
+
+def extract_document(ctx: Context, document_id: int) -> str:
+    """Extract and store one document; returns its final status.
+
+    Chunks answered by an earlier attempt (same prompt version and model) are not sent
+    again. Raises RetryableError for transient failures and PermanentError when the
+    document cannot be extracted; the caller records the latter with `fail`.
+    """
+    with session_scope(ctx.engine) as session:
+        doc = repo.start_document(session, document_id)
+        if doc is None:
+            return current_status(ctx, document_id)
+        text = repo.document_text(session, doc)
+        chunks = repo.chunks_of(session, document_id)
+    parts = [_chunk_result(ctx, doc, chunk, text, len(chunks)) for chunk in chunks]
+    with session_scope(ctx.engine) as session:
+        repo.save_extraction(
+            session, doc, merge_chunks(parts), model=ctx.llm.model, prompt_version=PROMPT_VERSION
+        )
+    return "extracted"
+
+
+def _chunk_result(ctx: Context, doc: Document, chunk: Chunk, text: str, count: int) -> FilingExtraction:
+    if chunk.result is not None and chunk.prompt_version == PROMPT_VERSION and chunk.model == ctx.llm.model:
+        return FilingExtraction.model_validate(chunk.result)
+    messages = prompts.extract_messages(text[chunk.char_start : chunk.char_end], chunk.idx, count)
+    calls: list[CallRecord] = []
+    try:
+        result = ctx.llm.structured(
+            messages,
+            FilingExtraction,
+            stage="extract",
+            max_tokens=ctx.settings.extract_max_tokens,
+            sink=calls.append,
+        )
+    except errors.PipelineError:
+        with session_scope(ctx.engine) as session:
+            repo.record_calls(session, doc.run_id, doc.id, chunk.idx, calls)
+        raise
+    with session_scope(ctx.engine) as session:
+        repo.record_calls(session, doc.run_id, doc.id, chunk.idx, calls)
+        repo.save_chunk_result(session, chunk.id, result, model=ctx.llm.model, prompt_version=PROMPT_VERSION)
+    return result
+
+
+def fail(ctx: Context, document_id: int, reason: str) -> str:
+    """Record that the document cannot be extracted, and why."""
+    with session_scope(ctx.engine) as session:
+        repo.fail_document(session, document_id, reason)
+    return current_status(ctx, document_id)
+
+
+def current_status(ctx: Context, document_id: int) -> str:
+    with session_scope(ctx.engine) as session:
+        doc = session.get(Document, document_id)
+        return doc.status if doc else "missing"

@@ -1,0 +1,127 @@
+"""The producer: check the files, store the run, its documents and their chunks.
+
+Enqueueing is the caller's (the Celery layer's) job: this returns the ids to enqueue.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session
+
+from pipeline import chunking, inputs
+from pipeline.constants import PROMPT_VERSION
+from pipeline.settings import Settings
+from pipeline.storage import repo
+from pipeline.storage.db import session_scope
+from pipeline.storage.models import DocStatus, RunStatus
+
+COMMIT_EVERY_DOCUMENTS = 200
+"""Documents per transaction: bounds memory (text is held until commit) and lock time."""
+
+T = TypeVar("T")
+
+DEFAULT_QUERY = "Summarize revenue and the top risk factors across these filings."
+
+
+@dataclass
+class SubmitPlan:
+    run_id: str
+    document_ids: list[int] = field(default_factory=list)
+    rejected: list[tuple[str, str]] = field(default_factory=list)
+    """(path, reason) of every file that will not be extracted."""
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex
+
+
+def prepare_run(
+    engine: Engine,
+    settings: Settings,
+    paths: Sequence[str],
+    *,
+    query: str | None = None,
+    name: str | None = None,
+    simulated: bool = False,
+    on_file: Callable[[inputs.LoadedFile], None] | None = None,
+) -> SubmitPlan:
+    """Store a run and its documents; rejected files are stored `skipped` with their reason."""
+    plan = SubmitPlan(new_run_id())
+    with session_scope(engine) as session:
+        repo.create_run(
+            session,
+            plan.run_id,
+            name=name,
+            query=query or DEFAULT_QUERY,
+            model=settings.llm_model,
+            prompt_version=PROMPT_VERSION,
+            simulated=simulated,
+        )
+    first_path_of: dict[str, str] = {}
+    for batch in _batches(inputs.expand(paths), COMMIT_EVERY_DOCUMENTS):
+        with session_scope(engine) as session:
+            for candidate in batch:
+                loaded = inputs.load(candidate, settings.max_file_bytes)
+                if on_file:
+                    on_file(loaded)
+                _add_file(session, settings, plan, loaded, first_path_of)
+    with session_scope(engine) as session:
+        if plan.document_ids:
+            repo.set_run_status(session, plan.run_id, RunStatus.RUNNING)
+        else:
+            repo.set_run_status(session, plan.run_id, RunStatus.FAILED, error="no usable document")
+    return plan
+
+
+def _add_file(
+    session: Session,
+    settings: Settings,
+    plan: SubmitPlan,
+    loaded: inputs.LoadedFile,
+    first_path_of: dict[str, str],
+) -> None:
+    problem = loaded.problem
+    if loaded.sha256 and loaded.sha256 in first_path_of:
+        problem = f"duplicate of {first_path_of[loaded.sha256]} in this batch"
+    if problem or loaded.text is None or loaded.sha256 is None:
+        reason = problem or "unusable"
+        repo.add_document(
+            session,
+            plan.run_id,
+            loaded.path,
+            sha256=None,
+            size_bytes=loaded.size_bytes,
+            status=DocStatus.SKIPPED,
+            error=reason,
+        )
+        plan.rejected.append((loaded.path, reason))
+        return
+    first_path_of[loaded.sha256] = loaded.path
+    repo.store_content(session, loaded.sha256, loaded.text, loaded.size_bytes)
+    spans = chunking.split(loaded.text, settings.chunk_tokens, settings.chunk_overlap_tokens)
+    doc = repo.add_document(
+        session,
+        plan.run_id,
+        loaded.path,
+        sha256=loaded.sha256,
+        size_bytes=loaded.size_bytes,
+        error=loaded.note,
+        spans=spans,
+    )
+    plan.document_ids.append(doc.id)
+
+
+def _batches(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    batch: list[T] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

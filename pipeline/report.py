@@ -1,0 +1,144 @@
+"""The reduce side: compress each extraction, synthesize the run's report, store it."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+
+from pipeline import prompts, render
+from pipeline.constants import DEFAULT_COMPRESS_MAX_TOKENS, DEFAULT_SYNTHESIZE_MAX_TOKENS
+from pipeline.extract import Context
+from pipeline.llm import CallRecord
+from pipeline.reduce import reduce_to_one
+from pipeline.status import run_status
+from pipeline.storage import repo
+from pipeline.storage.db import session_scope
+from pipeline.storage.models import Document, Extraction, RiskFactor, Run, RunStatus
+
+PROMPT_OVERHEAD_TOKENS = 400
+
+
+def compress_document(ctx: Context, document_id: int) -> str:
+    """Store a short summary of the document's extraction, by the LLM; idempotent."""
+    with session_scope(ctx.engine) as session:
+        row = session.execute(
+            select(Extraction, Run.query)
+            .join(Run, Run.id == Extraction.run_id)
+            .where(Extraction.document_id == document_id)
+        ).one_or_none()
+    if row is None:
+        return "missing"
+    extraction, query = row
+    if extraction.summary:
+        return "done"
+    calls: list[CallRecord] = []
+    try:
+        summary = ctx.llm.text(
+            prompts.compress_messages(query, extraction.data),
+            stage="compress",
+            max_tokens=DEFAULT_COMPRESS_MAX_TOKENS,
+            sink=calls.append,
+        )
+    finally:
+        with session_scope(ctx.engine) as session:
+            repo.record_calls(session, extraction.run_id, document_id, None, calls)
+    save_summary(ctx, document_id, summary or fallback_summary(extraction))
+    return "done"
+
+
+def save_summary(ctx: Context, document_id: int, summary: str) -> None:
+    with session_scope(ctx.engine) as session:
+        repo.save_summary(session, document_id, summary)
+
+
+def fallback_summary(extraction: Extraction) -> str:
+    """A summary built from the stored fields, for when the LLM cannot give one."""
+    risks = "; ".join(r["title"] for r in extraction.data.get("risk_factors", [])[:3])
+    return (
+        f"{extraction.company or 'Unknown company'}, fiscal {extraction.fiscal_year or '?'}: "
+        f"revenue {render.money(extraction.revenue_usd) or 'not stated'}; risks: {risks or 'none stated'}."
+    )
+
+
+def synthesize_run(ctx: Context, run_id: str, *, answer: str | None = None) -> RunStatus:
+    """Write the run's report (idempotent) and close the run.
+
+    The answer is synthesized from the stored summaries, hierarchically when they exceed
+    the context budget. Passing `answer` skips the LLM (used when synthesis failed for good).
+    """
+    with session_scope(ctx.engine) as session:
+        run = session.get(Run, run_id)
+        if run is None:
+            raise LookupError(f"no run {run_id}")
+        rows = session.execute(
+            select(Document, Extraction)
+            .outerjoin(Extraction, Extraction.document_id == Document.id)
+            .where(Document.run_id == run_id)
+            .order_by(Document.path, Document.id)
+        ).all()
+        risks = session.execute(
+            select(RiskFactor.document_id, RiskFactor.title)
+            .where(RiskFactor.run_id == run_id)
+            .order_by(RiskFactor.document_id, RiskFactor.position)
+        ).all()
+    titles: dict[int, list[str]] = {}
+    for document_id, title in risks:
+        titles.setdefault(document_id, []).append(title)
+    levels = 0
+    if answer is None:
+        summaries = [e.summary or fallback_summary(e) for _, e in rows if e is not None]
+        answer, levels = _synthesize(ctx, run, summaries)
+    documents = [
+        render.DocumentRow(
+            path=d.path,
+            status=d.status,
+            error=d.error,
+            company=e.company if e else None,
+            fiscal_year=e.fiscal_year if e else None,
+            revenue_usd=e.revenue_usd if e else None,
+            risk_titles=titles.get(d.id, []),
+        )
+        for d, e in rows
+    ]
+    view = run_status(ctx.engine, run_id)
+    totals = {
+        "documents": view.documents,
+        "llm_calls": view.llm_calls,
+        "tokens": view.prompt_tokens + view.completion_tokens,
+        "prompt_tokens": view.prompt_tokens,
+        "completion_tokens": view.completion_tokens,
+    }
+    report = render.ReportInput(
+        run_id=run.id,
+        name=run.name,
+        query=run.query,
+        model=run.model,
+        simulated=run.simulated,
+        answer=answer,
+        synthesis_levels=levels,
+        documents=documents,
+        totals=totals,
+    )
+    with session_scope(ctx.engine) as session:
+        repo.save_report(
+            session, run_id, render.markdown(report), render.as_json(report), RunStatus.COMPLETED
+        )
+    return RunStatus.COMPLETED
+
+
+def _synthesize(ctx: Context, run: Run, summaries: list[str]) -> tuple[str, int]:
+    budget = ctx.settings.context_budget_tokens - DEFAULT_SYNTHESIZE_MAX_TOKENS - PROMPT_OVERHEAD_TOKENS
+
+    def synthesize(batch: list[str]) -> str:
+        calls: list[CallRecord] = []
+        try:
+            return ctx.llm.text(
+                prompts.synthesize_messages(run.query, batch),
+                stage="synthesize",
+                max_tokens=DEFAULT_SYNTHESIZE_MAX_TOKENS,
+                sink=calls.append,
+            )
+        finally:
+            with session_scope(ctx.engine) as session:
+                repo.record_calls(session, run.id, None, None, calls)
+
+    return reduce_to_one(summaries, max(budget, 200), synthesize)

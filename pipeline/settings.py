@@ -1,0 +1,81 @@
+"""One settings class for every process: environment (prefix PIPELINE_) and `.env`."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from pipeline import constants as c
+
+
+class Settings(BaseSettings):
+    """Configuration. Unset URLs mean the embedded defaults (`pipeline run`)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="PIPELINE_", env_file=".env", env_file_encoding="utf-8", extra="ignore"
+    )
+
+    database_url: str | None = Field(
+        default=None, description="SQLAlchemy URL; unset: SQLite file in the data directory"
+    )
+    redis_url: str | None = Field(
+        default=None, description="Broker and result backend; unset: embedded Redis (pipeline run)"
+    )
+    llm_base_url: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("PIPELINE_LLM_BASE_URL", "OPENAI_BASE_URL"),
+        description="OpenAI-compatible endpoint; unset: the built-in simulator (pipeline run)",
+    )
+    llm_api_key: SecretStr | None = Field(
+        default=None, validation_alias=AliasChoices("PIPELINE_LLM_API_KEY", "OPENAI_API_KEY")
+    )
+    llm_model: str = c.DEFAULT_MODEL
+    llm_timeout_s: float = Field(default=c.DEFAULT_LLM_TIMEOUT_S, gt=0)
+    worker_concurrency: int = Field(default=8, ge=1, le=512)
+    data_dir: Path = Path(".pipeline")
+
+    chunk_tokens: int = Field(default=c.DEFAULT_CHUNK_TOKENS, ge=200)
+    chunk_overlap_tokens: int = Field(default=c.DEFAULT_CHUNK_OVERLAP_TOKENS, ge=0)
+    extract_max_tokens: int = Field(default=c.DEFAULT_EXTRACT_MAX_TOKENS, ge=64)
+    context_budget_tokens: int = Field(default=c.DEFAULT_CONTEXT_BUDGET_TOKENS, ge=500)
+    max_file_bytes: int = Field(default=c.DEFAULT_MAX_FILE_BYTES, ge=1)
+    task_max_retries: int = Field(default=c.DEFAULT_TASK_MAX_RETRIES, ge=0)
+
+    @field_validator("database_url", "redis_url", "llm_base_url", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("database_url")
+    @classmethod
+    def _normalise_postgres_url(cls, value: str | None) -> str | None:
+        # Users paste libpq URLs; SQLAlchemy needs the driver named for psycopg 3.
+        if value is None:
+            return None
+        for prefix in ("postgres://", "postgresql://"):
+            if value.startswith(prefix):
+                return "postgresql+psycopg://" + value[len(prefix) :]
+        return value
+
+    @property
+    def resolved_database_url(self) -> str:
+        """The database URL, with the embedded SQLite default filled in."""
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'pipeline.db').resolve()}"
+
+    def api_key_value(self) -> str:
+        """The API key to send; simulators and local gateways accept any non-empty key."""
+        return self.llm_api_key.get_secret_value() if self.llm_api_key else "sk-no-key"
+
+    def with_overrides(self, **overrides: object) -> Settings:
+        return self.model_copy(update=overrides)
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process's settings, read once."""
+    return Settings()

@@ -1,0 +1,106 @@
+"""Run progress and totals, read from the database."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine, func, select
+
+from pipeline.storage import repo
+from pipeline.storage.db import session_scope
+from pipeline.storage.models import TERMINAL_DOC_STATUSES, LLMCall, Report, Run, utcnow
+
+
+@dataclass
+class RunStatusView:
+    run_id: str
+    name: str | None
+    status: str
+    query: str
+    model: str
+    simulated: bool
+    created_at: str
+    finished_at: str | None
+    elapsed_s: float
+    documents: dict[str, int] = field(default_factory=dict)
+    documents_total: int = 0
+    documents_done: int = 0
+    llm_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    has_report: bool = False
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class UnknownRun(LookupError):
+    pass
+
+
+def resolve_run_id(engine: Engine, prefix: str | None) -> str:
+    """The run whose id starts with `prefix`; the newest run when None."""
+    with session_scope(engine) as session:
+        if prefix is None:
+            run_id = session.scalar(select(Run.id).order_by(Run.created_at.desc()).limit(1))
+            if run_id is None:
+                raise UnknownRun("no runs yet")
+            return run_id
+        ids = list(session.scalars(select(Run.id).where(Run.id.startswith(prefix)).limit(2)))
+    if len(ids) != 1:
+        raise UnknownRun(f"no run matches {prefix!r}" if not ids else f"{prefix!r} is ambiguous")
+    return ids[0]
+
+
+def run_status(engine: Engine, run_id: str) -> RunStatusView:
+    with session_scope(engine) as session:
+        run = session.get(Run, run_id)
+        if run is None:
+            raise UnknownRun(f"no run {run_id!r}")
+        counts = repo.status_counts(session, run_id)
+        calls, prompt, completion = session.execute(
+            select(
+                func.count(LLMCall.id),
+                func.coalesce(func.sum(LLMCall.prompt_tokens), 0),
+                func.coalesce(func.sum(LLMCall.completion_tokens), 0),
+            ).where(LLMCall.run_id == run_id)
+        ).one()
+        has_report = session.scalar(select(func.count()).where(Report.run_id == run_id)) == 1
+    end = run.finished_at or utcnow()
+    return RunStatusView(
+        run_id=run.id,
+        name=run.name,
+        status=run.status,
+        query=run.query,
+        model=run.model,
+        simulated=run.simulated,
+        created_at=_iso(run.created_at),
+        finished_at=_iso(run.finished_at) if run.finished_at else None,
+        elapsed_s=round((_aware(end) - _aware(run.created_at)).total_seconds(), 3),
+        documents=counts,
+        documents_total=sum(counts.values()),
+        documents_done=sum(n for s, n in counts.items() if s in TERMINAL_DOC_STATUSES),
+        llm_calls=int(calls),
+        prompt_tokens=int(prompt),
+        completion_tokens=int(completion),
+        has_report=has_report,
+        error=run.error,
+    )
+
+
+def list_runs(engine: Engine, limit: int = 20) -> list[RunStatusView]:
+    with session_scope(engine) as session:
+        ids = list(session.scalars(select(Run.id).order_by(Run.created_at.desc()).limit(limit)))
+    return [run_status(engine, run_id) for run_id in ids]
+
+
+def _aware(moment: datetime) -> datetime:
+    # SQLite hands back naive datetimes; every stored time is UTC.
+    return moment if moment.tzinfo else moment.replace(tzinfo=utcnow().tzinfo)
+
+
+def _iso(moment: datetime) -> str:
+    return _aware(moment).isoformat(timespec="seconds")

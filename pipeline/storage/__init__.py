@@ -1,0 +1,1 @@
+"""Storage: SQLAlchemy models, engines and migrations, and the repository functions."""

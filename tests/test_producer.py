@@ -1,0 +1,82 @@
+"""The producer stores every file it is given: usable ones chunked, the rest with a reason."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy import select
+
+from pipeline.producer import prepare_run
+from pipeline.settings import Settings
+from pipeline.storage.db import get_engine, session_scope
+from pipeline.storage.models import Chunk, Content, Document, Run
+from tests.conftest import run_cli
+
+
+def _settings(database_url: str) -> Settings:
+    return Settings(_env_file=None, database_url=database_url, max_file_bytes=50_000)  # type: ignore[call-arg]
+
+
+def test_bad_inputs_are_recorded_with_their_reasons(pipeline_env: dict[str, str], tmp_path: Path) -> None:
+    good = tmp_path / "good.txt"
+    good.write_text("Item 1. Business\n\nWe make widgets.\n" * 50)
+    (tmp_path / "zz-copy.txt").write_bytes(good.read_bytes())
+    (tmp_path / "empty.txt").write_text("   \n\t\n")
+    (tmp_path / "binary.txt").write_bytes(b"\x00\x01\x02binary")
+    (tmp_path / "huge.txt").write_text("x" * 60_000)
+    (tmp_path / "latin1.txt").write_bytes("Soci\xe9t\xe9 G\xe9n\xe9rale revenue grew.".encode("latin-1"))
+    missing = tmp_path / "missing.txt"
+
+    engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
+    plan = prepare_run(
+        engine,
+        _settings(pipeline_env["PIPELINE_DATABASE_URL"]),
+        [str(tmp_path / "*.txt"), str(missing), str(tmp_path / "nothing-*.pdf")],
+    )
+    with session_scope(engine) as session:
+        docs = {
+            Path(d.path).name: d
+            for d in session.scalars(select(Document).where(Document.run_id == plan.run_id))
+        }
+        assert docs["good.txt"].status == "pending"
+        assert docs["zz-copy.txt"].error == f"duplicate of {good} in this batch"
+        assert docs["empty.txt"].error == "empty or whitespace-only file"
+        assert docs["binary.txt"].error == "binary file (contains NUL bytes)"
+        assert "over the 50,000-byte limit" in (docs["huge.txt"].error or "")
+        assert docs["latin1.txt"].status == "pending" and "not UTF-8" in (docs["latin1.txt"].error or "")
+        assert docs["missing.txt"].error == "no such file"
+        assert docs["nothing-*.pdf"].error == "the pattern matches no file"
+        assert {d.status for n, d in docs.items() if n not in ("good.txt", "latin1.txt")} == {"skipped"}
+        latin = session.scalar(select(Content.text).where(Content.sha256 == docs["latin1.txt"].sha256))
+        assert latin == "Société Générale revenue grew."
+        assert session.scalar(select(Chunk.char_end).where(Chunk.document_id == docs["good.txt"].id)) == len(
+            good.read_text()
+        )
+    assert sorted(plan.document_ids) == sorted([docs["good.txt"].id, docs["latin1.txt"].id])
+
+
+def test_a_submit_with_no_usable_document_exits_non_zero(
+    pipeline_env: dict[str, str], tmp_path: Path
+) -> None:
+    (tmp_path / "empty.txt").write_text("")
+    result = run_cli("submit", str(tmp_path / "empty.txt"), str(tmp_path / "absent.txt"), env=pipeline_env)
+    assert result.returncode == 1
+    assert "empty.txt: empty or whitespace-only file" in result.stderr
+    assert "absent.txt: no such file" in result.stderr
+    run_id = result.stdout.strip()
+    engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
+    with session_scope(engine) as session:
+        run = session.get(Run, run_id)
+        assert run is not None and run.status == "failed" and run.error == "no usable document"
+
+
+def test_submit_without_a_broker_says_what_to_set(tmp_path: Path) -> None:
+    result = run_cli("submit", "x.txt", env={"PIPELINE_REDIS_URL": "", "PIPELINE_DATA_DIR": str(tmp_path)})
+    assert result.returncode == 2
+    assert "PIPELINE_REDIS_URL is not set" in result.stderr
+
+
+def test_status_of_an_unknown_run_fails_clearly(pipeline_env: dict[str, str]) -> None:
+    result = run_cli("status", "does-not-exist", env=pipeline_env)
+    assert result.returncode == 2
+    assert "no run matches 'does-not-exist'" in result.stderr

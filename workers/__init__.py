@@ -1,0 +1,1 @@
+"""The Celery layer: app configuration, thin tasks over `pipeline`, canvas building."""

@@ -1,0 +1,51 @@
+"""The Celery app: configuration only.
+
+Delivery is at-least-once: a task is acknowledged after it ran (acks_late) and put back
+when its worker dies (reject_on_worker_lost); each worker thread reserves one message at
+a time (prefetch 1) so long extractions do not sit behind each other. Redis redelivers an
+unacknowledged message after the visibility timeout, which is set above the longest task.
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from pipeline.constants import EXTRACT_QUEUE, REPORT_QUEUE, VISIBILITY_TIMEOUT_S
+from pipeline.settings import get_settings
+from workers.backend import backend_url
+
+RESULT_EXPIRES_S = 7 * 24 * 3600
+LOCAL_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+def create_app() -> Celery:
+    redis_url = get_settings().redis_url or LOCAL_REDIS_URL
+    app = Celery("pipeline", broker=redis_url, backend=backend_url(redis_url), include=["workers.tasks"])
+    transport = {"visibility_timeout": VISIBILITY_TIMEOUT_S}
+    app.conf.update(
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        result_accept_content=["json"],
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        broker_transport_options=transport,
+        result_backend_transport_options=transport,
+        result_expires=RESULT_EXPIRES_S,
+        result_extended=False,
+        task_default_queue=EXTRACT_QUEUE,
+        task_routes={
+            "pipeline.finalize": {"queue": REPORT_QUEUE},
+            "pipeline.compress": {"queue": REPORT_QUEUE},
+            "pipeline.synthesize": {"queue": REPORT_QUEUE},
+        },
+        broker_connection_retry_on_startup=True,
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        worker_hijack_root_logger=False,
+    )
+    return app
+
+
+app = create_app()

@@ -1,0 +1,31 @@
+"""The Redis result backend, without the sender's subscriptions.
+
+Celery's Redis backend subscribes the sending process to the result channel of every
+task it sends (and group members' barriers), in case it waits on the result. Nothing here waits on a Celery result
+(progress and completeness are read from the database), so a 10,000-document submit
+would make 10,000 useless SUBSCRIBEs and leave them to be torn down at exit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery.backends.redis import RedisBackend
+
+
+class SendOnlyRedisBackend(RedisBackend):
+    """Stores results and counts chord parts as usual; never subscribes to them."""
+
+    def on_task_call(self, producer: Any, task_id: str) -> None:
+        return None
+
+    def add_pending_result(self, result: Any, weak: bool = False, start_drainer: bool = True) -> Any:
+        return result
+
+    def remove_pending_result(self, result: Any) -> Any:
+        return result
+
+
+def backend_url(redis_url: str) -> str:
+    """The `result_backend` setting naming this class for `redis_url`."""
+    return f"workers.backend:SendOnlyRedisBackend+{redis_url}"

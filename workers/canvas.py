@@ -1,0 +1,16 @@
+"""Building the run's chord: one extract task per document, then finalize."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from celery import chord
+
+from workers.tasks import extract, finalize
+
+
+def enqueue_run(run_id: str, document_ids: Sequence[int]) -> str:
+    """Send the run's chord; messages carry ids only. Returns the chord's result id."""
+    header = [extract.si(document_id) for document_id in document_ids]
+    result = chord(header)(finalize.si(run_id))
+    return str(result.id)

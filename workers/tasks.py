@@ -1,0 +1,105 @@
+"""Tasks: load by id, call one `pipeline` function, turn errors into a retry or a record.
+
+A header task of the run's chord never raises out of it (Celery would fail the whole
+chord): whatever happens, the document ends `extracted` or `failed` with its reason.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TypeVar
+
+from celery import Task, chord
+from sqlalchemy.exc import InterfaceError, OperationalError
+
+from pipeline import extract as extracting
+from pipeline import report as reporting
+from pipeline.errors import PermanentError, RetryableError
+from pipeline.retry import backoff_s
+from pipeline.storage import repo
+from pipeline.storage.db import session_scope
+from workers.app import app
+from workers.context import worker_context
+
+log = logging.getLogger(__name__)
+R = TypeVar("R")
+
+FINALIZE_POLL_S = 5.0
+"""How soon finalize looks again when it fires before every document is final."""
+
+TRANSIENT = (RetryableError, OperationalError, InterfaceError)
+"""Worth retrying: the provider or the database is briefly unavailable."""
+
+
+def _retry_or(task: Task, fn: Callable[[], R], give_up: Callable[[str], R]) -> R:
+    """Run `fn`; retry transient failures with backoff, and `give_up` with the reason after
+    the last attempt or on a permanent failure."""
+    retries = task.request.retries
+    try:
+        return fn()
+    except TRANSIENT as exc:
+        reason = f"{type(exc).__name__}: {exc}"
+        if retries >= worker_context().settings.task_max_retries:
+            return give_up(f"gave up after {retries + 1} attempts: {reason}")
+        retry_after = exc.retry_after_s if isinstance(exc, RetryableError) else None
+        log.warning("retrying %s %s: %s", task.name, task.request.args, reason)
+        raise task.retry(countdown=backoff_s(retries, retry_after), max_retries=None) from None
+    except PermanentError as exc:
+        return give_up(str(exc))
+    except Exception as exc:
+        log.exception("%s %s failed", task.name, task.request.args)
+        return give_up(f"internal error: {type(exc).__name__}: {exc}")
+
+
+@app.task(bind=True, name="pipeline.extract")
+def extract(self: Task, document_id: int) -> str:
+    ctx = worker_context()
+    return _retry_or(
+        self,
+        lambda: extracting.extract_document(ctx, document_id),
+        lambda reason: extracting.fail(ctx, document_id, reason),
+    )
+
+
+@app.task(bind=True, name="pipeline.finalize")
+def finalize(self: Task, run_id: str) -> str:
+    """Chord body: once every document is final, compress each extraction, then synthesize.
+
+    Completeness is read from the database, not from the chord's results, so an early or
+    repeated delivery changes nothing.
+    """
+    ctx = worker_context()
+    with session_scope(ctx.engine) as session:
+        if repo.report_exists(session, run_id):
+            return "done"
+        if repo.unfinished_count(session, run_id):
+            raise self.retry(countdown=FINALIZE_POLL_S, max_retries=None)
+        document_ids = repo.extracted_ids(session, run_id, without_summary=True)
+    if document_ids:
+        chord(compress.si(d) for d in document_ids)(synthesize.si(run_id))
+    else:
+        synthesize.delay(run_id)
+    return "reporting"
+
+
+@app.task(bind=True, name="pipeline.compress")
+def compress(self: Task, document_id: int) -> str:
+    ctx = worker_context()
+
+    def fallback(reason: str) -> str:
+        log.warning("compress %s: %s; using the stored fields", document_id, reason)
+        return "fallback"
+
+    return _retry_or(self, lambda: reporting.compress_document(ctx, document_id), fallback)
+
+
+@app.task(bind=True, name="pipeline.synthesize")
+def synthesize(self: Task, run_id: str) -> str:
+    ctx = worker_context()
+
+    def without_answer(reason: str) -> str:
+        answer = f"(The synthesis failed: {reason}. The per-filing table below is complete.)"
+        return str(reporting.synthesize_run(ctx, run_id, answer=answer))
+
+    return _retry_or(self, lambda: str(reporting.synthesize_run(ctx, run_id)), without_answer)
