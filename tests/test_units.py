@@ -148,6 +148,8 @@ def test_redact_removes_keys() -> None:
 
 
 def test_settings_fall_back_to_openai_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PIPELINE_LLM_BASE_URL", raising=False)
+    monkeypatch.delenv("PIPELINE_LLM_API_KEY", raising=False)
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:1/v1")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-from-openai-env")
     monkeypatch.setenv("PIPELINE_DATABASE_URL", "postgres://u:p@h/db")
