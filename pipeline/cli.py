@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable
@@ -130,6 +131,9 @@ def worker(concurrency: int | None, queues: str, pool: str, name: str | None, lo
     if not settings.llm_base_url:
         _fail("PIPELINE_LLM_BASE_URL (or OPENAI_BASE_URL) is not set: point it at the LLM endpoint")
     n = concurrency or settings.worker_concurrency
+    # One INFO line per HTTP request drowns the task log; failures are logged by the tasks.
+    for noisy in ("httpx", "openai"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     os.environ["PIPELINE_WORKER_CONCURRENCY"] = str(n)  # sizes the per-process pools
     get_settings.cache_clear()
     _engine(get_settings())

@@ -129,6 +129,8 @@ def pipeline_env(
         "PIPELINE_DATA_DIR": str(tmp_path_factory.mktemp("data")),
         "PIPELINE_WORKER_CONCURRENCY": "4",
         "PIPELINE_CHUNK_TOKENS": "4000",
+        # Small enough that a handful of summaries needs hierarchical synthesis.
+        "PIPELINE_CONTEXT_BUDGET_TOKENS": "2000",
     }
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)

@@ -70,7 +70,9 @@ def test_a_batch_ends_with_a_report_and_every_document_accounted_for(
 
     out = tmp_path / "report.json"
     assert run_cli("report", run_id[:8], "--format", "json", "-o", str(out), env=pipeline_env).returncode == 0
-    assert len(json.loads(out.read_text())["documents"]) == 6
+    report_json = json.loads(out.read_text())
+    assert len(report_json["documents"]) == 6
+    assert report_json["synthesis_levels"] >= 2, "the small context budget forces batched synthesis"
     assert run_id in run_cli("runs", env=pipeline_env).stdout
     assert run_id in [r["run_id"] for r in json.loads(run_cli("runs", "--json", env=pipeline_env).stdout)]
 

@@ -80,3 +80,16 @@ def test_status_of_an_unknown_run_fails_clearly(pipeline_env: dict[str, str]) ->
     result = run_cli("status", "does-not-exist", env=pipeline_env)
     assert result.returncode == 2
     assert "no run matches 'does-not-exist'" in result.stderr
+
+
+def test_db_upgrade_creates_the_schema(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    result = run_cli("db", "upgrade", env={"PIPELINE_DATABASE_URL": url})
+    assert result.returncode == 0, result.stderr
+    assert "database at revision head" in result.stdout
+
+
+def test_worker_without_a_broker_says_what_to_set(tmp_path: Path) -> None:
+    result = run_cli("worker", env={"PIPELINE_REDIS_URL": "", "PIPELINE_DATA_DIR": str(tmp_path)})
+    assert result.returncode == 2
+    assert "PIPELINE_REDIS_URL is not set" in result.stderr
