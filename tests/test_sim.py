@@ -21,7 +21,7 @@ from pipeline.sim.answers import build_json_answer
 from pipeline.sim.faults import draw, latency
 from pipeline.sim.limits import SlidingWindowLimiter, openai_duration
 from pipeline.sim.replies import build_text_answer, malformed_json, violate_schema
-from pipeline.sim.text import document_text
+from pipeline.sim.request import document_text
 
 
 class RiskFactor(BaseModel):
@@ -109,6 +109,29 @@ def test_only_the_document_is_a_source() -> None:
     answer = FilingExtraction.model_validate(build_json_answer(SCHEMA, doc))
     assert answer.company is None and answer.revenue_usd is None and answer.fiscal_year is None
     assert answer.revenue_quote is None and answer.risk_factors == []
+
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+@pytest.mark.skipif(not (EXAMPLES / "truth.json").exists(), reason="no example filings")
+def test_example_filings_match_their_truth() -> None:
+    truths = json.loads((EXAMPLES / "truth.json").read_text())["filings"]
+    checked = 0
+    for truth in truths:
+        path = EXAMPLES / "filings" / truth["filename"]
+        if not path.exists() or path.stat().st_size > 100_000:  # the big ones cost seconds
+            continue
+        text = path.read_text()
+        answer = FilingExtraction.model_validate(build_json_answer(SCHEMA, text))
+        assert (answer.company, answer.fiscal_year, answer.revenue_usd) == (
+            truth["company"],
+            truth["fiscal_year"],
+            truth["revenue_usd"],
+        )
+        assert all(r.title in truth["risk_factor_titles"] and r.quote in text for r in answer.risk_factors)
+        checked += 1
+    assert checked
 
 
 @pytest.mark.parametrize(
@@ -364,6 +387,23 @@ def test_many_concurrent_requests() -> None:
         stats = sim.stats()
     assert len(latencies) == 200 and stats["admitted"] == 200
     assert statistics.median(latencies) < 2.0  # generous: the median draw is 50 ms
+
+
+def test_rpm_holds_under_a_concurrent_burst() -> None:
+    async def burst(base_url: str) -> list[Any]:
+        sdk = openai.AsyncOpenAI(base_url=base_url, api_key="sk-test", max_retries=0)
+        try:
+            calls = (sdk.chat.completions.create(model="sim-1", messages=messages("Hi.")) for _ in range(40))
+            return await asyncio.gather(*calls, return_exceptions=True)
+        finally:
+            await sdk.close()
+
+    with SimServer(SimConfig(p50_s=0.01, p95_s=0.05, rpm=10)) as sim:
+        results = asyncio.run(burst(sim.base_url))
+        stats = sim.stats()
+    refused = [r for r in results if isinstance(r, openai.RateLimitError)]
+    assert len(refused) == 30 and len(results) - len(refused) == 10
+    assert stats["max_admitted_in_any_60s_window"] == 10 and stats["rejected_429"] == 30
 
 
 def test_record_file(tmp_path: Path) -> None:

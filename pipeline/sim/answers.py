@@ -15,6 +15,7 @@ from pipeline.sim import finders
 from pipeline.sim.text import Doc, Sentence, analyze
 
 MAX_ITEMS = 5
+MAX_DEPTH = 6
 _QUOTE_WORDS = ("quote", "excerpt", "sentence", "citation", "evidence")
 _PERCENT_WORDS = ("percent", "pct", "rate", "margin", "growth", "ratio")
 _COMPANY_WORDS = ("company", "registrant", "issuer", "filer", "entity")
@@ -30,6 +31,7 @@ class _Ctx:
     doc: Doc
     root: Schema
     focus: Sentence | None = None  # the sentence an array item is built around
+    depth: int = 0  # object nesting: bounds recursive schemas (a node with child nodes)
     sources: dict[str, Sentence] = field(default_factory=dict)  # topic -> sentence used
 
 
@@ -92,16 +94,22 @@ def _fill(schema: Any, name: str, ctx: _Ctx) -> Any:
     if "enum" in concrete:
         options = [o for o in concrete["enum"] if o is not None]
         for option in options:
-            if str(option).lower() in ctx.doc.lower:
+            if re.search(rf"\b{re.escape(str(option).lower())}\b", ctx.doc.lower):
                 return option
         return options[0] if options else None
     kind = schema_type(concrete)
     if kind == "null":
         return None
     if kind == "object":
-        return _fill_object(concrete, ctx)
+        if ctx.depth >= MAX_DEPTH and nullable:
+            return None
+        ctx.depth += 1
+        try:
+            return _fill_object(concrete, ctx)
+        finally:
+            ctx.depth -= 1
     if kind == "array":
-        return _fill_array(concrete, name, ctx)
+        return _fill_array(concrete, name, ctx) if ctx.depth < MAX_DEPTH else []
     if kind == "boolean":
         topic = finders.topic_tokens(name)
         return bool(topic) and all(t in ctx.doc.lower for t in topic)
@@ -111,7 +119,9 @@ def _fill(schema: Any, name: str, ctx: _Ctx) -> Any:
     elif kind == "string":
         value = _fill_string(concrete, name, ctx, nullable)
     if value is None and not nullable:
-        value = _fallback(kind, ctx)
+        value = _fallback(kind, concrete, ctx)
+    if isinstance(value, str) and isinstance(concrete.get("maxLength"), int):
+        value = value[: concrete["maxLength"]]  # a prefix of a quote is still verbatim
     return value
 
 
@@ -141,7 +151,7 @@ def _fill_array(schema: Schema, name: str, ctx: _Ctx) -> list[Any]:
         if kind == "string":
             found.append(sentence.text)
             continue
-        item_ctx = _Ctx(ctx.doc, ctx.root, focus=sentence)
+        item_ctx = _Ctx(ctx.doc, ctx.root, focus=sentence, depth=ctx.depth)
         found.append(_fill(items, name, item_ctx))
     return found
 
@@ -233,7 +243,10 @@ def _first_prose(doc: Doc) -> str:
     return doc.sentences[0].text if doc.sentences else ""
 
 
-def _fallback(kind: str, ctx: _Ctx) -> Any:
+def _fallback(kind: str, schema: Schema, ctx: _Ctx) -> Any:
+    """A value of the right type when the document offers none and null is not allowed."""
+    if kind == "string" and schema.get("format") == "date":
+        return "1970-01-01"
     if kind == "string":
         return finders.first_words(_first_prose(ctx.doc)) or "unknown"
     if kind in ("integer", "number"):

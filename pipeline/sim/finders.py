@@ -5,71 +5,27 @@ from __future__ import annotations
 import re
 from collections import Counter
 from decimal import Decimal
+from typing import Any
 
-from pipeline.sim.text import Doc, Sentence, has_word, is_heading_line
+from pipeline.sim.text import Doc, Sentence, has_word, is_heading_line, stems_in
+
+
+def _words(text: str) -> tuple[str, ...]:
+    return tuple(text.split())
+
 
 # Words that say what unit or role a field has, not what it is about.
 GENERIC_WORDS = frozenset(
-    [
-        "quote",
-        "quotes",
-        "text",
-        "sentence",
-        "excerpt",
-        "source",
-        "title",
-        "name",
-        "names",
-        "description",
-        "summary",
-        "detail",
-        "details",
-        "id",
-        "value",
-        "type",
-        "usd",
-        "dollars",
-        "dollar",
-        "amount",
-        "total",
-        "item",
-        "items",
-        "list",
-        "of",
-        "the",
-        "and",
-        "in",
-        "is",
-        "num",
-        "number",
-        "count",
-        "millions",
-        "thousands",
-        "billions",
-        "value",
-        "values",
-    ]
+    _words(
+        "quote quotes text sentence excerpt source title name names description summary detail details "
+        "id value values type usd dollars dollar amount total item items list of the and in is num number "
+        "count millions thousands billions"
+    )
 )
-RISK_WORDS = [
-    "risk",
-    "adverse",
-    "could",
-    "may",
-    "might",
-    "uncertain",
-    "harm",
-    "disrupt",
-    "depend",
-    "fail",
-    "litigation",
-    "volatil",
-    "loss",
-    "declin",
-    "threat",
-    "breach",
-    "unable",
-    "impair",
-]
+RISK_WORDS = _words(
+    "risk adverse could may might uncertain harm disrupt depend fail litigation volatil loss declin "
+    "threat breach unable impair"
+)
 SYNONYMS: dict[str, tuple[str, ...]] = {
     "revenue": ("revenue", "net sales", "total sales"),
     "sales": ("net sales", "sales", "revenue"),
@@ -77,31 +33,10 @@ SYNONYMS: dict[str, tuple[str, ...]] = {
     "employees": ("employees", "employee", "headcount"),
 }
 MONEY_WORDS = frozenset(
-    [
-        "usd",
-        "dollars",
-        "dollar",
-        "revenue",
-        "revenues",
-        "sales",
-        "income",
-        "profit",
-        "earnings",
-        "cost",
-        "costs",
-        "expense",
-        "expenses",
-        "price",
-        "cash",
-        "assets",
-        "liabilities",
-        "debt",
-        "amount",
-        "ebitda",
-        "capex",
-        "dividend",
-        "dividends",
-    ]
+    _words(
+        "usd dollars dollar revenue revenues sales income profit earnings cost costs expense expenses "
+        "price cash assets liabilities debt amount ebitda capex dividend dividends"
+    )
 )
 _SCALE = {
     "trillion": 10**12,
@@ -269,20 +204,21 @@ def find_header(doc: Doc, name: str) -> str | None:
 
 def relevance(sentence: Sentence, tokens: list[str]) -> int:
     """How much a sentence is about the topic: the words naming it, and risk words for risks."""
-    score = 2 * sum(has_word(sentence.words, t) for t in tokens)
+    score = 2 * len(stems_in(sentence.lower, tuple(tokens)))
     if "risk" in tokens:
-        score += min(3, sum(has_word(sentence.words, w) for w in RISK_WORDS))
+        score += min(3, len(stems_in(sentence.lower, RISK_WORDS)))
     return score
 
 
 def relevant_sentences(doc: Doc, tokens: list[str], limit: int) -> list[Sentence]:
     """Up to `limit` prose sentences about the topic, one per paragraph, in document order.
 
-    Sentences under a heading naming the topic ("Item 1A. Risk Factors") come first, the
-    more of its words the heading names the better.
+    Paragraphs under a heading naming the topic ("Item 1A. Risk Factors") come first (the
+    more of its words the better), then titled ones, then the most relevant. Each gives
+    its first qualifying sentence: the lead of a risk, not its boilerplate closing line.
     """
     threshold = 3 if "risk" in tokens else 2
-    best: dict[int, tuple[int, bool, int, int, Sentence]] = {}
+    paragraphs: dict[int, list[Any]] = {}  # block -> [in_section, titled, best score, -index, sentence]
     for index, sentence in enumerate(doc.sentences):
         text = sentence.text
         if len(text.split()) < 6 or not any(c.islower() for c in text) or is_heading_line(text):
@@ -292,12 +228,12 @@ def relevant_sentences(doc: Doc, tokens: list[str], limit: int) -> list[Sentence
         in_section = sum(t in sentence.section for t in tokens)
         if score < (1 if in_section else threshold):
             continue
-        # Paragraphs with their own short title are the entries of a list of risks.
-        entry = (in_section, sentence.title is not None, score, -index, sentence)
-        current = best.get(sentence.block)
-        if current is None or entry[:4] > current[:4]:
-            best[sentence.block] = entry
-    ranked = sorted(best.values(), key=lambda e: e[:4], reverse=True)[:limit]
+        entry = paragraphs.get(sentence.block)
+        if entry is None:
+            paragraphs[sentence.block] = [in_section, sentence.title is not None, score, -index, sentence]
+        else:
+            entry[2] = max(entry[2], score)
+    ranked = sorted(paragraphs.values(), key=lambda e: tuple(e[:4]), reverse=True)[:limit]
     return [entry[4] for entry in sorted(ranked, key=lambda e: -e[3])]
 
 

@@ -33,6 +33,16 @@ def companies_in(text: str) -> list[str]:
     return unique
 
 
+def _money(value: object) -> object:
+    """12780000000.0 -> "$12.78 billion", as a report would write it."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return value
+    for scale, word in ((1e9, "billion"), (1e6, "million")):
+        if abs(value) >= scale:
+            return f"${value / scale:,.2f} {word}"
+    return f"${value:,.0f}"
+
+
 def _json_facts(source: str) -> list[str] | None:
     """Sentences stating a JSON object's facts (the compress stage sends extractions)."""
     try:
@@ -42,7 +52,7 @@ def _json_facts(source: str) -> list[str] | None:
     if not isinstance(data, dict):
         return None
     facts = [
-        f"{key.replace('_', ' ')}: {value}"
+        f"{key.replace('_', ' ')}: {_money(value) if 'usd' in key.lower() else value}"
         for key, value in data.items()
         if isinstance(value, str | int | float) and not isinstance(value, bool)
         if not (isinstance(value, str) and len(value) > 120)
@@ -60,7 +70,7 @@ def _json_facts(source: str) -> list[str] | None:
 def _score(text: str) -> int:
     capitals = {word for word in text.split()[1:] if word[:1].isupper()}
     digits = re.findall(r"\d[\d,.]*", text)
-    return len(capitals) + 2 * len(digits) + min(len(text) // 40, 3)
+    return min(len(capitals), 6) + 2 * min(len(digits), 3) + min(len(text) // 40, 3)
 
 
 def _sentence(text: str) -> str:
@@ -70,13 +80,19 @@ def _sentence(text: str) -> str:
 
 
 def _prose(source: str) -> list[str]:
-    """The most informative prose sentences of `source` (headings left out), in order."""
+    """The most informative prose sentences of `source`, in order: no headings, no table
+    rows (runs of spaces), no repeats."""
     every = [s.text for s in analyze(source).sentences]
-    units = [
-        text
-        for text in every
-        if len(text.split()) >= 5 and not is_heading_line(text) and any(c.islower() for c in text)
-    ] or every
+    units: list[str] = []
+    seen: set[str] = set()
+    for text in every:
+        if len(text.split()) < 5 or "   " in text or is_heading_line(text):
+            continue
+        key = " ".join(text.split())
+        if any(c.islower() for c in text) and key not in seen:
+            seen.add(key)
+            units.append(text)
+    units = units or every
     ranked = sorted(range(len(units)), key=lambda i: (-_score(units[i]), i))
     return [units[i] for i in sorted(ranked[: MAX_SENTENCES - 1])]
 

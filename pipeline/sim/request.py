@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -11,7 +12,6 @@ from typing import Any
 from pipeline.sim.answers import build_json_answer
 from pipeline.sim.faults import Draw
 from pipeline.sim.replies import build_text_answer, malformed_json, truncate, violate_schema
-from pipeline.sim.text import document_text, prompt_text
 
 CHARS_PER_TOKEN = 4
 HOOKS = ("invalid", "error", "badjson")
@@ -52,6 +52,34 @@ class Finished:
     completion_tokens: int
     bad_json: bool
     truncated: bool
+
+
+def content_text(content: Any) -> str:
+    """The text of a message's `content`: a string or a list of text parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [part.get("text", "") for part in content if isinstance(part, dict)]
+        return "\n".join(part for part in parts if isinstance(part, str))
+    return ""
+
+
+_DOCUMENT = re.compile(r"<document>(.*?)</document>", re.DOTALL)
+
+
+def document_text(messages: list[dict[str, Any]]) -> str:
+    """The source text: what lies between `<document>` tags in user messages, else all of them.
+
+    Text outside the tags is instructions and is never used as a source.
+    """
+    user = [content_text(m.get("content")) for m in messages if m.get("role") == "user"]
+    inside = [match.group(1).strip("\n") for text in user for match in _DOCUMENT.finditer(text)]
+    return "\n\n".join(inside) if inside else "\n\n".join(user)
+
+
+def prompt_text(messages: list[dict[str, Any]]) -> str:
+    """All message contents joined, for token counts and test hooks."""
+    return "\n".join(content_text(m.get("content")) for m in messages)
 
 
 def estimate_tokens(text: str) -> int:

@@ -43,6 +43,11 @@ async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResp
             raise
         kind = "invalid_request_error" if exc.status < 500 else "server_error"
         return error_response(exc.status, f"{exc.reason}: {request.method} {request.path}", kind)
+    except (asyncio.CancelledError, ConnectionError):
+        raise
+    except Exception as exc:  # a simulator bug must still answer like a provider
+        log.exception("pipeline-sim failed on %s %s", request.method, request.path)
+        return error_response(500, f"pipeline-sim internal error: {exc!r}", "server_error")
 
 
 def _limit_headers(decision: Decision) -> dict[str, str]:
@@ -132,14 +137,14 @@ async def _chat(request: web.Request, state: SimState) -> web.StreamResponse:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(state.shutdown.wait(), state.config.hang_s)
         return await _abort(request)
-    if composed is None:
+    if outcome == "ok" and composed is None:
         composed = await _compose(chat, loop)
     await asyncio.sleep(draw.latency_s)
     if outcome == "drop":
         state.counters.dropped += 1
         return await _abort(request)
     headers = _limit_headers(decision)
-    if outcome == "error":
+    if outcome == "error" or composed is None:
         state.counters.errors_5xx += 1
         message = "The server had an error while processing your request. Sorry about that!"
         return error_response(status, message, "server_error", None, headers)

@@ -45,6 +45,8 @@ class Recorder:
 
     def __init__(self, path: str) -> None:
         self.path = path
+        # Opened here, not on the thread, so a bad path fails the server's start.
+        self._out = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed by the thread
         self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="pipeline-sim-recorder", daemon=True)
         self._thread.start()
@@ -58,7 +60,7 @@ class Recorder:
         self._thread.join(timeout=30)
 
     def _run(self) -> None:
-        with open(self.path, "a", encoding="utf-8") as out:
+        with self._out as out:
             while (entry := self._queue.get()) is not None:
                 out.write(json.dumps(entry, ensure_ascii=False) + "\n")
                 if self._queue.empty():

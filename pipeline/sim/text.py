@@ -10,54 +10,26 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
 
 MAX_SENTENCE_CHARS = 400
 _TERMINAL = ".!?:;"
 _BOUNDARY = re.compile(r"[.!?][\"'\u201d\u2019)\]]*(\s+)(?=[\"'\u201c\u2018(\[]?[A-Z0-9$\u2022-])")
 _LAST_WORD = re.compile(r"([A-Za-z.]+)[.!?][\"'\u201d\u2019)\]]*$")
-_ABBREVIATIONS = frozenset(
-    [
-        "inc",
-        "corp",
-        "co",
-        "ltd",
-        "llc",
-        "no",
-        "nos",
-        "mr",
-        "mrs",
-        "ms",
-        "dr",
-        "st",
-        "vs",
-        "u.s",
-        "u.k",
-        "e.g",
-        "i.e",
-        "approx",
-        "jan",
-        "feb",
-        "mar",
-        "apr",
-        "jun",
-        "jul",
-        "aug",
-        "sep",
-        "sept",
-        "oct",
-        "nov",
-        "dec",
-        "fig",
-        "sec",
-    ]
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+_ABBREVIATIONS = _words(
+    "inc corp co ltd llc no nos mr mrs ms dr st vs u.s u.k e.g i.e approx jan feb mar apr jun jul aug "
+    "sep sept oct nov dec fig sec"
 )
 _ITEM_HEADING = re.compile(r"^\s*(item|part)\s+[0-9ivx]+[a-z]?\b", re.IGNORECASE)
 _HEADER_LINE = re.compile(
     r"^[ \t]*([A-Za-z][A-Za-z0-9 ,'\u2019()/&.-]{0,60}?)[ \t]*:[ \t]*(\S[^\n]{0,200}?)[ \t\r]*$",
     re.MULTILINE,
 )
-_COVER_NAME = re.compile(r"([^\n]{2,120})\n[ \t]*\(?\s*exact name of registrant", re.IGNORECASE)
 WORD = re.compile(r"[a-z][a-z0-9']*")
 
 
@@ -70,6 +42,7 @@ class Sentence:
     text: str
     section: str  # the major heading(s) above, lowercased ("" before any)
     title: str | None  # its paragraph's short title (inline first sentence or the line above)
+    lower: str
     block: int  # where its paragraph starts: sentences of one paragraph share it
     words: frozenset[str]
 
@@ -94,15 +67,33 @@ def has_word(words: Iterable[str], stem: str) -> bool:
     return any(word.startswith(stem) for word in words)
 
 
-_MINOR_WORDS = frozenset(
-    ["a", "an", "and", "as", "at", "by", "for", "in", "of", "on", "or", "the", "to", "with"]
-)
+@lru_cache(maxsize=256)
+def _stem_pattern(stems: tuple[str, ...]) -> re.Pattern[str]:
+    alternatives = "|".join(re.escape(stem) for stem in sorted(stems, key=len, reverse=True))
+    return re.compile(rf"\b({alternatives})")
+
+
+def stems_in(lower: str, stems: tuple[str, ...]) -> set[str]:
+    """Which of `stems` start a word of `lower` (lowercased text); one regex pass."""
+    return set(_stem_pattern(stems).findall(lower)) if stems else set()
+
+
+_MINOR_WORDS = _words("a an and as at by for in of on or the to with")
 
 
 def _title_like(line: str) -> bool:
     """Most words capitalized, as in "Management's Discussion and Analysis" or ALL CAPS."""
-    words = [w for w in line.split() if w[0].isalpha() and w.lower() not in _MINOR_WORDS]
-    return bool(words) and sum(w[0].isupper() for w in words) >= 0.8 * len(words)
+    if len(line) > 160 or ". " in line:  # cheap exits: this runs on every line
+        return False
+    upper = lower = 0
+    for word in line.split():
+        if word[0].isupper():
+            upper += 1
+        elif word[0].islower() and word not in _MINOR_WORDS:
+            lower += 1
+            if lower > 3:
+                return False
+    return upper > 0 and upper >= 4 * lower
 
 
 def is_heading_line(line: str) -> bool:
@@ -233,6 +224,7 @@ def analyze(text: str) -> Doc:
                     section=section,
                     title=None if inline and index == 0 else title,
                     block=block_start,
+                    lower=sentence_text.lower(),
                     words=words_of(sentence_text),
                 )
             )
@@ -241,35 +233,18 @@ def analyze(text: str) -> Doc:
         for match in _HEADER_LINE.finditer(text)
         if len(match.group(1).split()) <= 6
     )
-    cover = _COVER_NAME.search(text)
-    if cover and cover.group(1).strip():
-        headers += (("exact name of registrant company", cover.group(1).strip()),)
-    return Doc(text, text.lower(), tuple(sentences), headers)
+    lower = text.lower()
+    cover = _cover_name(text, lower)
+    if cover:
+        headers += (("exact name of registrant company", cover),)
+    return Doc(text, lower, tuple(sentences), headers)
 
 
-def content_text(content: Any) -> str:
-    """The text of a message's `content`: a string or a list of text parts."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = [part.get("text", "") for part in content if isinstance(part, dict)]
-        return "\n".join(part for part in parts if isinstance(part, str))
-    return ""
-
-
-_DOCUMENT = re.compile(r"<document>(.*?)</document>", re.DOTALL)
-
-
-def document_text(messages: list[dict[str, Any]]) -> str:
-    """The source text: what lies between `<document>` tags in user messages, else all of them.
-
-    Text outside the tags is instructions and is never used as a source.
-    """
-    user = [content_text(m.get("content")) for m in messages if m.get("role") == "user"]
-    inside = [match.group(1).strip("\n") for text in user for match in _DOCUMENT.finditer(text)]
-    return "\n\n".join(inside) if inside else "\n\n".join(user)
-
-
-def prompt_text(messages: list[dict[str, Any]]) -> str:
-    """All message contents joined, for token counts and test hooks."""
-    return "\n".join(content_text(m.get("content")) for m in messages)
+def _cover_name(text: str, lower: str) -> str | None:
+    """The line above "(Exact name of registrant as specified in its charter)"."""
+    found = lower.find("exact name of registrant")
+    if found < 0:
+        return None
+    lines = [line.strip() for line in text[max(0, found - 400) : found].split("\n")[:-1]]
+    filled = [line for line in lines if line]
+    return filled[-1][:120] if filled else None

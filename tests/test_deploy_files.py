@@ -1,0 +1,408 @@
+"""The deployment files (compose, Dockerfile, prestart, cron, systemd) checked without Docker.
+
+No Docker engine is needed: the files are parsed, every command they give the `pipeline` image
+is parsed by the real click CLI, and prestart.sh is run against a SQLite file.
+"""
+
+from __future__ import annotations
+
+import configparser
+import fnmatch
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import click
+import pytest
+
+from pipeline import constants
+from pipeline.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPOSE = ROOT / "docker-compose.yml"
+DOCKERFILE = ROOT / "ops" / "Dockerfile"
+DOCKERIGNORE = ROOT / ".dockerignore"
+PRESTART = ROOT / "ops" / "prestart.sh"
+ENV_EXAMPLE = ROOT / ".env.example"
+CRONTAB = ROOT / "ops" / "crontab.example"
+WORKER_UNIT = ROOT / "ops" / "systemd" / "pipeline-worker@.service"
+
+SECRET_NAME = re.compile(r"(?:^|_)(?:PASSWORD|SECRET|TOKEN|API_KEY)(?:$|_)", re.IGNORECASE)
+ONLY_INTERPOLATION = re.compile(r"^\$\{[A-Za-z_][A-Za-z0-9_]*(?::?[-?][^}]*)?\}$")
+_VARIABLE = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\}")
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+
+def interpolate(value: str) -> str:
+    """Compose's interpolation with nothing set: defaults used, required variables as <NAME>."""
+
+    def one(match: re.Match[str]) -> str:
+        op = match["op"] or ""
+        return match["arg"] if op.endswith("-") else f"<{match['name']}>"
+
+    return "$".join(_VARIABLE.sub(one, part) for part in value.split("$$"))
+
+
+def url_password(value: str) -> str | None:
+    """The password of a URL, with each ${...} in it shown as ${}."""
+    masked = _VARIABLE.sub("XVARX", value)
+    password = urlsplit(masked).password if "://" in masked else None
+    return None if password is None else password.replace("XVARX", "${}")
+
+
+def compose_variables(text: str) -> set[str]:
+    return {m["name"] for m in _VARIABLE.finditer(text.replace("$$", ""))}
+
+
+def as_args(command: str | list[str]) -> list[str]:
+    args = shlex.split(command) if isinstance(command, str) else list(command)
+    return [interpolate(str(a)) for a in args]
+
+
+def parse_cli(args: list[str]) -> tuple[click.Command, click.Context]:
+    """Resolve `pipeline ARGS` to its subcommand and parse its options strictly (raises on error)."""
+    command: click.Command = main
+    ctx = click.Context(main, info_name="pipeline")
+    rest = list(args)
+    while isinstance(command, click.Group):
+        assert rest, f"`pipeline {shlex.join(args)}` names no subcommand"
+        name, sub, rest = command.resolve_command(ctx, rest)
+        assert sub is not None and name is not None
+        if isinstance(sub, click.Group):
+            ctx = click.Context(sub, info_name=name, parent=ctx)
+        else:
+            ctx = sub.make_context(name, rest, parent=ctx, resilient_parsing=False)
+        command = sub
+    return command, ctx
+
+
+def duration_s(value: str) -> float:
+    """A compose duration such as 120s, 2m or 1m30s."""
+    units = {"h": 3600, "m": 60, "s": 1, "ms": 0.001, "us": 1e-6}
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|us|h|m|s)", value)
+    assert parts and "".join(n + u for n, u in parts) == value, f"not a duration: {value!r}"
+    return sum(float(n) * units[u] for n, u in parts)
+
+
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, continuation lines joined, comments dropped."""
+    lines = [ln for ln in DOCKERFILE.read_text().splitlines() if not ln.lstrip().startswith("#")]
+    joined = re.sub(r"\\\n", " ", "\n".join(lines))
+    out = []
+    for line in joined.splitlines():
+        if line.strip():
+            instruction, _, args = line.strip().partition(" ")
+            out.append((instruction.upper(), args.strip()))
+    return out
+
+
+def dockerfile_json(instruction: str) -> list[str]:
+    values = [args for ins, args in dockerfile_instructions() if ins == instruction]
+    assert values, f"the Dockerfile has no {instruction}"
+    parsed = json.loads(values[-1])  # exec (JSON) form: no shell in between, signals reach pipeline
+    assert isinstance(parsed, list)
+    return parsed
+
+
+def env_example() -> dict[str, str]:
+    """KEY=value lines of .env.example, including commented-out ones (# KEY=value)."""
+    found = {}
+    for line in ENV_EXAMPLE.read_text().splitlines():
+        m = re.match(r"^#?\s*([A-Z][A-Z0-9_]*)=(.*)$", line.strip())
+        if m:
+            found[m[1]] = m[2]
+    return found
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    yaml = pytest.importorskip(
+        "yaml", reason="pyyaml is needed to parse docker-compose.yml: add it to the dev extras"
+    )
+    data = yaml.safe_load(COMPOSE.read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+@pytest.fixture(scope="module")
+def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return compose["services"]
+
+
+def pipeline_services(services: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The services run from the image built by ops/Dockerfile."""
+    return {
+        name: svc
+        for name, svc in services.items()
+        if isinstance(svc.get("build"), dict) and svc["build"].get("dockerfile") == "ops/Dockerfile"
+    }
+
+
+def depends(svc: dict[str, Any], on: str) -> str | None:
+    deps = svc.get("depends_on", {})
+    return deps.get(on, {}).get("condition") if isinstance(deps, dict) else None
+
+
+# -- docker-compose.yml ---------------------------------------------------------------------
+
+
+def test_compose_has_the_services_and_no_version_key(compose: dict[str, Any]) -> None:
+    assert "version" not in compose  # obsolete in the compose spec
+    assert {"redis", "postgres", "migrate", "worker", "sim"} <= set(compose["services"])
+    assert not {"beat", "flower"} & set(compose["services"])  # their commands do not exist yet
+    assert set(pipeline_services(compose["services"])) == {"migrate", "worker", "sim"}
+
+
+def test_redis_is_a_durable_password_protected_broker(services: dict[str, dict[str, Any]]) -> None:
+    redis = services["redis"]
+    assert redis["image"] == "redis:7-alpine"
+    args = as_args(redis["command"])
+    assert args[args.index("--appendonly") + 1] == "yes"
+    assert args[args.index("--maxmemory-policy") + 1] == "noeviction"
+    raw = [str(a) for a in redis["command"]]
+    assert raw[raw.index("--requirepass") + 1] == "${REDIS_PASSWORD:?set REDIS_PASSWORD}"
+    check = " ".join(redis["healthcheck"]["test"])
+    assert 'redis-cli --no-auth-warning -a "$$REDIS_PASSWORD" ping' in check
+    assert redis["environment"]["REDIS_PASSWORD"].startswith("${REDIS_PASSWORD")
+    assert any(v.endswith(":/data") for v in redis["volumes"])
+
+
+def test_postgres_takes_its_credentials_from_env_and_has_a_healthcheck(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    pg = services["postgres"]
+    assert pg["image"] == "postgres:16-alpine"
+    for key in ("POSTGRES_USER", "POSTGRES_PASSWORD", "POSTGRES_DB"):
+        assert ONLY_INTERPOLATION.match(pg["environment"][key]), key
+    check = " ".join(pg["healthcheck"]["test"])
+    assert 'pg_isready -U "$$POSTGRES_USER" -d "$$POSTGRES_DB"' in check
+    assert any(v.endswith(":/var/lib/postgresql/data") for v in pg["volumes"])
+
+
+def test_migrate_runs_prestart_once_after_postgres_is_healthy(services: dict[str, dict[str, Any]]) -> None:
+    migrate = services["migrate"]
+    assert migrate["restart"] == "no"  # quoted in YAML: a bare no is a boolean
+    assert depends(migrate, "postgres") == "service_healthy"
+    (entrypoint,) = migrate["entrypoint"]
+    copies = [args for ins, args in dockerfile_instructions() if ins == "COPY"]
+    assert any(args.split()[-1] == entrypoint and "ops/prestart.sh" in args for args in copies), (
+        f"the image has no {entrypoint}"
+    )
+
+
+def test_worker_is_scalable_and_shuts_down_gracefully(services: dict[str, dict[str, Any]]) -> None:
+    worker = services["worker"]
+    assert "container_name" not in worker and "ports" not in worker  # else --scale worker=N clashes
+    assert depends(worker, "redis") == "service_healthy"
+    assert depends(worker, "migrate") == "service_completed_successfully"
+    assert duration_s(worker["stop_grace_period"]) >= constants.DEFAULT_LLM_TIMEOUT_S
+    assert worker["restart"] == "unless-stopped"
+    assert as_args(worker["command"]) == ["worker", "--concurrency", "16"]
+
+
+def test_sim_is_only_in_the_dry_run_profile(services: dict[str, dict[str, Any]]) -> None:
+    assert services["sim"]["profiles"] == ["dry-run"]
+    assert as_args(services["sim"]["command"])[:5] == ["sim", "--host", "0.0.0.0", "--port", "8900"]
+    assert [name for name, svc in services.items() if "profiles" in svc] == ["sim"]
+
+
+def test_pipeline_services_share_the_connection_settings(compose: dict[str, Any]) -> None:
+    env = compose["x-pipeline-env"]
+    assert set(env) >= {
+        "PIPELINE_DATABASE_URL",
+        "PIPELINE_REDIS_URL",
+        "PIPELINE_LLM_BASE_URL",
+        "PIPELINE_LLM_API_KEY",
+        "PIPELINE_LLM_MODEL",
+    }
+    db = interpolate(env["PIPELINE_DATABASE_URL"])
+    assert db == "postgresql+psycopg://pipeline:<POSTGRES_PASSWORD>@postgres:5432/pipeline"
+    assert interpolate(env["PIPELINE_REDIS_URL"]) == "redis://:<REDIS_PASSWORD>@redis:6379/0"
+    assert interpolate(env["PIPELINE_LLM_MODEL"]) == constants.DEFAULT_MODEL
+    for name in ("migrate", "worker"):
+        assert compose["services"][name]["environment"] == env, name
+
+
+def test_compose_has_no_literal_secrets(compose: dict[str, Any]) -> None:
+    text = COMPOSE.read_text()
+    assert not re.search(r"sk-[A-Za-z0-9_-]{12,}", text)
+    env = compose["x-pipeline-env"]
+    assert env["PIPELINE_LLM_API_KEY"] == "${PIPELINE_LLM_API_KEY:-}"
+    environments = [env] + [svc.get("environment", {}) for svc in compose["services"].values()]
+    for environment in environments:
+        for key, value in environment.items():
+            if SECRET_NAME.search(key):
+                assert ONLY_INTERPOLATION.match(str(value)), f"{key} is not only ${{...}}"
+            assert url_password(str(value)) in (None, "${}"), f"literal password in {key}"
+
+
+def test_every_compose_variable_is_in_env_example() -> None:
+    missing = compose_variables(COMPOSE.read_text()) - set(env_example())
+    assert not missing, f"add to .env.example: {sorted(missing)}"
+
+
+def test_every_pipeline_command_is_a_real_cli_command(services: dict[str, dict[str, Any]]) -> None:
+    checked = 0
+    for name, svc in pipeline_services(services).items():
+        if "entrypoint" in svc:
+            assert svc["entrypoint"] == ["/app/ops/prestart.sh"], name  # runs `pipeline db upgrade`
+            assert "command" not in svc, name
+            continue
+        args = as_args(svc.get("command", dockerfile_json("CMD")))
+        try:
+            parse_cli(args)
+        except click.ClickException as exc:
+            pytest.fail(f"{name}: `pipeline {shlex.join(args)}`: {exc.format_message()}")
+        checked += 1
+    assert checked >= 2
+
+
+def test_cli_parsing_rejects_bad_commands() -> None:
+    # The check above is only worth something if it can fail.
+    with pytest.raises(click.UsageError):
+        parse_cli(["wokrer"])
+    with pytest.raises(click.BadParameter):
+        parse_cli(["worker", "--concurrency", "many"])
+    with pytest.raises(click.NoSuchOption):
+        parse_cli(["sim", "--listen", "0.0.0.0"])
+    command, ctx = parse_cli(["worker", "--concurrency", "16"])
+    assert command.name == "worker" and ctx.params["concurrency"] == 16
+
+
+# -- image ----------------------------------------------------------------------------------
+
+
+def test_dockerfile_builds_a_non_root_pipeline_image() -> None:
+    instructions = dockerfile_instructions()
+    assert instructions[0] == ("FROM", "python:3.11-slim")
+    users = [i for i, (ins, _) in enumerate(instructions) if ins == "USER"]
+    installs = [i for i, (ins, args) in enumerate(instructions) if ins == "RUN" and "pip install" in args]
+    assert users and installs and users[-1] > installs[-1]
+    assert instructions[users[-1]][1] not in ("root", "0")
+    env = " ".join(args for ins, args in instructions if ins == "ENV")
+    assert "PYTHONUNBUFFERED=1" in env
+    for ins, args in instructions:
+        if ins in ("ENV", "ARG"):
+            assert not SECRET_NAME.search(args), f"secret in the image: {ins} {args}"
+    sources = " ".join(args for ins, args in instructions if ins == "COPY")
+    for path in ("pyproject.toml", "README.md", "pipeline/", "workers/", "migrations/", "ops/prestart.sh"):
+        assert path in sources, path
+
+
+def test_entrypoint_is_the_console_script_and_cmd_parses() -> None:
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["pipeline"] == "pipeline.cli:main"
+    assert dockerfile_json("ENTRYPOINT") == ["pipeline"]
+    command, _ = parse_cli(dockerfile_json("CMD"))
+    assert command.name == "worker"
+
+
+def test_dockerignore_keeps_junk_and_secrets_out_but_not_the_sources() -> None:
+    patterns = [
+        ln.strip() for ln in DOCKERIGNORE.read_text().splitlines() if ln.strip() and not ln.startswith("#")
+    ]
+    for needed in (".git", ".env", ".venv", "venv", ".pipeline", "**/__pycache__", "tests"):
+        assert needed in patterns, needed
+    for copied in ("pyproject.toml", "README.md", "pipeline", "workers", "migrations", "ops/prestart.sh"):
+        assert not any(fnmatch.fnmatch(copied, p) for p in patterns), copied
+
+
+# -- prestart.sh ----------------------------------------------------------------------------
+
+
+def test_prestart_is_strict_posix_sh_that_migrates() -> None:
+    text = PRESTART.read_text()
+    assert os.access(PRESTART, os.X_OK)
+    assert text.startswith("#!/bin/sh\n")
+    assert re.search(r"^set -eu$", text, re.MULTILINE)
+    assert re.search(r"^pipeline db upgrade$", text, re.MULTILINE)
+    parse_cli(["db", "upgrade"])
+    assert "python -c" in text and "sqlalchemy" in text and "psql" not in text
+    sh = shutil.which("sh")
+    assert sh is not None
+    subprocess.run([sh, "-n", str(PRESTART)], check=True)
+
+
+def _run_prestart(tmp_path: Path, url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",  # python, pipeline
+        "PIPELINE_DATABASE_URL": url,
+        "PIPELINE_DB_WAIT_TRIES": "2",
+        "PIPELINE_DB_WAIT_DELAY_S": "0",
+    }
+    return subprocess.run(
+        [str(PRESTART), *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_prestart_migrates_a_reachable_database_then_execs_its_arguments(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'pipeline.db'}"
+    done = _run_prestart(tmp_path, url, "sh", "-c", "echo handed-over")
+    assert done.returncode == 0, done.stderr
+    assert "database at revision head" in done.stdout
+    assert done.stdout.rstrip().endswith("handed-over")
+
+
+def test_prestart_gives_up_after_its_tries(tmp_path: Path) -> None:
+    done = _run_prestart(tmp_path, "postgresql+psycopg://u:p@127.0.0.1:1/none")
+    assert done.returncode != 0
+    assert "not reachable after 2 tries" in done.stderr
+
+
+# -- .env.example, cron, systemd ------------------------------------------------------------
+
+
+def test_env_example_has_placeholders_only() -> None:
+    values = env_example()
+    for key, value in values.items():
+        if SECRET_NAME.search(key):
+            assert value in ("", "change-me"), f"{key} in .env.example must be a placeholder"
+        assert url_password(value) in (None, "change-me"), key
+    assert values["REDIS_PASSWORD"] == "change-me" and values["POSTGRES_PASSWORD"] == "change-me"
+
+
+def test_crontab_submits_nightly_with_the_env_file() -> None:
+    jobs = [
+        ln
+        for ln in CRONTAB.read_text().splitlines()
+        if ln.strip() and not ln.startswith("#") and not re.match(r"^[A-Z]+=", ln)
+    ]
+    assert len(jobs) == 1
+    fields = jobs[0].split(maxsplit=6)
+    minute, hour, dom, month, dow, _user, command = fields
+    assert minute.isdigit() and hour.isdigit() and (dom, month, dow) == ("*", "*", "*")
+    assert re.search(r"(^|&& )\. /etc/pipeline/env( |$)", command)
+    assert not re.search(r"(?<!\\)%", command)  # cron turns a bare % into a newline
+    submit = command[command.index("pipeline submit") :].replace("$(date +\\%F)", "2025-01-31")
+    args = shlex.split(submit)[1:]
+    args = args[: args.index(">>")] if ">>" in args else args
+    assert args == ["submit", "/data/inbox/*.txt", "--name", "nightly-2025-01-31"]
+    parse_cli(args)
+
+
+def test_systemd_worker_unit_is_templated_and_stops_gracefully() -> None:
+    assert WORKER_UNIT.name.endswith("@.service")
+    unit = configparser.ConfigParser(interpolation=None, strict=False)
+    unit.optionxform = str  # type: ignore[assignment,method-assign]
+    unit.read_string(WORKER_UNIT.read_text())
+    service = unit["Service"]
+    assert service["EnvironmentFile"] == "/etc/pipeline/env"
+    assert service["Restart"] == "on-failure"
+    assert service["KillSignal"] == "SIGTERM"
+    assert float(service["TimeoutStopSec"]) >= constants.DEFAULT_LLM_TIMEOUT_S
+    assert service["User"] not in ("", "root", "0")
+    exe, *args = shlex.split(service["ExecStart"].replace("%i", "1").replace("%H", "host"))
+    assert Path(exe).name == "pipeline" and Path(exe).is_absolute()
+    assert "%i" in service["ExecStart"]  # instances need distinct Celery node names
+    command, _ = parse_cli(args)
+    assert command.name == "worker"
