@@ -247,6 +247,7 @@ def report(run: str | None, fmt: str, output: Path | None) -> None:
 @click.option("--seed", type=int, default=None)
 @click.option("--rpm", default=0, show_default=True, help="Provider requests/min limit (0: none).")
 @click.option("--tpm", default=0, show_default=True, help="Provider tokens/min limit (0: none).")
+@click.option("--window-s", default=60.0, show_default=True, help="The provider's sliding window, seconds.")
 @click.option("--error-rate", default=0.0, show_default=True)
 @click.option("--drop-rate", default=0.0, show_default=True)
 @click.option("--hang-rate", default=0.0, show_default=True)
@@ -267,6 +268,7 @@ def sim(
     seed: int | None,
     rpm: int,
     tpm: int,
+    window_s: float,
     error_rate: float,
     drop_rate: float,
     hang_rate: float,
@@ -283,6 +285,7 @@ def sim(
         seed=seed,
         rpm=rpm,
         tpm=tpm,
+        window_s=window_s,
         error_rate=error_rate,
         drop_rate=drop_rate,
         hang_rate=hang_rate,

@@ -23,6 +23,20 @@ DEFAULT_TASK_MAX_RETRIES = 8
 RETRY_BASE_DELAY_S = 2.0
 RETRY_MAX_DELAY_S = 120.0
 
+DEFAULT_LIMITER_MAX_WAIT_S = 30.0
+LIMITER_KEY_PREFIX = "pipeline:rl"
+LIMITER_LEASE_EXTRA_S = 30.0
+"""An in-flight lease outlives the call's timeout by this much, then expires by itself."""
+LIMITER_KEY_TTL_EXTRA_MS = 60_000
+LIMITER_INFLIGHT_POLL_S = 0.05
+CONSERVATIVE_CHARS_PER_TOKEN = 3
+"""For rate-limit reservations without a tokenizer: over-estimating is the safe side."""
+AIMD_DECREASE = 0.7
+AIMD_COOLDOWN_MS = 5_000
+"""One cut per congestion event: 429s within this time of a cut do not cut again."""
+DEFAULT_PAUSE_S = 1.0
+"""Shared pause after a 429 that named no wait."""
+
 VISIBILITY_TIMEOUT_S = 3 * 60 * 60
 """Broker redelivery timeout for unacked tasks: above the longest task including waits."""
 

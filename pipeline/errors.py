@@ -5,10 +5,12 @@
     ├── InputError                  a file or path the user gave cannot be used
     ├── RetryableError              try the same thing again later
     │   ├── RateLimited             the provider said 429 (retry_after_s when it told us)
-    │   └── UpstreamUnavailable     5xx, dropped connection, timeout
+    │   ├── UpstreamUnavailable     5xx, dropped connection, timeout
+    │   └── Deferred                our own limiter asks to come back later (not a failure)
     └── PermanentError              trying again will not help
         ├── SchemaViolation         the answer did not validate, even after one repair
-        └── ProviderRejected        4xx other than 429 (bad request, auth, content policy)
+        ├── ProviderRejected        4xx other than 429 (bad request, auth, content policy)
+        └── RequestTooLarge         one call needs more tokens than the quota allows per window
 
 Tasks decide by class: retry a RetryableError with backoff, record a PermanentError
 as the document's failure reason.
@@ -53,3 +55,15 @@ class SchemaViolation(PermanentError):
 
 class ProviderRejected(PermanentError):
     """The provider rejected the request itself (4xx other than 429)."""
+
+
+class RequestTooLarge(PermanentError):
+    """One call needs more tokens than the TPM quota allows in a whole window."""
+
+
+class Deferred(RetryableError):
+    """The global limiter has no room for longer than a worker should wait in place.
+
+    The task goes back to the queue with `retry_after_s` as countdown; this is not a
+    failed attempt and does not count towards the document's retries.
+    """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from sqlalchemy import Engine
@@ -26,12 +27,13 @@ class Context:
     llm: LLMClient
 
 
-def extract_document(ctx: Context, document_id: int) -> str:
+def extract_document(ctx: Context, document_id: int, failed_attempts: int = 0) -> str:
     """Extract and store one document; returns its final status.
 
-    Chunks answered by an earlier attempt (same prompt version and model) are not sent
-    again. Raises RetryableError for transient failures and PermanentError when the
-    document cannot be extracted; the caller records the latter with `fail`.
+    Chunks answered by an earlier attempt (same prompt version) are not sent again; once
+    `failed_attempts` reach the configured threshold, calls go to the fallback model.
+    Raises RetryableError for transient failures and PermanentError when the document
+    cannot be extracted; the caller records the latter with `fail`.
     """
     with session_scope(ctx.engine) as session:
         doc = repo.start_document(session, document_id)
@@ -39,17 +41,26 @@ def extract_document(ctx: Context, document_id: int) -> str:
             return current_status(ctx, document_id)
         text = repo.document_text(session, doc)
         chunks = repo.chunks_of(session, document_id)
-    parts = [_chunk_result(ctx, doc, chunk, text, len(chunks)) for chunk in chunks]
+    answers = [_chunk_result(ctx, doc, chunk, text, len(chunks), failed_attempts) for chunk in chunks]
+    models = Counter(model for _, model in answers)
     with session_scope(ctx.engine) as session:
         repo.save_extraction(
-            session, doc, merge_chunks(parts), model=ctx.llm.model, prompt_version=PROMPT_VERSION
+            session,
+            doc,
+            merge_chunks([part for part, _ in answers]),
+            model=models.most_common(1)[0][0],
+            prompt_version=PROMPT_VERSION,
         )
     return "extracted"
 
 
-def _chunk_result(ctx: Context, doc: Document, chunk: Chunk, text: str, count: int) -> FilingExtraction:
-    if chunk.result is not None and chunk.prompt_version == PROMPT_VERSION and chunk.model == ctx.llm.model:
-        return FilingExtraction.model_validate(chunk.result)
+def _chunk_result(
+    ctx: Context, doc: Document, chunk: Chunk, text: str, count: int, failed_attempts: int
+) -> tuple[FilingExtraction, str]:
+    """The chunk's answer and the model that gave it: stored, or asked for now."""
+    if chunk.result is not None and chunk.prompt_version == PROMPT_VERSION:
+        return FilingExtraction.model_validate(chunk.result), chunk.model or ctx.llm.model
+    model = ctx.llm.pick_model("extract", failed_attempts)
     messages = prompts.extract_messages(text[chunk.char_start : chunk.char_end], chunk.idx, count)
     calls: list[CallRecord] = []
     try:
@@ -59,6 +70,7 @@ def _chunk_result(ctx: Context, doc: Document, chunk: Chunk, text: str, count: i
             stage="extract",
             max_tokens=ctx.settings.extract_max_tokens,
             sink=calls.append,
+            model=model,
         )
     except errors.PipelineError:
         with session_scope(ctx.engine) as session:
@@ -66,8 +78,8 @@ def _chunk_result(ctx: Context, doc: Document, chunk: Chunk, text: str, count: i
         raise
     with session_scope(ctx.engine) as session:
         repo.record_calls(session, doc.run_id, doc.id, chunk.idx, calls)
-        repo.save_chunk_result(session, chunk.id, result, model=ctx.llm.model, prompt_version=PROMPT_VERSION)
-    return result
+        repo.save_chunk_result(session, chunk.id, result, model=model, prompt_version=PROMPT_VERSION)
+    return result, model
 
 
 def fail(ctx: Context, document_id: int, reason: str) -> str:

@@ -17,7 +17,7 @@ from pipeline.storage.models import Document, Extraction, RiskFactor, Run, RunSt
 PROMPT_OVERHEAD_TOKENS = 400
 
 
-def compress_document(ctx: Context, document_id: int) -> str:
+def compress_document(ctx: Context, document_id: int, failed_attempts: int = 0) -> str:
     """Store a short summary of the document's extraction, by the LLM; idempotent."""
     with session_scope(ctx.engine) as session:
         row = session.execute(
@@ -37,6 +37,7 @@ def compress_document(ctx: Context, document_id: int) -> str:
             stage="compress",
             max_tokens=DEFAULT_COMPRESS_MAX_TOKENS,
             sink=calls.append,
+            model=ctx.llm.pick_model("compress", failed_attempts),
         )
     finally:
         with session_scope(ctx.engine) as session:
@@ -59,7 +60,9 @@ def fallback_summary(extraction: Extraction) -> str:
     )
 
 
-def synthesize_run(ctx: Context, run_id: str, *, answer: str | None = None) -> RunStatus:
+def synthesize_run(
+    ctx: Context, run_id: str, *, answer: str | None = None, failed_attempts: int = 0
+) -> RunStatus:
     """Write the run's report (idempotent) and close the run.
 
     The answer is synthesized from the stored summaries, hierarchically when they exceed
@@ -86,7 +89,7 @@ def synthesize_run(ctx: Context, run_id: str, *, answer: str | None = None) -> R
     levels = 0
     if answer is None:
         summaries = [e.summary or fallback_summary(e) for _, e in rows if e is not None]
-        answer, levels = _synthesize(ctx, run, summaries)
+        answer, levels = _synthesize(ctx, run, summaries, ctx.llm.pick_model("synthesize", failed_attempts))
     documents = [
         render.DocumentRow(
             path=d.path,
@@ -125,7 +128,7 @@ def synthesize_run(ctx: Context, run_id: str, *, answer: str | None = None) -> R
     return RunStatus.COMPLETED
 
 
-def _synthesize(ctx: Context, run: Run, summaries: list[str]) -> tuple[str, int]:
+def _synthesize(ctx: Context, run: Run, summaries: list[str], model: str) -> tuple[str, int]:
     budget = ctx.settings.context_budget_tokens - DEFAULT_SYNTHESIZE_MAX_TOKENS - PROMPT_OVERHEAD_TOKENS
 
     def synthesize(batch: list[str]) -> str:
@@ -136,6 +139,7 @@ def _synthesize(ctx: Context, run: Run, summaries: list[str]) -> tuple[str, int]
                 stage="synthesize",
                 max_tokens=DEFAULT_SYNTHESIZE_MAX_TOKENS,
                 sink=calls.append,
+                model=model,
             )
         finally:
             with session_scope(ctx.engine) as session:

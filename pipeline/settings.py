@@ -44,6 +44,31 @@ class Settings(BaseSettings):
     max_file_bytes: int = Field(default=c.DEFAULT_MAX_FILE_BYTES, ge=1)
     task_max_retries: int = Field(default=c.DEFAULT_TASK_MAX_RETRIES, ge=0)
 
+    # The global rate limit, shared by every worker through Redis (0: no limit of that kind).
+    rate_limit_rpm: int = Field(default=0, ge=0, description="requests per minute per scope")
+    rate_limit_tpm: int = Field(default=0, ge=0, description="tokens per minute per scope")
+    max_inflight: int = Field(default=0, ge=0, description="LLM calls in flight per scope")
+    rate_limit_window_s: float = Field(default=60.0, gt=0, description="the provider's window")
+    limiter_max_wait_s: float = Field(
+        default=c.DEFAULT_LIMITER_MAX_WAIT_S,
+        ge=0,
+        description="wait in place for the limiter up to this; longer waits requeue the task",
+    )
+    rate_limit_min_factor: float = Field(default=0.2, gt=0, le=1)
+    rate_limit_recovery_s: float = Field(
+        default=300.0, gt=0, description="AIMD: time to climb back from a cut to the full rate"
+    )
+
+    # Routing: weighted models for extraction, a fallback, several keys with their own limits.
+    llm_models: str | None = Field(
+        default=None, description="extract models with weights, e.g. 'gpt-4o-mini:80,gpt-4o:20'"
+    )
+    llm_fallback_model: str | None = None
+    llm_fallback_after: int = Field(default=2, ge=1, description="failed attempts before fallback")
+    llm_api_keys: SecretStr | None = Field(
+        default=None, description="several API keys, comma-separated, each with its own limits"
+    )
+
     @field_validator("database_url", "redis_url", "llm_base_url", mode="before")
     @classmethod
     def _blank_is_unset(cls, value: object) -> object:
@@ -70,6 +95,32 @@ class Settings(BaseSettings):
     def api_key_value(self) -> str:
         """The API key to send; simulators and local gateways accept any non-empty key."""
         return self.llm_api_key.get_secret_value() if self.llm_api_key else "sk-no-key"
+
+    def api_keys(self) -> list[str]:
+        """Every configured key, in slot order (slot numbers are what the database records)."""
+        if self.llm_api_keys:
+            keys = [k.strip() for k in self.llm_api_keys.get_secret_value().split(",") if k.strip()]
+            if keys:
+                return keys
+        return [self.api_key_value()]
+
+    def extract_models(self) -> list[tuple[str, float]]:
+        """(model, weight) pairs for the extract stage; the configured model alone by default."""
+        if not self.llm_models:
+            return [(self.llm_model, 1.0)]
+        pairs: list[tuple[str, float]] = []
+        for part in self.llm_models.split(","):
+            name, _, weight = part.strip().partition(":")
+            try:
+                value = float(weight) if weight else 1.0
+            except ValueError:
+                raise ValueError(f"PIPELINE_LLM_MODELS: weight of {name!r} is not a number") from None
+            if not name or value < 0:
+                raise ValueError(f"PIPELINE_LLM_MODELS: bad entry {part!r}")
+            pairs.append((name, value))
+        if not pairs or sum(w for _, w in pairs) <= 0:
+            raise ValueError("PIPELINE_LLM_MODELS: no model with a positive weight")
+        return pairs
 
     def with_overrides(self, **overrides: object) -> Settings:
         return self.model_copy(update=overrides)

@@ -15,6 +15,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -74,17 +75,22 @@ def database_url(postgres_url: str | None, tmp_path_factory: pytest.TempPathFact
 
 
 @pytest.fixture(scope="session")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A Redis database index nobody else uses (flushed at the end), or a private server."""
+def redis_base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Redis server URL without a database index: the configured, local or a private one."""
     base = os.environ.get("PIPELINE_TEST_REDIS_URL")
     if base is None and _reachable("127.0.0.1", 6379):
         base = LOCAL_REDIS
-    if base is None:
-        child, url = embedded.start_redis(tmp_path_factory.mktemp("redis"))
-        with child:
-            yield url
+    if base is not None:
+        yield base.rsplit("/", 1)[0] if base.count("/") > 2 else base
         return
-    base = base.rsplit("/", 1)[0] if base.count("/") > 2 else base
+    child, url = embedded.start_redis(tmp_path_factory.mktemp("redis"))
+    with child:
+        yield url.rsplit("/", 1)[0]
+
+
+@contextmanager
+def claimed_redis_db(base: str) -> Iterator[str]:
+    """A Redis database index nobody else uses, flushed when done."""
     for index in range(15, 0, -1):
         client = redis.Redis.from_url(f"{base}/{index}")
         if client.dbsize() == 0 and client.set("pipeline-test-lock", "1", nx=True, ex=3600):
@@ -94,7 +100,15 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 client.flushdb()
                 client.close()
             return
+        client.close()
     pytest.fail(f"no empty Redis database index on {base}")
+
+
+@pytest.fixture(scope="session")
+def redis_url(redis_base: str) -> Iterator[str]:
+    """The session's own Redis database."""
+    with claimed_redis_db(redis_base) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

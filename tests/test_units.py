@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from pipeline import chunking, render
-from pipeline.llm import redact, retry_after_s
+from pipeline.llm import redact
 from pipeline.merge import merge_chunks
 from pipeline.reduce import pack, reduce_to_one
 from pipeline.retry import backoff_s
@@ -132,13 +132,6 @@ def test_backoff_is_jittered_capped_and_honours_retry_after() -> None:
     delays = [backoff_s(n, rng=rng, base_s=1, cap_s=30) for n in range(12)]
     assert all(0 <= d <= 30 for d in delays)
     assert backoff_s(0, 7.5, rng=rng) >= 7.5
-
-
-def test_retry_after_headers() -> None:
-    assert retry_after_s({"retry-after-ms": "1500"}) == 1.5
-    assert retry_after_s({"retry-after": "3"}) == 3.0
-    assert retry_after_s({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}) is None
-    assert retry_after_s({}) is None
 
 
 def test_redact_removes_keys() -> None:

@@ -8,6 +8,7 @@ from celery.signals import worker_process_init
 
 from pipeline.extract import Context
 from pipeline.llm import LLMClient
+from pipeline.ratelimit import RedisLimiter
 from pipeline.settings import get_settings
 from pipeline.storage.db import dispose_engines, get_engine
 
@@ -25,7 +26,7 @@ def worker_context() -> Context:
             _context = Context(
                 settings=settings,
                 engine=get_engine(settings.resolved_database_url, pool_size=pool),
-                llm=LLMClient.from_settings(settings, pool_size=pool),
+                llm=LLMClient(settings, pool_size=pool, limiter=RedisLimiter.from_settings(settings, pool)),
             )
         return _context
 

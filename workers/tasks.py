@@ -15,7 +15,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 
 from pipeline import extract as extracting
 from pipeline import report as reporting
-from pipeline.errors import PermanentError, RetryableError
+from pipeline.errors import Deferred, PermanentError, RetryableError
 from pipeline.retry import backoff_s
 from pipeline.storage import repo
 from pipeline.storage.db import session_scope
@@ -32,19 +32,26 @@ TRANSIENT = (RetryableError, OperationalError, InterfaceError)
 """Worth retrying: the provider or the database is briefly unavailable."""
 
 
-def _retry_or(task: Task, fn: Callable[[], R], give_up: Callable[[str], R]) -> R:
-    """Run `fn`; retry transient failures with backoff, and `give_up` with the reason after
-    the last attempt or on a permanent failure."""
-    retries = task.request.retries
+def _retry_or(task: Task, fn: Callable[[int], R], give_up: Callable[[str], R]) -> R:
+    """Run `fn(failed_attempts)`; retry transient failures with backoff, and `give_up` with
+    the reason after the last attempt or on a permanent failure.
+
+    A deferral by the global limiter goes back to the queue without counting as a failure.
+    """
+    deferrals = int(task.request.kwargs.get("deferrals", 0))
+    failed = task.request.retries - deferrals
     try:
-        return fn()
+        return fn(failed)
+    except Deferred as exc:
+        kwargs = {**task.request.kwargs, "deferrals": deferrals + 1}
+        raise task.retry(countdown=exc.retry_after_s, kwargs=kwargs, max_retries=None) from None
     except TRANSIENT as exc:
         reason = f"{type(exc).__name__}: {exc}"
-        if retries >= worker_context().settings.task_max_retries:
-            return give_up(f"gave up after {retries + 1} attempts: {reason}")
+        if failed >= worker_context().settings.task_max_retries:
+            return give_up(f"gave up after {failed + 1} attempts: {reason}")
         retry_after = exc.retry_after_s if isinstance(exc, RetryableError) else None
         log.warning("retrying %s %s: %s", task.name, task.request.args, reason)
-        raise task.retry(countdown=backoff_s(retries, retry_after), max_retries=None) from None
+        raise task.retry(countdown=backoff_s(failed, retry_after), max_retries=None) from None
     except PermanentError as exc:
         return give_up(str(exc))
     except Exception as exc:
@@ -53,11 +60,11 @@ def _retry_or(task: Task, fn: Callable[[], R], give_up: Callable[[str], R]) -> R
 
 
 @app.task(bind=True, name="pipeline.extract")
-def extract(self: Task, document_id: int) -> str:
+def extract(self: Task, document_id: int, deferrals: int = 0) -> str:
     ctx = worker_context()
     return _retry_or(
         self,
-        lambda: extracting.extract_document(ctx, document_id),
+        lambda failed: extracting.extract_document(ctx, document_id, failed),
         lambda reason: extracting.fail(ctx, document_id, reason),
     )
 
@@ -84,22 +91,26 @@ def finalize(self: Task, run_id: str) -> str:
 
 
 @app.task(bind=True, name="pipeline.compress")
-def compress(self: Task, document_id: int) -> str:
+def compress(self: Task, document_id: int, deferrals: int = 0) -> str:
     ctx = worker_context()
 
     def fallback(reason: str) -> str:
         log.warning("compress %s: %s; using the stored fields", document_id, reason)
         return "fallback"
 
-    return _retry_or(self, lambda: reporting.compress_document(ctx, document_id), fallback)
+    return _retry_or(self, lambda failed: reporting.compress_document(ctx, document_id, failed), fallback)
 
 
 @app.task(bind=True, name="pipeline.synthesize")
-def synthesize(self: Task, run_id: str) -> str:
+def synthesize(self: Task, run_id: str, deferrals: int = 0) -> str:
     ctx = worker_context()
 
     def without_answer(reason: str) -> str:
         answer = f"(The synthesis failed: {reason}. The per-filing table below is complete.)"
         return str(reporting.synthesize_run(ctx, run_id, answer=answer))
 
-    return _retry_or(self, lambda: str(reporting.synthesize_run(ctx, run_id)), without_answer)
+    return _retry_or(
+        self,
+        lambda failed: str(reporting.synthesize_run(ctx, run_id, failed_attempts=failed)),
+        without_answer,
+    )

@@ -19,6 +19,7 @@ class SimConfig:
     seed: int | None = None
     rpm: int = 0
     tpm: int = 0
+    window_s: float = 60.0  # the provider's sliding window; shorter windows make tests quick
     error_rate: float = 0.0
     drop_rate: float = 0.0
     hang_rate: float = 0.0
@@ -30,6 +31,8 @@ class SimConfig:
     def __post_init__(self) -> None:
         if self.p50_s < 0 or self.p95_s < 0 or self.hang_s < 0:
             raise ValueError("latencies must be >= 0")
+        if self.window_s <= 0:
+            raise ValueError("window_s must be > 0")
         if self.rpm < 0 or self.tpm < 0:
             raise ValueError("rpm and tpm must be >= 0 (0 = no limit)")
         for name in ("error_rate", "drop_rate", "hang_rate", "bad_json_rate", "truncate_rate"):

@@ -25,16 +25,17 @@ class Decision:
 
 
 class SlidingWindowLimiter:
-    """Admits a request when the last 60 s of admissions plus it stay within rpm and tpm.
+    """Admits a request when the last window (60 s) of admissions plus it stay within rpm and tpm.
 
     Decisions are made at arrival, so no 60 s window ever holds more than `rpm`
     admissions or more than `tpm` tokens. A limit of 0 means none. The limiter also
     keeps the busiest window seen, which is what the provider's dashboard would show.
     """
 
-    def __init__(self, rpm: int, tpm: int) -> None:
+    def __init__(self, rpm: int, tpm: int, window_s: float = WINDOW_S) -> None:
         self.rpm = rpm
         self.tpm = tpm
+        self.window_s = window_s
         self._window: deque[tuple[float, int]] = deque()
         self._window_tokens = 0
         self.max_requests_in_window = 0
@@ -48,7 +49,7 @@ class SlidingWindowLimiter:
         self.max_tokens_in_window = 0
 
     def _expire(self, now: float) -> None:
-        while self._window and self._window[0][0] <= now - WINDOW_S:
+        while self._window and self._window[0][0] <= now - self.window_s:
             self._window_tokens -= self._window.popleft()[1]
 
     def _requests_free_in(self, now: float, needed: int) -> float:
@@ -56,7 +57,7 @@ class SlidingWindowLimiter:
         if not self.rpm or len(self._window) + needed <= self.rpm:
             return 0.0
         index = len(self._window) + needed - self.rpm - 1
-        return max(0.0, self._window[index][0] + WINDOW_S - now)
+        return max(0.0, self._window[index][0] + self.window_s - now)
 
     def _tokens_free_in(self, now: float, tokens: int) -> float:
         """Seconds until `tokens` more fit in the window."""
@@ -66,8 +67,8 @@ class SlidingWindowLimiter:
         for stamp, spent in self._window:
             excess -= spent
             if excess <= 0:
-                return max(0.0, stamp + WINDOW_S - now)
-        return WINDOW_S
+                return max(0.0, stamp + self.window_s - now)
+        return self.window_s
 
     def check(self, now: float, tokens: int) -> Decision:
         """Admit (and record) a request of `tokens` arriving at `now`, or say how long to wait."""
@@ -82,7 +83,7 @@ class SlidingWindowLimiter:
             self.max_tokens_in_window = max(self.max_tokens_in_window, self._window_tokens)
         return Decision(
             admitted=admitted,
-            retry_after_s=0.0 if admitted else (WINDOW_S if too_large else wait),
+            retry_after_s=0.0 if admitted else (self.window_s if too_large else wait),
             limit_requests=self.rpm,
             remaining_requests=max(0, self.rpm - len(self._window)) if self.rpm else 0,
             reset_requests_s=self._requests_free_in(now, 1),

@@ -73,7 +73,7 @@ class SimState:
     def __init__(self, config: SimConfig) -> None:
         self.config = config
         self.rng = random.Random(config.seed)
-        self.limiter = SlidingWindowLimiter(config.rpm, config.tpm)
+        self.limiter = SlidingWindowLimiter(config.rpm, config.tpm, config.window_s)
         self.counters = Counters()
         self.models: set[str] = {"sim-1"}
         self.in_flight = 0
@@ -105,6 +105,7 @@ class SimState:
         return {
             **asdict(self.counters),
             "in_flight": self.in_flight,
+            "window_s": self.limiter.window_s,
             "max_admitted_in_any_60s_window": self.limiter.max_requests_in_window,
             "max_tokens_in_any_60s_window": self.limiter.max_tokens_in_window,
             "rpm": self.config.rpm,

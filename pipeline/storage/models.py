@@ -165,6 +165,9 @@ class LLMCall(Base):
     completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
     latency_ms: Mapped[int] = mapped_column(Integer, default=0)
     error: Mapped[str | None] = mapped_column(Text)
+    key_slot: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """Which configured API key (by position) the call used; never the key itself."""
+    limiter_wait_ms: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

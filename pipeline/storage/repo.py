@@ -238,6 +238,8 @@ def record_calls(
             completion_tokens=r.completion_tokens,
             latency_ms=r.latency_ms,
             error=r.error,
+            key_slot=r.key_slot,
+            limiter_wait_ms=r.limiter_wait_ms,
         )
         for r in records
     )
