@@ -169,21 +169,42 @@ def _print_status(view) -> None:  # type: ignore[no-untyped-def]
 @click.argument("run", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 def status(run: str | None, as_json: bool) -> None:
-    """Documents by status, tokens and elapsed time of RUN (default: the newest)."""
-    from pipeline.status import UnknownRun, resolve_run_id, run_status
+    """Documents by status, tokens and elapsed time of RUN (default: the newest), and the
+    global limiter's state."""
+    from pipeline.status import UnknownRun, limiter_views, resolve_run_id, run_status
 
-    engine = _engine(get_settings())
+    settings = get_settings()
+    engine = _engine(settings)
     try:
         view = run_status(engine, resolve_run_id(engine, run))
     except UnknownRun as exc:
         _fail(str(exc))
+    limiter = limiter_views(settings)
     if as_json:
-        click.echo(json.dumps(view.as_dict(), indent=2))
+        click.echo(json.dumps({**view.as_dict(), "limiter": limiter}, indent=2))
         return
+    out = Console()
     table = Table(title=f"run {view.run_id}", show_header=False)
     for key, value in view.as_dict().items():
         table.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
-    Console().print(table)
+    out.print(table)
+    if limiter:
+        columns = [
+            "model",
+            "key_slot",
+            "rpm",
+            "effective_rpm",
+            "tpm",
+            "effective_tpm",
+            "requests_in_window",
+            "tokens_in_window",
+            "inflight",
+            "paused_for_s",
+        ]
+        limits = Table(*columns, title=f"global limiter (window {settings.rate_limit_window_s:g} s)")
+        for scope in limiter:
+            limits.add_row(*(str(scope[c]) for c in columns))
+        out.print(limits)
 
 
 @main.command()

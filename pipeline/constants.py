@@ -18,12 +18,16 @@ DEFAULT_CONTEXT_BUDGET_TOKENS = 12_000
 MAX_RISK_FACTORS_PER_DOCUMENT = 12
 
 DEFAULT_MAX_FILE_BYTES = 8 * 1024 * 1024
-DEFAULT_LLM_TIMEOUT_S = 120.0
+DEFAULT_LLM_TIMEOUT_S = 60.0
 DEFAULT_TASK_MAX_RETRIES = 8
 RETRY_BASE_DELAY_S = 2.0
 RETRY_MAX_DELAY_S = 120.0
 
 DEFAULT_LIMITER_MAX_WAIT_S = 30.0
+DEFAULT_RATE_LIMIT_MARGIN_S = 0.5
+"""Our window is the provider's plus this: a call admitted at t reaches the provider a little
+later, by a delay that varies, so a slot freed at exactly t + window could still be counted
+in the provider's window. Costs 0.8 % of a 60 s window's throughput."""
 LIMITER_KEY_PREFIX = "pipeline:rl"
 LIMITER_LEASE_EXTRA_S = 30.0
 """An in-flight lease outlives the call's timeout by this much, then expires by itself."""

@@ -194,12 +194,13 @@ class LLMClient:
             try:
                 return self._send(permit, messages, stage=stage, model=model, max_tokens=max_tokens, fmt=fmt)
             except _Failure as failure:
-                sink(failure.record)
                 error = failure.error
+                if isinstance(error, errors.RateLimited) and self.limiter:
+                    # First the pause, so that no worker sends into the refusal meanwhile.
+                    self.limiter.pause(permit.scope, error.retry_after_s or c.DEFAULT_PAUSE_S)
+                sink(failure.record)
             if isinstance(error, errors.RateLimited):
                 refusals += 1
-                if self.limiter:
-                    self.limiter.pause(permit.scope, error.retry_after_s or c.DEFAULT_PAUSE_S)
                 if refusals >= RATE_LIMITED_ATTEMPTS:
                     raise error
                 if not self.limiter:

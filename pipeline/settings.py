@@ -15,7 +15,11 @@ class Settings(BaseSettings):
     """Configuration. Unset URLs mean the embedded defaults (`pipeline run`)."""
 
     model_config = SettingsConfigDict(
-        env_prefix="PIPELINE_", env_file=".env", env_file_encoding="utf-8", extra="ignore"
+        env_prefix="PIPELINE_",
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        populate_by_name=True,
     )
 
     database_url: str | None = Field(
@@ -49,6 +53,11 @@ class Settings(BaseSettings):
     rate_limit_tpm: int = Field(default=0, ge=0, description="tokens per minute per scope")
     max_inflight: int = Field(default=0, ge=0, description="LLM calls in flight per scope")
     rate_limit_window_s: float = Field(default=60.0, gt=0, description="the provider's window")
+    rate_limit_margin_s: float = Field(
+        default=c.DEFAULT_RATE_LIMIT_MARGIN_S,
+        ge=0,
+        description="added to the window: a call reaches the provider a little after we admit it",
+    )
     limiter_max_wait_s: float = Field(
         default=c.DEFAULT_LIMITER_MAX_WAIT_S,
         ge=0,

@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy import Engine, func, select
 
+from pipeline.settings import Settings
 from pipeline.storage import repo
 from pipeline.storage.db import session_scope
 from pipeline.storage.models import TERMINAL_DOC_STATUSES, LLMCall, Report, Run, utcnow
@@ -104,3 +105,42 @@ def _aware(moment: datetime) -> datetime:
 
 def _iso(moment: datetime) -> str:
     return _aware(moment).isoformat(timespec="seconds")
+
+
+def limiter_views(settings: Settings) -> list[dict[str, Any]]:
+    """The global limiter's state for every scope these settings call: configured and
+    effective rates, use of the current window, calls in flight, any shared pause."""
+    from pipeline.ratelimit import RedisLimiter, Scope
+
+    limiter = RedisLimiter.from_settings(settings, pool_size=1)
+    if limiter is None or not settings.llm_base_url:
+        return []
+    models = dict.fromkeys(
+        [name for name, _ in settings.extract_models()]
+        + [settings.llm_model, settings.llm_fallback_model or ""]
+    )
+    views = []
+    try:
+        for model in filter(None, models):
+            for slot in range(len(settings.api_keys())):
+                view = limiter.view(Scope(settings.llm_base_url, model, slot))
+                views.append(
+                    {
+                        "model": model,
+                        "key_slot": slot,
+                        "rpm": settings.rate_limit_rpm,
+                        "tpm": settings.rate_limit_tpm,
+                        "max_inflight": settings.max_inflight,
+                        "effective_rpm": view.effective_rpm,
+                        "effective_tpm": view.effective_tpm,
+                        "factor": round(view.factor, 3),
+                        "window_s": settings.rate_limit_window_s,
+                        "requests_in_window": view.requests_in_window,
+                        "tokens_in_window": view.tokens_in_window,
+                        "inflight": view.inflight,
+                        "paused_for_s": view.paused_for_s,
+                    }
+                )
+    finally:
+        limiter.client.close()
+    return views

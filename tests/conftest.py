@@ -119,13 +119,8 @@ def sim_record(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def sim_url(sim_record: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """`pipeline sim` as a separate process, recording every request."""
-    logs = tmp_path_factory.mktemp("sim-logs")
-    child, url = embedded.start_simulator(
-        embedded.child_env({}),
-        logs,
-        ["--p50", "0.01", "--p95", "0.05", "--seed", "1", "--record", str(sim_record)],
-    )
-    with child:
+    args = ["--p50", "0.01", "--p95", "0.05", "--seed", "1", "--record", str(sim_record)]
+    with running_simulator(tmp_path_factory.mktemp("sim-logs"), *args) as url:
         yield url
 
 
@@ -162,21 +157,23 @@ def pipeline_env(
     get_settings.cache_clear()
 
 
-@pytest.fixture(scope="session")
-def workers(pipeline_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Path]]:
-    """Two real `pipeline worker` processes; yields their log files."""
-    logs = tmp_path_factory.mktemp("workers")
-    env = embedded.child_env(pipeline_env)
-    paths = [logs / f"worker-{i}.log" for i in range(2)]
-    children = [embedded.start_worker(env, p, 4, f"test-{i}-{os.getpid()}@%h") for i, p in enumerate(paths)]
+@contextmanager
+def running_workers(
+    env: dict[str, str], logs: Path, count: int = 2, concurrency: int = 4
+) -> Iterator[list[Path]]:
+    """`count` real `pipeline worker` processes, ready; yields their log files."""
+    child_env = embedded.child_env(env)
+    paths = [logs / f"worker-{i}.log" for i in range(count)]
+    tag = uuid.uuid4().hex[:6]
+    children = [
+        embedded.start_worker(child_env, p, concurrency, f"test-{tag}-{i}@%h") for i, p in enumerate(paths)
+    ]
     try:
         deadline = time.monotonic() + WORKER_READY_TIMEOUT_S
-        while not all("ready." in p.read_text(errors="replace") for p in paths if p.exists()) or not all(
-            p.exists() for p in paths
-        ):
-            for child in children:
+        while not all(p.exists() and "ready." in p.read_text(errors="replace") for p in paths):
+            for child, path in zip(children, paths, strict=True):
                 if problem := child.problem():
-                    pytest.fail(f"{problem}: {paths[children.index(child)].read_text()}")
+                    pytest.fail(f"{problem}: {path.read_text()}")
             if time.monotonic() > deadline:
                 pytest.fail("workers did not become ready")
             time.sleep(0.2)
@@ -184,6 +181,21 @@ def workers(pipeline_env: dict[str, str], tmp_path_factory: pytest.TempPathFacto
     finally:
         for child in children:
             child.stop()
+
+
+@contextmanager
+def running_simulator(logs: Path, *args: str) -> Iterator[str]:
+    """`pipeline sim ARGS` as a separate process; yields its base URL."""
+    child, url = embedded.start_simulator(embedded.child_env({}), logs, list(args))
+    with child:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def workers(pipeline_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Path]]:
+    """Two real `pipeline worker` processes for the session's environment."""
+    with running_workers(pipeline_env, tmp_path_factory.mktemp("workers")) as paths:
+        yield paths
 
 
 def run_cli(

@@ -32,6 +32,8 @@ class Limits:
     tpm: int = 0
     max_inflight: int = 0
     window_s: float = 60.0
+    margin_s: float = 0.0
+    """Added to the window, so admissions stay inside the provider's view of it."""
 
     @property
     def active(self) -> bool:
@@ -109,7 +111,7 @@ class RedisLimiter:
     ) -> None:
         self.client = client
         self.limits = limits
-        self.window_ms = int(limits.window_s * 1000)
+        self.window_ms = int((limits.window_s + limits.margin_s) * 1000)
         self.lease_ms = int(lease_s * 1000)
         self.recovery_ms = int(recovery_s * 1000)
         self.min_factor = min_factor
@@ -130,6 +132,7 @@ class RedisLimiter:
             settings.rate_limit_tpm,
             settings.max_inflight,
             settings.rate_limit_window_s,
+            settings.rate_limit_margin_s,
         )
         if not settings.redis_url:
             if limits.active:
