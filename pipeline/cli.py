@@ -355,3 +355,46 @@ def _write_report_files(settings: Settings, run_id: str) -> None:
         (out / f"{run_id}.md").write_text(row.markdown, encoding="utf-8")
         (out / f"{run_id}.json").write_text(json.dumps(row.json, indent=2), encoding="utf-8")
     console.print(f"report: {out / f'{run_id}.md'} (and .json)")
+
+
+@main.command()
+@click.option("--regimes", default="R1,R2,R3,R4,R5,R6,peer-R1,peer-R4", show_default=True)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path(".pipeline/bench"),
+    show_default=True,
+)
+@click.option("--scale", default=1.0, show_default=True, help="Multiplies every regime's document count.")
+@click.option("--window-s", default=60.0, show_default=True, help="The simulated provider's window.")
+@click.option("--rpm", default=300, show_default=True, help="The simulated provider's requests per window.")
+@click.option(
+    "--p50", default=1.42, show_default=True, help="Median latency of the rate- and latency-bound regimes."
+)
+@click.option("--p95", default=3.81, show_default=True, help="Their 95th percentile latency.")
+def bench(
+    regimes: str, out_dir: Path, scale: float, window_s: float, rpm: int, p50: float, p95: float
+) -> None:
+    """Measure the pipeline against the provider's limit and against the peer, side by side.
+
+    Uses PIPELINE_DATABASE_URL when set (else a SQLite file), a private Redis, and the simulator.
+    """
+    from pipeline.bench.main import run_bench
+
+    names = [r.strip() for r in regimes.split(",") if r.strip()]
+    try:
+        run_bench(
+            names,
+            out_dir=out_dir,
+            database_url=get_settings().database_url,
+            scale=scale,
+            window_s=window_s,
+            rpm=rpm,
+            p50_s=p50,
+            p95_s=p95,
+            say=lambda line: console.print(escape(line)),
+        )
+    except ValueError as exc:
+        _fail(str(exc))
+    click.echo((out_dir / "bench.md").read_text())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from pathlib import Path
 
@@ -55,3 +56,16 @@ def test_upgrade_is_idempotent(tmp_path: Path) -> None:
     upgrade(url)
     upgrade(url)
     dispose_engines()
+
+
+def test_processes_starting_together_migrate_once(tmp_path: Path) -> None:
+    """Workers that start at the same time all apply pending migrations safely."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PIPELINE_DATABASE_URL": f"sqlite:///{tmp_path / 'together.db'}"}
+    processes = [
+        subprocess.Popen([sys.executable, "-m", "pipeline", "db", "upgrade"], env=env, stderr=subprocess.PIPE)
+        for _ in range(4)
+    ]
+    assert [p.wait(120) for p in processes] == [0, 0, 0, 0], [p.stderr.read() for p in processes if p.stderr]

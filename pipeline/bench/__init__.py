@@ -1,0 +1,1 @@
+"""Benchmarks: this pipeline against the naive asyncio baseline it replaces."""
