@@ -9,6 +9,7 @@ import time
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -32,24 +33,30 @@ def _stats(sim_url: str) -> dict[str, int]:
         return json.load(answer)  # type: ignore[no-any-return]
 
 
+@contextmanager
+def _stack(
+    base_env: dict[str, str], redis_base: str, logs: Path, sim_args: list[str], **env: str
+) -> Iterator[tuple[dict[str, str], str]]:
+    """Two workers on their own Redis database, against their own simulator."""
+    with claimed_redis_db(redis_base) as redis_url, running_simulator(logs, *sim_args) as sim_url:
+        stack_env = {**base_env, "PIPELINE_REDIS_URL": redis_url, "PIPELINE_LLM_BASE_URL": sim_url, **env}
+        with running_workers(stack_env, logs):
+            yield stack_env, sim_url
+
+
 @pytest.fixture(scope="module")
 def limited(
     pipeline_env: dict[str, str], redis_base: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[dict[str, str], str]]:
     """Two workers under a global limit, against a simulator enforcing that same limit."""
-    logs = tmp_path_factory.mktemp("limited")
     sim_args = ["--rpm", str(LIMIT_RPM), "--window-s", str(WINDOW_S), "--p50", "0.3", "--p95", "0.8"]
-    with claimed_redis_db(redis_base) as redis_url, running_simulator(logs, *sim_args) as sim_url:
-        env = {
-            **pipeline_env,
-            "PIPELINE_REDIS_URL": redis_url,
-            "PIPELINE_LLM_BASE_URL": sim_url,
-            "PIPELINE_RATE_LIMIT_RPM": str(LIMIT_RPM),
-            "PIPELINE_RATE_LIMIT_WINDOW_S": str(WINDOW_S),
-            "PIPELINE_MAX_INFLIGHT": "8",
-        }
-        with running_workers(env, logs):
-            yield env, sim_url
+    limits = {
+        "PIPELINE_RATE_LIMIT_RPM": str(LIMIT_RPM),
+        "PIPELINE_RATE_LIMIT_WINDOW_S": str(WINDOW_S),
+        "PIPELINE_MAX_INFLIGHT": "8",
+    }
+    with _stack(pipeline_env, redis_base, tmp_path_factory.mktemp("limited"), sim_args, **limits) as stack:
+        yield stack
 
 
 def test_two_workers_never_exceed_the_providers_limit(
@@ -77,7 +84,6 @@ def faulty(
     pipeline_env: dict[str, str], redis_base: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[dict[str, str], str]]:
     """Two workers against a simulator that fails in every way it can."""
-    logs = tmp_path_factory.mktemp("faulty")
     faults = [
         "--error-rate",
         "0.06",
@@ -92,15 +98,9 @@ def faulty(
         "--seed",
         "9",
     ]
-    with claimed_redis_db(redis_base) as redis_url, running_simulator(logs, *faults) as sim_url:
-        env = {
-            **pipeline_env,
-            "PIPELINE_REDIS_URL": redis_url,
-            "PIPELINE_LLM_BASE_URL": sim_url,
-            "PIPELINE_LLM_TIMEOUT_S": "2",
-        }
-        with running_workers(env, logs):
-            yield env, sim_url
+    logs = tmp_path_factory.mktemp("faulty")
+    with _stack(pipeline_env, redis_base, logs, faults, PIPELINE_LLM_TIMEOUT_S="2") as stack:
+        yield stack
 
 
 def test_under_injected_faults_every_document_ends_extracted_or_failed_with_a_reason(

@@ -16,28 +16,13 @@ import openai
 import pytest
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from pipeline.schemas import FilingExtraction
 from pipeline.sim import SimConfig, SimServer, build_app
 from pipeline.sim.answers import build_json_answer
 from pipeline.sim.faults import draw, latency
 from pipeline.sim.limits import SlidingWindowLimiter, openai_duration
 from pipeline.sim.replies import build_text_answer, malformed_json, violate_schema
 from pipeline.sim.request import document_text
-
-
-class RiskFactor(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    title: str
-    quote: str
-
-
-class FilingExtraction(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    company: str | None
-    fiscal_year: int | None
-    revenue_usd: float | None
-    revenue_quote: str | None
-    risk_factors: list[RiskFactor]
-
 
 SCHEMA = FilingExtraction.model_json_schema()
 RESPONSE_FORMAT: Any = {

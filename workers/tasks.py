@@ -62,11 +62,24 @@ def _retry_or(task: Task, fn: Callable[[int], R], give_up: Callable[[str], R]) -
 @app.task(bind=True, name="pipeline.extract")
 def extract(self: Task, document_id: int, deferrals: int = 0) -> str:
     ctx = worker_context()
-    return _retry_or(
+    status = _retry_or(
         self,
         lambda failed: extracting.extract_document(ctx, document_id, failed),
         lambda reason: extracting.fail(ctx, document_id, reason),
     )
+    if status == "extracted":
+        _compress_now(document_id)
+    return status
+
+
+def _compress_now(document_id: int) -> None:
+    """Compress right after extracting, while other documents are still being extracted:
+    the calls fill threads that the end of the extraction phase leaves idle. Best effort:
+    whatever is not compressed here, finalize compresses."""
+    try:
+        reporting.compress_document(worker_context(), document_id)
+    except Exception as exc:  # never out of the chord's header; finalize retries it
+        log.info("compress of %s left to finalize: %s", document_id, exc)
 
 
 @app.task(bind=True, name="pipeline.finalize")
