@@ -42,7 +42,13 @@ def compress_document(ctx: Context, document_id: int, failed_attempts: int = 0) 
     finally:
         with session_scope(ctx.engine) as session:
             repo.record_calls(session, extraction.run_id, document_id, None, calls)
-    save_summary(ctx, document_id, summary or fallback_summary(extraction))
+    titles = [r["title"] for r in extraction.data.get("risk_factors", [])]
+    save_summary(
+        ctx,
+        document_id,
+        summary
+        or fallback_summary(extraction.company, extraction.fiscal_year, extraction.revenue_usd, titles),
+    )
     return "done"
 
 
@@ -51,12 +57,14 @@ def save_summary(ctx: Context, document_id: int, summary: str) -> None:
         repo.save_summary(session, document_id, summary)
 
 
-def fallback_summary(extraction: Extraction) -> str:
+def fallback_summary(
+    company: str | None, fiscal_year: int | None, revenue_usd: float | None, risk_titles: list[str]
+) -> str:
     """A summary built from the stored fields, for when the LLM cannot give one."""
-    risks = "; ".join(r["title"] for r in extraction.data.get("risk_factors", [])[:3])
+    risks = "; ".join(risk_titles[:3])
     return (
-        f"{extraction.company or 'Unknown company'}, fiscal {extraction.fiscal_year or '?'}: "
-        f"revenue {render.money(extraction.revenue_usd) or 'not stated'}; risks: {risks or 'none stated'}."
+        f"{company or 'Unknown company'}, fiscal {fiscal_year or '?'}: "
+        f"revenue {render.money(revenue_usd) or 'not stated'}; risks: {risks or 'none stated'}."
     )
 
 
@@ -72,8 +80,19 @@ def synthesize_run(
         run = session.get(Run, run_id)
         if run is None:
             raise LookupError(f"no run {run_id}")
+        # Columns, not entities: a 10,000-document run must not load every extraction's JSON.
         rows = session.execute(
-            select(Document, Extraction)
+            select(
+                Document.id,
+                Document.path,
+                Document.status,
+                Document.error,
+                Extraction.document_id,
+                Extraction.company,
+                Extraction.fiscal_year,
+                Extraction.revenue_usd,
+                Extraction.summary,
+            )
             .outerjoin(Extraction, Extraction.document_id == Document.id)
             .where(Document.run_id == run_id)
             .order_by(Document.path, Document.id)
@@ -88,19 +107,23 @@ def synthesize_run(
         titles.setdefault(document_id, []).append(title)
     levels = 0
     if answer is None:
-        summaries = [e.summary or fallback_summary(e) for _, e in rows if e is not None]
+        summaries = [
+            r.summary or fallback_summary(r.company, r.fiscal_year, r.revenue_usd, titles.get(r.id, []))
+            for r in rows
+            if r.document_id is not None
+        ]
         answer, levels = _synthesize(ctx, run, summaries, ctx.llm.pick_model("synthesize", failed_attempts))
     documents = [
         render.DocumentRow(
-            path=d.path,
-            status=d.status,
-            error=d.error,
-            company=e.company if e else None,
-            fiscal_year=e.fiscal_year if e else None,
-            revenue_usd=e.revenue_usd if e else None,
-            risk_titles=titles.get(d.id, []),
+            path=r.path,
+            status=r.status,
+            error=r.error,
+            company=r.company,
+            fiscal_year=r.fiscal_year,
+            revenue_usd=r.revenue_usd,
+            risk_titles=titles.get(r.id, []),
         )
-        for d, e in rows
+        for r in rows
     ]
     view = run_status(ctx.engine, run_id)
     totals = {
