@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 from rich.console import Console
@@ -18,10 +18,15 @@ from rich.table import Table
 from pipeline import __version__
 from pipeline.settings import Settings, get_settings
 
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from pipeline.status import RunStatusView
+
 console = Console(stderr=True, soft_wrap=True)
 
 
-def _engine(settings: Settings):  # type: ignore[no-untyped-def]
+def _engine(settings: Settings) -> Engine:
     from pipeline.storage.db import ensure_schema
 
     return ensure_schema(settings.resolved_database_url)
@@ -156,7 +161,7 @@ def worker(concurrency: int | None, queues: str, pool: str, name: str | None, lo
 # -- reading results ---------------------------------------------------------------------
 
 
-def _print_status(view) -> None:  # type: ignore[no-untyped-def]
+def _print_status(view: RunStatusView) -> None:
     docs = ", ".join(f"{n} {s}" for s, n in sorted(view.documents.items())) or "no documents"
     console.print(
         f"run {view.run_id} [bold]{view.status}[/]{' (simulated)' if view.simulated else ''}: {docs}; "

@@ -6,6 +6,7 @@
     ├── RetryableError              try the same thing again later
     │   ├── RateLimited             the provider said 429 (retry_after_s when it told us)
     │   ├── UpstreamUnavailable     5xx, dropped connection, timeout
+    │   ├── MalformedAnswer         not even JSON, twice: a garbled answer, asked again later
     │   └── Deferred                our own limiter asks to come back later (not a failure)
     └── PermanentError              trying again will not help
         ├── SchemaViolation         the answer did not validate, even after one repair
@@ -67,3 +68,8 @@ class Deferred(RetryableError):
     The task goes back to the queue with `retry_after_s` as countdown; this is not a
     failed attempt and does not count towards the document's retries.
     """
+
+
+class MalformedAnswer(RetryableError):
+    """The answer was not JSON at all, even after the repair: a garbled answer rather than a
+    model that misreads the schema, so the document is tried again (a bounded number of times)."""

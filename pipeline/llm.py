@@ -170,6 +170,9 @@ class LLMClient:
         except ValidationError as exc:
             problem = _describe(exc, done.finish_reason)
             sink(replace(done.record, status="invalid", error=problem))
+            # Garbled (not cut off at max_tokens, which would recur): worth asking again later.
+            if done.finish_reason != "length" and all(e["type"] == "json_invalid" for e in exc.errors()):
+                raise errors.MalformedAnswer(f"answer was not JSON, even after repair: {problem}") from None
             raise errors.SchemaViolation(f"answer did not validate after repair: {problem}") from None
         sink(done.record)
         return parsed

@@ -185,3 +185,33 @@ def test_routing_weights_models_falls_back_and_spreads_keys() -> None:
             client.close()
         assert {r.key_slot for r in records} == {0, 1}
         assert all("sk-" not in repr(r) for r in records)
+
+
+def test_answers_that_are_not_json_twice_are_retried_later_not_failed() -> None:
+    from pipeline.errors import MalformedAnswer, SchemaViolation
+    from pipeline.prompts import extract_messages
+    from pipeline.schemas import FilingExtraction
+
+    with SimServer(SimConfig(p50_s=0, p95_s=0)) as sim:
+        client = LLMClient(Settings(_env_file=None, llm_base_url=sim.base_url), pool_size=2)  # type: ignore[call-arg]
+        records: list[CallRecord] = []
+        try:
+            with pytest.raises(MalformedAnswer):
+                client.structured(
+                    extract_messages("Revenue grew. [[sim:badjson]]", 0, 1),
+                    FilingExtraction,
+                    stage="extract",
+                    max_tokens=500,
+                    sink=records.append,
+                )
+            with pytest.raises(SchemaViolation):
+                client.structured(
+                    extract_messages("Revenue grew. [[sim:invalid]]", 0, 1),
+                    FilingExtraction,
+                    stage="extract",
+                    max_tokens=500,
+                    sink=records.append,
+                )
+        finally:
+            client.close()
+        assert [r.status for r in records] == ["invalid"] * 4

@@ -53,7 +53,7 @@ def markdown(results: dict[str, dict[str, Any]], meta: dict[str, Any]) -> str:
             value += f"; producer (10,000 docs) {_fmt(r['producer_10k_peak_mb'])}"
         if name.startswith("peer"):
             value += f"; peer text share {_fmt(r.get('text_share'))}, extracted {r.get('extracted')}"
-        met = {True: "yes", False: "no"}.get(r.get("met"), "")  # type: ignore[arg-type]
+        met = "" if r.get("met") is None else ("yes" if r["met"] else "no")
         lines.append(
             f"| {name} | {r.get('documents', '')} | {_fmt(r.get('wall_s'))} | {label} | {value} | "
             f"{_fmt(r.get('share_429'))} | {_fmt(r.get('lost'))} | {r.get('goal', '')} | {met} |"
