@@ -93,3 +93,16 @@ def test_worker_without_a_broker_says_what_to_set(tmp_path: Path) -> None:
     result = run_cli("worker", env={"PIPELINE_REDIS_URL": "", "PIPELINE_DATA_DIR": str(tmp_path)})
     assert result.returncode == 2
     assert "PIPELINE_REDIS_URL is not set" in result.stderr
+
+
+def test_documents_with_the_most_chunks_are_enqueued_first(
+    pipeline_env: dict[str, str], tmp_path: Path
+) -> None:
+    for name, paragraphs in (("a-short.txt", 5), ("b-long.txt", 3_000), ("c-medium.txt", 800)):
+        (tmp_path / name).write_text("Revenue grew in every segment this year.\n\n" * paragraphs)
+    engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
+    settings = Settings(_env_file=None, chunk_tokens=2_000, chunk_overlap_tokens=50)  # type: ignore[call-arg]
+    plan = prepare_run(engine, settings, [str(tmp_path)])
+    with session_scope(engine) as session:
+        names = [Path(session.get(Document, i).path).name for i in plan.document_ids]  # type: ignore[union-attr]
+    assert names == ["b-long.txt", "c-medium.txt", "a-short.txt"]
