@@ -100,7 +100,7 @@ def _script(name: str) -> str:
 class RedisLimiter:
     def __init__(
         self,
-        client: redis.Redis[bytes],
+        client: redis.Redis,
         limits: Limits,
         *,
         lease_s: float,
@@ -138,7 +138,7 @@ class RedisLimiter:
             if limits.active:
                 raise ConfigError("rate limits need PIPELINE_REDIS_URL: the limit is kept in Redis")
             return None
-        client: redis.Redis[bytes] = redis.Redis.from_url(settings.redis_url, max_connections=pool_size + 4)
+        client: redis.Redis = redis.Redis.from_url(settings.redis_url, max_connections=pool_size + 4)
         return cls(
             client,
             limits,
@@ -227,20 +227,33 @@ class RedisLimiter:
     def view(self, scope: Scope) -> ScopeView:
         """A read-only look at a scope's state."""
         log, costs, _, inflight, pause, aimd = keys(scope)
-        seconds, micros = self.client.time()
+        # Pipelines: fewer round trips, and results typed alike by every redis-py version.
+        with self.client.pipeline(transaction=False) as pipe:
+            pipe.time()
+            pipe.hmget(aimd, ["factor", "cut_at"])
+            pipe.get(pause)
+            (seconds, micros), state, paused_raw = pipe.execute()
         now_ms = int(seconds) * 1000 + int(micros) // 1000
-        ids = [_text(i) for i in self.client.zrangebyscore(log, now_ms - self.window_ms, "+inf")]
-        used = sum(int(v or 0) for v in self.client.hmget(costs, ids)) if ids else 0
-        state: list[Any] = self.client.hmget(aimd, ["factor", "cut_at"])
+        with self.client.pipeline(transaction=False) as pipe:
+            pipe.zrangebyscore(log, now_ms - self.window_ms, "+inf")
+            pipe.zcount(inflight, now_ms, "+inf")
+            raw_ids, inflight_count = pipe.execute()
+        ids = [_text(i) for i in raw_ids]
+        used = 0
+        if ids:
+            with self.client.pipeline(transaction=False) as pipe:
+                pipe.hmget(costs, ids)
+                (reserved,) = pipe.execute()
+            used = sum(int(v or 0) for v in reserved)
         factor = policy.effective_factor(
             float(state[0]) if state[0] else None, int(state[1] or 0), now_ms, self.recovery_ms
         )
-        paused = int(self.client.get(pause) or 0)
+        paused = int(paused_raw or 0)
         return ScopeView(
             scope=scope,
             requests_in_window=len(ids),
             tokens_in_window=used,
-            inflight=int(self.client.zcount(inflight, now_ms, "+inf")),
+            inflight=int(inflight_count),
             paused_for_s=max(0, paused - now_ms) / 1000,
             factor=factor,
             effective_rpm=policy.scaled_limit(self.limits.rpm, factor),
