@@ -119,7 +119,9 @@ def _submit_and_wait(
         console.print(f"stopped waiting; the run goes on: pipeline status {plan.run_id}")
         return 130, plan.run_id
     _print_status(view)
-    return (0 if view.has_report else 1), plan.run_id
+    if view.error:
+        console.print(f"[bold red]run failed:[/] {escape(view.error)}")
+    return (0 if view.has_report and view.status == "completed" else 1), plan.run_id
 
 
 @main.command()

@@ -45,6 +45,7 @@ class ReportInput:
     synthesis_levels: int
     documents: list[DocumentRow]
     totals: dict[str, Any]
+    failure: str | None = None
 
 
 def money(value: float | None) -> str:
@@ -61,6 +62,8 @@ def markdown(r: ReportInput) -> str:
     lines = [f"# Report: {cell(r.name or r.run_id)}", ""]
     if r.simulated:
         lines += ["> **SIMULATED RUN**: answers come from the built-in LLM simulator, not a model.", ""]
+    if r.failure:
+        lines += [f"> **RUN FAILED**: {cell(r.failure)}. The failures are listed below.", ""]
     lines += [
         f"**Question:** {cell(r.query)}",
         "",
@@ -104,6 +107,7 @@ def as_json(r: ReportInput) -> dict[str, Any]:
         "simulated": r.simulated,
         "answer": r.answer,
         "synthesis_levels": r.synthesis_levels,
+        "failure": r.failure,
         "totals": r.totals,
         "documents": [d.__dict__ for d in r.documents],
     }

@@ -126,6 +126,7 @@ def synthesize_run(
         for r in rows
     ]
     view = run_status(ctx.engine, run_id)
+    failure = run_failure(view.documents, ctx.settings.run_failure_threshold)
     totals = {
         "documents": view.documents,
         "llm_calls": view.llm_calls,
@@ -143,12 +144,21 @@ def synthesize_run(
         synthesis_levels=levels,
         documents=documents,
         totals=totals,
+        failure=failure,
     )
+    status = RunStatus.FAILED if failure else RunStatus.COMPLETED
     with session_scope(ctx.engine) as session:
-        repo.save_report(
-            session, run_id, render.markdown(report), render.as_json(report), RunStatus.COMPLETED
-        )
-    return RunStatus.COMPLETED
+        repo.save_report(session, run_id, render.markdown(report), render.as_json(report), status, failure)
+    return status
+
+
+def run_failure(documents: dict[str, int], threshold: float) -> str | None:
+    """Why the run counts as failed: more than `threshold` of its documents failed."""
+    total = sum(documents.values())
+    failed = documents.get("failed", 0)
+    if total and failed / total > threshold:
+        return f"{failed} of {total} documents failed, over the {threshold:.0%} threshold"
+    return None
 
 
 def _synthesize(ctx: Context, run: Run, summaries: list[str], model: str) -> tuple[str, int]:

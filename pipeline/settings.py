@@ -47,6 +47,12 @@ class Settings(BaseSettings):
     context_budget_tokens: int = Field(default=c.DEFAULT_CONTEXT_BUDGET_TOKENS, ge=500)
     max_file_bytes: int = Field(default=c.DEFAULT_MAX_FILE_BYTES, ge=1)
     task_max_retries: int = Field(default=c.DEFAULT_TASK_MAX_RETRIES, ge=0)
+    run_failure_threshold: float = Field(
+        default=0.10,
+        ge=0,
+        le=1,
+        description="a run whose share of failed documents exceeds this ends failed (report still written)",
+    )
 
     # The global rate limit, shared by every worker through Redis (0: no limit of that kind).
     rate_limit_rpm: int = Field(default=0, ge=0, description="requests per minute per scope")

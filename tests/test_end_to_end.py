@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import func, select
 
 from pipeline.storage.db import get_engine, session_scope
-from pipeline.storage.models import Chunk, Document, Extraction, LLMCall, Report, RiskFactor
+from pipeline.storage.models import Chunk, Document, Extraction, LLMCall, Report, RiskFactor, Run
 from pipeline.synth_filings import generate_filing
 from tests.conftest import run_cli
 
@@ -114,7 +114,11 @@ def test_a_document_whose_answers_never_validate_fails_while_the_run_completes(
 ) -> None:
     good, _ = _write(tmp_path, 11, 25_000)
     bad, _ = _write(tmp_path, 12, 25_000, marker="\n[[sim:invalid]]\n")
-    run_id = _submit(pipeline_env, str(good), str(bad))
+    result = run_cli("submit", str(good), str(bad), "--wait", env=pipeline_env)
+    # One of two documents failed: over the 10 % threshold, so the run fails, report and all.
+    assert result.returncode == 1, result.stderr
+    assert "1 of 2 documents failed, over the 10% threshold" in result.stderr
+    run_id = result.stdout.strip().splitlines()[-1]
 
     engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
     with session_scope(engine) as session:
@@ -125,4 +129,6 @@ def test_a_document_whose_answers_never_validate_fails_while_the_run_completes(
         assert failed.error and "did not validate after repair" in failed.error
         stages = list(session.scalars(select(LLMCall.stage).where(LLMCall.document_id == failed.id)))
         assert "repair" in stages
-        assert session.scalar(select(func.count()).where(Report.run_id == run_id)) == 1
+        report = session.scalar(select(Report).where(Report.run_id == run_id))
+        assert report is not None and "RUN FAILED" in report.markdown
+        assert session.get(Run, run_id).status == "failed"  # type: ignore[union-attr]

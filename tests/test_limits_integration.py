@@ -109,7 +109,8 @@ def test_under_injected_faults_every_document_ends_extracted_or_failed_with_a_re
     env, sim_url = faulty
     write_filings(tmp_path, 14, seed=33, sizes=[25_000] * 14)
     result = run_cli("submit", str(tmp_path), "--wait", env=env)
-    assert result.returncode == 0, result.stderr
+    # 1: the run ended failed (more than 10 % of documents failed); still, every one is accounted for.
+    assert result.returncode in (0, 1), result.stderr
     run_id = result.stdout.strip().splitlines()[-1]
     engine = get_engine(env["PIPELINE_DATABASE_URL"])
     with session_scope(engine) as session:

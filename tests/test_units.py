@@ -169,3 +169,13 @@ def test_the_domain_package_never_imports_celery() -> None:
         "assert 'celery' not in sys.modules, 'celery imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_run_fails_when_more_than_the_threshold_of_its_documents_failed() -> None:
+    from pipeline.report import run_failure
+
+    assert run_failure({"extracted": 9, "failed": 1}, 0.10) is None
+    assert run_failure({"extracted": 8, "failed": 2, "skipped": 0}, 0.10) == (
+        "2 of 10 documents failed, over the 10% threshold"
+    )
+    assert run_failure({}, 0.10) is None

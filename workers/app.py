@@ -15,6 +15,7 @@ from pipeline.settings import get_settings
 from workers.backend import backend_url
 
 RESULT_EXPIRES_S = 7 * 24 * 3600
+SOFT_SHUTDOWN_S = 60.0
 LOCAL_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
@@ -30,6 +31,12 @@ def create_app() -> Celery:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
+        # A task running when the broker connection drops will be redelivered anyway (acks
+        # late): cancel it rather than finish work whose ack can no longer be sent.
+        worker_cancel_long_running_tasks_on_connection_loss=True,
+        # On a warm shutdown (SIGTERM), give in-flight LLM calls time to finish first.
+        worker_soft_shutdown_timeout=SOFT_SHUTDOWN_S,
+        worker_enable_soft_shutdown_on_idle=True,
         broker_transport_options=transport,
         result_backend_transport_options=transport,
         result_expires=RESULT_EXPIRES_S,

@@ -71,7 +71,7 @@ def workers(
 
 
 def run_measured(
-    argv: list[str], env: Mapping[str, str], timeout_s: float
+    argv: list[str], env: Mapping[str, str], timeout_s: float, ok_codes: tuple[int, ...] = (0,)
 ) -> tuple[str, float, float | None]:
     """Run a command to its end; returns its stdout, wall seconds and peak RSS (MB)."""
     started = time.monotonic()
@@ -90,7 +90,7 @@ def run_measured(
         wall = time.monotonic() - started
         out.seek(0)
         text = out.read()
-    if process.returncode != 0:
+    if process.returncode not in ok_codes:
         raise RuntimeError(f"{' '.join(argv[:4])} exited {process.returncode}")
     return text, wall, peak
 

@@ -278,11 +278,16 @@ def save_summary(session: Session, document_id: int, summary: str) -> None:
 
 
 def save_report(
-    session: Session, run_id: str, markdown: str, data: dict[str, Any], status: RunStatus
+    session: Session,
+    run_id: str,
+    markdown: str,
+    data: dict[str, Any],
+    status: RunStatus,
+    error: str | None = None,
 ) -> None:
     row = {"run_id": run_id, "markdown": markdown, "json": data, "created_at": utcnow()}
     upsert(session, Report, [row], ["run_id"], ["markdown", "json", "created_at"])
-    set_run_status(session, run_id, status)
+    set_run_status(session, run_id, status, error)
 
 
 def report_exists(session: Session, run_id: str) -> bool:
