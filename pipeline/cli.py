@@ -125,6 +125,52 @@ def _submit_and_wait(
 
 
 @main.command()
+@click.argument("run")
+@click.option(
+    "--stale-after-s",
+    default=600.0,
+    show_default=True,
+    help="Re-enqueue running documents without progress for this long.",
+)
+@click.option("--wait", is_flag=True, help="Show progress until the run ends.")
+def resume(run: str, stale_after_s: float, wait: bool) -> None:
+    """Finish an interrupted run: enqueue its unfinished documents again, then finalize."""
+    from pipeline.progress import WaitAborted, wait_for_run
+    from pipeline.resume import plan_resume
+    from pipeline.status import UnknownRun, resolve_run_id
+    from workers.canvas import enqueue_finalize, enqueue_run
+
+    settings = get_settings()
+    if not settings.redis_url:
+        _fail("PIPELINE_REDIS_URL is not set: point it at the broker")
+    engine = _engine(settings)
+    try:
+        run_id = resolve_run_id(engine, run)
+    except UnknownRun as exc:
+        _fail(str(exc))
+    plan = plan_resume(engine, run_id, stale_after_s)
+    if plan.has_report:
+        console.print(f"run {run_id} has its report: nothing to resume")
+        sys.exit(0)
+    if plan.document_ids:
+        enqueue_run(run_id, plan.document_ids)
+    else:
+        enqueue_finalize(run_id)
+    console.print(
+        f"resumed {run_id}: {len(plan.document_ids)} documents enqueued again"
+        + (f", {plan.left_running} still running elsewhere" if plan.left_running else "")
+    )
+    if not wait:
+        sys.exit(0)
+    try:
+        view = wait_for_run(engine, run_id, console)
+    except WaitAborted as exc:
+        _fail(str(exc), 1)
+    _print_status(view)
+    sys.exit(0 if view.has_report and view.status == "completed" else 1)
+
+
+@main.command()
 @click.option("--concurrency", "-c", type=int, help="Threads (default PIPELINE_WORKER_CONCURRENCY).")
 @click.option("--queues", "-Q", default="extract,report", show_default=True)
 @click.option("--pool", default="threads", show_default=True, help="threads, prefork or solo")

@@ -14,3 +14,8 @@ def enqueue_run(run_id: str, document_ids: Sequence[int]) -> str:
     header = [extract.si(document_id) for document_id in document_ids]
     result = chord(header)(finalize.si(run_id))
     return str(result.id)
+
+
+def enqueue_finalize(run_id: str) -> str:
+    """Send the finalize step alone (a run whose documents are all final, but no report)."""
+    return str(finalize.delay(run_id).id)
