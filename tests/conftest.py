@@ -160,8 +160,8 @@ def pipeline_env(
 @contextmanager
 def running_workers(
     env: dict[str, str], logs: Path, count: int = 2, concurrency: int = 4
-) -> Iterator[list[Path]]:
-    """`count` real `pipeline worker` processes, ready; yields their log files."""
+) -> Iterator[list[embedded.Child]]:
+    """`count` real `pipeline worker` processes, ready (their logs say so); stopped at the end."""
     child_env = embedded.child_env(env)
     paths = [logs / f"worker-{i}.log" for i in range(count)]
     tag = uuid.uuid4().hex[:6]
@@ -177,7 +177,7 @@ def running_workers(
             if time.monotonic() > deadline:
                 pytest.fail("workers did not become ready")
             time.sleep(0.2)
-        yield paths
+        yield children
     finally:
         for child in children:
             child.stop()
@@ -192,10 +192,12 @@ def running_simulator(logs: Path, *args: str) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def workers(pipeline_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Path]]:
+def workers(
+    pipeline_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[list[embedded.Child]]:
     """Two real `pipeline worker` processes for the session's environment."""
-    with running_workers(pipeline_env, tmp_path_factory.mktemp("workers")) as paths:
-        yield paths
+    with running_workers(pipeline_env, tmp_path_factory.mktemp("workers")) as children:
+        yield children
 
 
 def run_cli(

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from sqlalchemy import func, select, update
 
+from pipeline.embedded import Child
 from pipeline.producer import prepare_run
 from pipeline.resume import plan_resume
 from pipeline.settings import get_settings
@@ -17,7 +18,7 @@ from tests.conftest import run_cli
 
 
 def test_a_run_whose_messages_were_lost_is_finished_by_resume(
-    pipeline_env: dict[str, str], workers: list[Path], tmp_path: Path
+    pipeline_env: dict[str, str], workers: list[Child], tmp_path: Path
 ) -> None:
     write_filings(tmp_path, 3, seed=41, sizes=[22_000] * 3)
     engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
