@@ -137,9 +137,6 @@ class Settings(BaseSettings):
             raise ValueError("PIPELINE_LLM_MODELS: no model with a positive weight")
         return pairs
 
-    def with_overrides(self, **overrides: object) -> Settings:
-        return self.model_copy(update=overrides)
-
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:

@@ -7,7 +7,6 @@ status changes never move a document out of a final state.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import delete, func, select, update
@@ -292,7 +291,3 @@ def save_report(
 
 def report_exists(session: Session, run_id: str) -> bool:
     return session.scalar(select(func.count()).where(Report.run_id == run_id)) == 1
-
-
-def latest_at(session: Session) -> datetime | None:
-    return session.scalar(select(func.max(Run.created_at)))
