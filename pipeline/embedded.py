@@ -119,6 +119,19 @@ def start_worker(env: Mapping[str, str], log_path: Path, concurrency: int, name:
     return Child(name, argv, env=env, log_path=log_path)
 
 
+def wait_for_port(port: int, timeout_s: float = START_TIMEOUT_S) -> None:
+    """Until something accepts connections on the loopback `port`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"nothing listens on port {port} after {timeout_s:.0f} s") from None
+            time.sleep(0.05)
+
+
 def _wait_for_port(child: Child, port: int) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:

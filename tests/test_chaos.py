@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import signal
+import sys
 import time
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import Engine, func, select
 
 from pipeline.bench.procs import sim_stats
+from pipeline.embedded import Child, free_port, wait_for_port
 from pipeline.storage.db import get_engine, session_scope
-from pipeline.storage.models import Chunk, Document, Extraction, LLMCall, Report
+from pipeline.storage.models import Chunk, Document, Extraction, LLMCall, Report, Run
 from pipeline.synth_filings import write_filings
 from tests.conftest import claimed_redis_db, run_cli, running_simulator, running_workers
 
 KILL_AFTER_S = 2.0
+OUTAGE_S = 30.0
 
 
 def test_a_worker_killed_mid_run_loses_nothing_and_resume_finishes_the_run(
@@ -61,3 +64,45 @@ def test_a_worker_killed_mid_run_loses_nothing_and_resume_finishes_the_run(
     lost_in_flight = sent - recorded
     assert 0 <= lost_in_flight <= 3, "at most the killed worker's three threads were mid-call"
     print(f"chaos: {chunks} chunks, {extract_calls} extract calls recorded, {lost_in_flight} lost in flight")
+
+
+def test_the_run_completes_after_the_llm_endpoint_was_down(
+    pipeline_env: dict[str, str], redis_base: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    logs = tmp_path_factory.mktemp("outage")
+    write_filings(tmp_path, 6, seed=53, sizes=[30_000] * 6)
+    port = free_port()
+    args = ["--port", str(port), "--p50", "0.3", "--p95", "0.6"]
+    sim = Child("sim", [sys.executable, "-m", "pipeline", "sim", *args], log_path=logs / "sim.log")
+    url = f"http://127.0.0.1:{port}/v1"
+    with claimed_redis_db(redis_base) as redis_url:
+        env = {**pipeline_env, "PIPELINE_REDIS_URL": redis_url, "PIPELINE_LLM_BASE_URL": url}
+        with running_workers(env, logs, count=2, concurrency=3):
+            wait_for_port(port)
+            submitted = run_cli("submit", str(tmp_path), env=env)
+            assert submitted.returncode == 0, submitted.stderr
+            run_id = submitted.stdout.strip().splitlines()[-1]
+            time.sleep(1.5)
+            sim.stop()  # the provider goes away mid-run ...
+            time.sleep(OUTAGE_S)
+            sim = Child("sim", [sys.executable, "-m", "pipeline", "sim", *args], log_path=logs / "sim2.log")
+            engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
+            with sim:  # ... and comes back: the run completes by itself (retries, no resume)
+                deadline = time.monotonic() + 300
+                while session_status(engine, run_id) not in ("completed", "failed"):
+                    assert time.monotonic() < deadline, "the run did not complete after the outage"
+                    time.sleep(0.5)
+    assert session_status(engine, run_id) == "completed"
+    with session_scope(engine) as session:
+        docs = list(session.scalars(select(Document).where(Document.run_id == run_id)))
+        unavailable = session.scalar(
+            select(func.count()).where(LLMCall.run_id == run_id, LLMCall.status == "unavailable")
+        )
+    assert [d.status for d in docs] == ["extracted"] * 6
+    assert unavailable, "calls failed during the outage and were retried"
+
+
+def session_status(engine: Engine, run_id: str) -> str:
+    with session_scope(engine) as session:
+        run = session.get(Run, run_id)
+        return run.status if run else "missing"

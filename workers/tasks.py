@@ -28,6 +28,9 @@ R = TypeVar("R")
 FINALIZE_POLL_S = 5.0
 """How soon finalize looks again when it fires before every document is final."""
 
+# Every task has max_retries=None: Celery's own limit (3 by default) would end a chord step
+# with MaxRetriesExceededError; `_retry_or` counts failed attempts itself and gives up with
+# a recorded reason instead.
 TRANSIENT = (RetryableError, OperationalError, InterfaceError)
 """Worth retrying: the provider or the database is briefly unavailable."""
 
@@ -59,7 +62,7 @@ def _retry_or(task: Task, fn: Callable[[int], R], give_up: Callable[[str], R]) -
         return give_up(f"internal error: {type(exc).__name__}: {exc}")
 
 
-@app.task(bind=True, name="pipeline.extract")
+@app.task(bind=True, name="pipeline.extract", max_retries=None)
 def extract(self: Task, document_id: int, deferrals: int = 0) -> str:
     ctx = worker_context()
     status = _retry_or(
@@ -82,7 +85,7 @@ def _compress_now(document_id: int) -> None:
         log.info("compress of %s left to finalize: %s", document_id, exc)
 
 
-@app.task(bind=True, name="pipeline.finalize")
+@app.task(bind=True, name="pipeline.finalize", max_retries=None)
 def finalize(self: Task, run_id: str) -> str:
     """Chord body: once every document is final, compress each extraction, then synthesize.
 
@@ -103,7 +106,7 @@ def finalize(self: Task, run_id: str) -> str:
     return "reporting"
 
 
-@app.task(bind=True, name="pipeline.compress")
+@app.task(bind=True, name="pipeline.compress", max_retries=None)
 def compress(self: Task, document_id: int, deferrals: int = 0) -> str:
     ctx = worker_context()
 
@@ -114,7 +117,7 @@ def compress(self: Task, document_id: int, deferrals: int = 0) -> str:
     return _retry_or(self, lambda failed: reporting.compress_document(ctx, document_id, failed), fallback)
 
 
-@app.task(bind=True, name="pipeline.synthesize")
+@app.task(bind=True, name="pipeline.synthesize", max_retries=None)
 def synthesize(self: Task, run_id: str, deferrals: int = 0) -> str:
     ctx = worker_context()
 
