@@ -118,10 +118,7 @@ def _submit_and_wait(
     except KeyboardInterrupt:
         console.print(f"stopped waiting; the run goes on: pipeline status {plan.run_id}")
         return 130, plan.run_id
-    _print_status(view)
-    if view.error:
-        console.print(f"[bold red]run failed:[/] {escape(view.error)}")
-    return (0 if view.has_report and view.status == "completed" else 1), plan.run_id
+    return _outcome(view), plan.run_id
 
 
 @main.command()
@@ -166,8 +163,7 @@ def resume(run: str, stale_after_s: float, wait: bool) -> None:
         view = wait_for_run(engine, run_id, console)
     except WaitAborted as exc:
         _fail(str(exc), 1)
-    _print_status(view)
-    sys.exit(0 if view.has_report and view.status == "completed" else 1)
+    sys.exit(_outcome(view))
 
 
 @main.command()
@@ -207,6 +203,14 @@ def worker(concurrency: int | None, queues: str, pool: str, name: str | None, lo
 
 
 # -- reading results ---------------------------------------------------------------------
+
+
+def _outcome(view: RunStatusView) -> int:
+    """Print how a followed run ended; its exit code: 0 only for a completed run with its report."""
+    _print_status(view)
+    if view.error:
+        console.print(f"[bold red]run failed:[/] {escape(view.error)}")
+    return 0 if view.has_report and view.status == "completed" else 1
 
 
 def _print_status(view: RunStatusView) -> None:

@@ -37,6 +37,7 @@ class Child:
         capture_stdout: bool = False,
     ) -> None:
         self.name = name
+        self.log_path = log_path
         self._log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
         self.process = subprocess.Popen(
             list(argv),
@@ -98,7 +99,7 @@ def start_redis(data_dir: Path) -> tuple[Child, str]:
     ]
     child = Child("redis-server", argv, log_path=data_dir / "redis.log")
     url = f"redis://127.0.0.1:{port}/0"
-    _wait_for_port(child, port)
+    wait_for_port(port, child=child)
     return child, url
 
 
@@ -119,31 +120,35 @@ def start_worker(env: Mapping[str, str], log_path: Path, concurrency: int, name:
     return Child(name, argv, env=env, log_path=log_path)
 
 
-def wait_for_port(port: int, timeout_s: float = START_TIMEOUT_S) -> None:
-    """Until something accepts connections on the loopback `port`."""
+def wait_for_port(port: int, timeout_s: float = START_TIMEOUT_S, child: Child | None = None) -> None:
+    """Until something accepts connections on the loopback `port` (or `child` exits)."""
     deadline = time.monotonic() + timeout_s
     while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"nothing listens on port {port} after {timeout_s:.0f} s") from None
-            time.sleep(0.05)
-
-
-def _wait_for_port(child: Child, port: int) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if problem := child.problem():
+        if child and (problem := child.problem()):
             raise RuntimeError(problem)
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):
                 return
         except OSError:
+            if time.monotonic() > deadline:
+                if child:
+                    child.stop()
+                raise RuntimeError(f"nothing listens on port {port} after {timeout_s:.0f} s") from None
             time.sleep(0.05)
-    child.stop()
-    raise RuntimeError(f"{child.name} did not listen on port {port} within {START_TIMEOUT_S:.0f} s")
+
+
+def wait_until_ready(children: Sequence[Child], timeout_s: float = START_TIMEOUT_S) -> None:
+    """Until every worker's log says `ready.`; raises with the log of one that exited."""
+    deadline = time.monotonic() + timeout_s
+    logs = [c.log_path for c in children]
+    while not all(p and p.exists() and "ready." in p.read_text(errors="replace") for p in logs):
+        for child in children:
+            if problem := child.problem():
+                log = child.log_path.read_text(errors="replace") if child.log_path else ""
+                raise RuntimeError(f"{problem}: {log[-2000:]}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"workers did not become ready within {timeout_s:.0f} s")
+        time.sleep(0.2)
 
 
 class Stack:

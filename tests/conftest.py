@@ -12,7 +12,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -169,14 +168,10 @@ def running_workers(
         embedded.start_worker(child_env, p, concurrency, f"test-{tag}-{i}@%h") for i, p in enumerate(paths)
     ]
     try:
-        deadline = time.monotonic() + WORKER_READY_TIMEOUT_S
-        while not all(p.exists() and "ready." in p.read_text(errors="replace") for p in paths):
-            for child, path in zip(children, paths, strict=True):
-                if problem := child.problem():
-                    pytest.fail(f"{problem}: {path.read_text()}")
-            if time.monotonic() > deadline:
-                pytest.fail("workers did not become ready")
-            time.sleep(0.2)
+        try:
+            embedded.wait_until_ready(children, WORKER_READY_TIMEOUT_S)
+        except RuntimeError as exc:
+            pytest.fail(str(exc))
         yield children
     finally:
         for child in children:

@@ -6,7 +6,6 @@ import json
 import random
 import threading
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,6 +15,7 @@ import pytest
 import redis
 from sqlalchemy import select
 
+from pipeline.bench.procs import sim_stats
 from pipeline.llm import CallRecord, LLMClient
 from pipeline.ratelimit import RedisLimiter, Scope, keys
 from pipeline.settings import Settings
@@ -26,11 +26,6 @@ from pipeline.synth_filings import write_filings
 from tests.conftest import claimed_redis_db, run_cli, running_simulator, running_workers
 
 LIMIT_RPM, WINDOW_S = 30, 4
-
-
-def _stats(sim_url: str) -> dict[str, int]:
-    with urllib.request.urlopen(sim_url.removesuffix("/v1") + "/sim/stats") as answer:
-        return json.load(answer)  # type: ignore[no-any-return]
 
 
 @contextmanager
@@ -68,7 +63,7 @@ def test_two_workers_never_exceed_the_providers_limit(
     result = run_cli("submit", str(tmp_path), "--wait", env=env)
     elapsed = time.monotonic() - started
     assert result.returncode == 0, result.stderr
-    stats = _stats(sim_url)
+    stats = sim_stats(sim_url)
     assert stats["max_admitted_in_any_60s_window"] <= LIMIT_RPM  # the simulator's window is WINDOW_S
     assert stats["rejected_429"] <= 0.01 * stats["requests_total"]
     # The limit was the bottleneck: more calls than one window allows, spread over windows.
@@ -120,7 +115,7 @@ def test_under_injected_faults_every_document_ends_extracted_or_failed_with_a_re
     assert all(d.status == "extracted" or (d.status == "failed" and d.error) for d in docs)
     assert sum(d.status == "extracted" for d in docs) >= 12
     assert statuses["unavailable"] > 0, "faults were injected and retried"
-    stats = _stats(sim_url)
+    stats = sim_stats(sim_url)
     assert stats["errors_5xx"] + stats["dropped"] + stats["hung"] > 0
 
 

@@ -56,14 +56,7 @@ def workers(
             cmd = [*argv, f"--concurrency={concurrency}", f"--hostname=base-{i}-{time.monotonic_ns()}@%h"]
             children.append(embedded.Child(f"worker-{i}", cmd, env=full_env, log_path=path))
     try:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while not all(p.exists() and "ready." in p.read_text(errors="replace") for p in paths):
-            for child in children:
-                if problem := child.problem():
-                    raise RuntimeError(problem)
-            if time.monotonic() > deadline:
-                raise RuntimeError("bench workers did not become ready")
-            time.sleep(0.2)
+        embedded.wait_until_ready(children, READY_TIMEOUT_S)
         yield children
     finally:
         for child in children:
