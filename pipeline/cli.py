@@ -70,7 +70,8 @@ def db_upgrade(revision: str) -> None:
 @click.option("--query", help="The question the run's report answers.")
 @click.option("--name", help="A name for the run.")
 @click.option("--wait", is_flag=True, help="Show progress until the run ends.")
-def submit(paths: tuple[str, ...], query: str | None, name: str | None, wait: bool) -> None:
+@click.option("--fresh", is_flag=True, help="Ask the LLM again for filings answered by earlier runs.")
+def submit(paths: tuple[str, ...], query: str | None, name: str | None, wait: bool, fresh: bool) -> None:
     """Submit files (paths, globs, directories) as one run; prints the run id."""
     settings = get_settings()
     if not settings.redis_url:
@@ -78,7 +79,7 @@ def submit(paths: tuple[str, ...], query: str | None, name: str | None, wait: bo
             "PIPELINE_REDIS_URL is not set: point it at the broker, or use `pipeline run` "
             "for the embedded all-in-one"
         )
-    code, _ = _submit_and_wait(settings, list(paths), query=query, name=name, wait=wait)
+    code, _ = _submit_and_wait(settings, list(paths), query=query, name=name, wait=wait, fresh=fresh)
     sys.exit(code)
 
 
@@ -89,6 +90,7 @@ def _submit_and_wait(
     query: str | None,
     name: str | None,
     wait: bool,
+    fresh: bool = False,
     simulated: bool = False,
     check: Callable[[], str | None] | None = None,
 ) -> tuple[int, str]:
@@ -98,7 +100,9 @@ def _submit_and_wait(
     from workers.canvas import enqueue_run
 
     engine = _engine(settings)
-    plan = prepare_run(engine, settings, paths, query=query, name=name, simulated=simulated)
+    plan = prepare_run(
+        engine, settings, paths, query=query, name=name, simulated=simulated, reuse_answers=not fresh
+    )
     for path, reason in plan.rejected:
         console.print(f"[yellow]skipped[/] {escape(path)}: {escape(reason)}")
     if not plan.document_ids:
@@ -135,7 +139,7 @@ def resume(run: str, stale_after_s: float, wait: bool) -> None:
     from pipeline.progress import WaitAborted, wait_for_run
     from pipeline.resume import plan_resume
     from pipeline.status import UnknownRun, resolve_run_id
-    from workers.canvas import enqueue_finalize, enqueue_run
+    from workers.canvas import enqueue_resume
 
     settings = get_settings()
     if not settings.redis_url:
@@ -149,10 +153,7 @@ def resume(run: str, stale_after_s: float, wait: bool) -> None:
     if plan.has_report:
         console.print(f"run {run_id} has its report: nothing to resume")
         sys.exit(0)
-    if plan.document_ids:
-        enqueue_run(run_id, plan.document_ids)
-    else:
-        enqueue_finalize(run_id)
+    enqueue_resume(plan)
     console.print(
         f"resumed {run_id}: {len(plan.document_ids)} documents enqueued again"
         + (f", {plan.left_running} still running elsewhere" if plan.left_running else "")
@@ -200,6 +201,39 @@ def worker(concurrency: int | None, queues: str, pool: str, name: str | None, lo
             "--without-mingle",
         ]
     )
+
+
+@main.command()
+@click.option("--loglevel", "-l", default="INFO", show_default=True)
+def beat(loglevel: str) -> None:
+    """Start Celery beat: the periodic watchdog (run exactly one beat per deployment)."""
+    settings = get_settings()
+    if not settings.redis_url:
+        _fail("PIPELINE_REDIS_URL is not set: point it at the broker")
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    from workers.app import app
+
+    schedule = settings.data_dir / "celerybeat-schedule"
+    app.start(["beat", f"--schedule={schedule}", f"--loglevel={loglevel}"])
+
+
+@main.command()
+def watchdog() -> None:
+    """One watchdog pass (what beat runs periodically): resume runs without activity for
+    PIPELINE_WATCHDOG_IDLE_S, mark stalled those that resuming did not help."""
+    from pipeline import watchdog as watching
+    from workers.canvas import enqueue_resume
+
+    settings = get_settings()
+    if not settings.redis_url:
+        _fail("PIPELINE_REDIS_URL is not set: point it at the broker")
+    verdicts = watching.check(_engine(settings), settings)
+    for verdict in verdicts:
+        if verdict.plan is not None:
+            enqueue_resume(verdict.plan)
+        console.print(f"run {verdict.run_id}: idle {verdict.idle_s:.0f} s, {verdict.action}")
+    if not verdicts:
+        console.print("no idle runs")
 
 
 # -- reading results ---------------------------------------------------------------------
@@ -379,7 +413,8 @@ def sim(
 @click.option("--query", help="The question the run's report answers.")
 @click.option("--name", help="A name for the run.")
 @click.option("--workers", "worker_count", default=2, show_default=True, help="Local worker processes.")
-def run(paths: tuple[str, ...], query: str | None, name: str | None, worker_count: int) -> None:
+@click.option("--fresh", is_flag=True, help="Ask the LLM again for filings answered by earlier runs.")
+def run(paths: tuple[str, ...], query: str | None, name: str | None, worker_count: int, fresh: bool) -> None:
     """Run a whole batch locally: embedded Redis, simulator and workers unless configured."""
     from pipeline.local import local_stack
 
@@ -390,6 +425,7 @@ def run(paths: tuple[str, ...], query: str | None, name: str | None, worker_coun
             query=query,
             name=name,
             wait=True,
+            fresh=fresh,
             simulated=parts.simulated,
             check=parts.stack.problem,
         )

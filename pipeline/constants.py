@@ -20,6 +20,15 @@ MAX_RISK_FACTORS_PER_DOCUMENT = 12
 DEFAULT_MAX_FILE_BYTES = 8 * 1024 * 1024
 DEFAULT_LLM_TIMEOUT_S = 60.0
 DEFAULT_TASK_MAX_RETRIES = 8
+DEFAULT_DOCUMENT_MAX_ATTEMPTS = 5
+DEFAULT_TASK_TIME_BUDGET_S = 3600.0
+"""Checked between chunks: a task past it requeues itself, keeping its answered chunks. Far
+below the visibility timeout, with room for the chunk in progress (its calls time out)."""
+TASK_SOFT_TIME_LIMIT_S = 2 * 60 * 60
+TASK_HARD_TIME_LIMIT_S = 2 * 60 * 60 + 15 * 60
+"""Celery's own limits, enforced by the prefork pool only (threads cannot be interrupted);
+both below the visibility timeout so a task is never redelivered while it still runs."""
+DEFAULT_WATCHDOG_IDLE_S = 1800.0
 RETRY_BASE_DELAY_S = 2.0
 RETRY_MAX_DELAY_S = 120.0
 

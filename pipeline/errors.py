@@ -63,7 +63,8 @@ class RequestTooLarge(PermanentError):
 
 
 class Deferred(RetryableError):
-    """The global limiter has no room for longer than a worker should wait in place.
+    """The document goes back to the queue on purpose: the global limiter has no room for
+    longer than a worker should wait in place, or the task used up its time budget.
 
     The task goes back to the queue with `retry_after_s` as countdown; this is not a
     failed attempt and does not count towards the document's retries.

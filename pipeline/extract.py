@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from dataclasses import dataclass
 
@@ -15,7 +16,7 @@ from pipeline.schemas import FilingExtraction
 from pipeline.settings import Settings
 from pipeline.storage import repo
 from pipeline.storage.db import session_scope
-from pipeline.storage.models import Chunk, Document
+from pipeline.storage.models import Chunk, Document, Run
 
 
 @dataclass
@@ -30,18 +31,33 @@ class Context:
 def extract_document(ctx: Context, document_id: int, failed_attempts: int = 0) -> str:
     """Extract and store one document; returns its final status.
 
-    Chunks answered by an earlier attempt (same prompt version) are not sent again; once
-    `failed_attempts` reach the configured threshold, calls go to the fallback model.
-    Raises RetryableError for transient failures and PermanentError when the document
-    cannot be extracted; the caller records the latter with `fail`.
+    Chunks answered by an earlier attempt (same prompt version), or by an earlier run for the
+    same text, are not sent again; once `failed_attempts` reach the configured threshold,
+    calls go to the fallback model. Raises RetryableError for transient failures (Deferred
+    when the document is handed back to the queue on purpose) and PermanentError when the
+    document cannot be extracted; the caller records the latter with `fail`.
     """
+    started = time.monotonic()
     with session_scope(ctx.engine) as session:
-        doc = repo.start_document(session, document_id)
+        doc = repo.start_document(session, document_id, ctx.settings.document_max_attempts)
         if doc is None:
             return current_status(ctx, document_id)
+        failed_attempts = max(failed_attempts, doc.attempts - 1)  # earlier deliveries count too
         text = repo.document_text(session, doc)
         chunks = repo.chunks_of(session, document_id)
-    answers = [_chunk_result(ctx, doc, chunk, text, len(chunks), failed_attempts) for chunk in chunks]
+        run = session.get(Run, doc.run_id)
+        if run is not None and run.reuse_answers:
+            repo.reuse_answers(session, doc, chunks, ctx.llm.extract_model_names())
+    try:
+        answers = []
+        for chunk in chunks:
+            if time.monotonic() - started > ctx.settings.task_time_budget_s:
+                raise errors.Deferred("the task ran past its time budget; answered chunks kept", 0.0)
+            answers.append(_chunk_result(ctx, doc, chunk, text, len(chunks), failed_attempts))
+    except errors.Deferred:
+        with session_scope(ctx.engine) as session:
+            repo.hand_back_attempt(session, document_id)
+        raise
     models = Counter(model for _, model in answers)
     with session_scope(ctx.engine) as session:
         repo.save_extraction(
@@ -80,6 +96,12 @@ def _chunk_result(
         repo.record_calls(session, doc.run_id, doc.id, chunk.idx, calls)
         repo.save_chunk_result(session, chunk.id, result, model=model, prompt_version=PROMPT_VERSION)
     return result, model
+
+
+def note_retry(ctx: Context, document_id: int, reason: str) -> None:
+    """Remember why an attempt failed; the document is retried."""
+    with session_scope(ctx.engine) as session:
+        repo.note_attempt_error(session, document_id, reason)
 
 
 def fail(ctx: Context, document_id: int, reason: str) -> str:

@@ -122,6 +122,13 @@ class LLMClient:
         names, weights = zip(*self._extract_models, strict=True)
         return str(self._rng.choices(names, weights=weights)[0])
 
+    def extract_model_names(self) -> list[str]:
+        """Every model an extract call may go to (stored answers of these can be reused)."""
+        names = [name for name, _ in self._extract_models]
+        if self.settings.llm_fallback_model:
+            names.append(self.settings.llm_fallback_model)
+        return names
+
     def text(
         self,
         messages: list[prompts.Message],

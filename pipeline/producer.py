@@ -50,9 +50,13 @@ def prepare_run(
     query: str | None = None,
     name: str | None = None,
     simulated: bool = False,
+    reuse_answers: bool = True,
     on_file: Callable[[inputs.LoadedFile], None] | None = None,
 ) -> SubmitPlan:
-    """Store a run and its documents; rejected files are stored `skipped` with their reason."""
+    """Store a run and its documents; rejected files are stored `skipped` with their reason.
+
+    With `reuse_answers`, workers take stored chunk answers of earlier runs for unchanged
+    filings instead of asking the LLM again."""
     plan = SubmitPlan(new_run_id())
     with session_scope(engine) as session:
         repo.create_run(
@@ -63,6 +67,7 @@ def prepare_run(
             model=settings.llm_model,
             prompt_version=PROMPT_VERSION,
             simulated=simulated,
+            reuse_answers=reuse_answers,
         )
     first_path_of: dict[str, str] = {}
     for batch in _batches(inputs.expand(paths), COMMIT_EVERY_DOCUMENTS):

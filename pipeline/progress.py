@@ -12,7 +12,7 @@ from sqlalchemy import Engine
 from pipeline.status import RunStatusView, run_status
 from pipeline.storage.models import RunStatus
 
-FINAL_RUN_STATUSES = (RunStatus.COMPLETED, RunStatus.FAILED)
+FINAL_RUN_STATUSES = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.STALLED)
 POLL_S = 0.5
 
 

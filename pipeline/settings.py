@@ -47,6 +47,25 @@ class Settings(BaseSettings):
     context_budget_tokens: int = Field(default=c.DEFAULT_CONTEXT_BUDGET_TOKENS, ge=500)
     max_file_bytes: int = Field(default=c.DEFAULT_MAX_FILE_BYTES, ge=1)
     task_max_retries: int = Field(default=c.DEFAULT_TASK_MAX_RETRIES, ge=0)
+    document_max_attempts: int = Field(
+        default=c.DEFAULT_DOCUMENT_MAX_ATTEMPTS,
+        ge=1,
+        description="deliveries of one document (retries, redeliveries, resumes) before it fails",
+    )
+    task_time_budget_s: float = Field(
+        default=c.DEFAULT_TASK_TIME_BUDGET_S,
+        gt=0,
+        description="an extract task past this hands its document back to the queue (answers kept)",
+    )
+    watchdog_idle_s: float = Field(
+        default=c.DEFAULT_WATCHDOG_IDLE_S,
+        gt=0,
+        description="a run with no activity for this long is resumed by the watchdog",
+    )
+    watchdog_max_resumes: int = Field(
+        default=2, ge=0, description="resumes without progress before the watchdog marks a run stalled"
+    )
+    watchdog_interval_s: float = Field(default=300.0, gt=0, description="how often beat runs the watchdog")
     run_failure_threshold: float = Field(
         default=0.10,
         ge=0,

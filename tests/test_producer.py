@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from sqlalchemy import select
@@ -26,6 +27,11 @@ def test_bad_inputs_are_recorded_with_their_reasons(pipeline_env: dict[str, str]
     (tmp_path / "huge.txt").write_text("x" * 60_000)
     (tmp_path / "latin1.txt").write_bytes("Soci\xe9t\xe9 G\xe9n\xe9rale revenue grew.".encode("latin-1"))
     missing = tmp_path / "missing.txt"
+    os.mkfifo(tmp_path / "fifo.txt")  # a special file: never opened (it would block)
+    # Unreadable even for root (chmod 000 is not): reading its own memory at 0 fails with EIO.
+    (tmp_path / "unreadable.txt").symlink_to("/proc/self/mem")
+    (tmp_path / "folder.txt").mkdir()  # a directory matched by the glob: expanded
+    (tmp_path / "folder.txt" / "inner.txt").write_text("Item 7. Revenue was $5 million.\n" * 40)
 
     engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
     plan = prepare_run(
@@ -46,13 +52,17 @@ def test_bad_inputs_are_recorded_with_their_reasons(pipeline_env: dict[str, str]
         assert docs["latin1.txt"].status == "pending" and "not UTF-8" in (docs["latin1.txt"].error or "")
         assert docs["missing.txt"].error == "no such file"
         assert docs["nothing-*.pdf"].error == "the pattern matches no file"
-        assert {d.status for n, d in docs.items() if n not in ("good.txt", "latin1.txt")} == {"skipped"}
+        assert docs["fifo.txt"].error == "not a regular file"
+        assert docs["unreadable.txt"].error == "cannot be read: Input/output error"
+        assert docs["inner.txt"].status == "pending"
+        usable = ("good.txt", "latin1.txt", "inner.txt")
+        assert {d.status for n, d in docs.items() if n not in usable} == {"skipped"}
         latin = session.scalar(select(Content.text).where(Content.sha256 == docs["latin1.txt"].sha256))
         assert latin == "Société Générale revenue grew."
         assert session.scalar(select(Chunk.char_end).where(Chunk.document_id == docs["good.txt"].id)) == len(
             good.read_text()
         )
-    assert sorted(plan.document_ids) == sorted([docs["good.txt"].id, docs["latin1.txt"].id])
+    assert sorted(plan.document_ids) == sorted(docs[n].id for n in usable)
 
 
 def test_a_submit_with_no_usable_document_exits_non_zero(

@@ -10,7 +10,13 @@ from __future__ import annotations
 
 from celery import Celery
 
-from pipeline.constants import EXTRACT_QUEUE, REPORT_QUEUE, VISIBILITY_TIMEOUT_S
+from pipeline.constants import (
+    EXTRACT_QUEUE,
+    REPORT_QUEUE,
+    TASK_HARD_TIME_LIMIT_S,
+    TASK_SOFT_TIME_LIMIT_S,
+    VISIBILITY_TIMEOUT_S,
+)
 from pipeline.settings import get_settings
 from workers.backend import backend_url
 
@@ -20,7 +26,8 @@ LOCAL_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
 def create_app() -> Celery:
-    redis_url = get_settings().redis_url or LOCAL_REDIS_URL
+    settings = get_settings()
+    redis_url = settings.redis_url or LOCAL_REDIS_URL
     app = Celery("pipeline", broker=redis_url, backend=backend_url(redis_url), include=["workers.tasks"])
     transport = {"visibility_timeout": VISIBILITY_TIMEOUT_S}
     app.conf.update(
@@ -30,6 +37,11 @@ def create_app() -> Celery:
         result_accept_content=["json"],
         task_acks_late=True,
         task_reject_on_worker_lost=True,
+        # Below the visibility timeout, so a task is never handed out twice while it runs.
+        # Enforced by the prefork pool; under threads the extract task's own time budget
+        # (PIPELINE_TASK_TIME_BUDGET_S, checked between chunks) and every call's timeout do.
+        task_soft_time_limit=TASK_SOFT_TIME_LIMIT_S,
+        task_time_limit=TASK_HARD_TIME_LIMIT_S,
         worker_prefetch_multiplier=1,
         # A task running when the broker connection drops will be redelivered anyway (acks
         # late): cancel it rather than finish work whose ack can no longer be sent.
@@ -46,6 +58,15 @@ def create_app() -> Celery:
             "pipeline.finalize": {"queue": REPORT_QUEUE},
             "pipeline.compress": {"queue": REPORT_QUEUE},
             "pipeline.synthesize": {"queue": REPORT_QUEUE},
+            "pipeline.watchdog": {"queue": REPORT_QUEUE},
+        },
+        beat_schedule={
+            "watchdog": {
+                "task": "pipeline.watchdog",
+                "schedule": settings.watchdog_interval_s,
+                # A pass that waited longer than one interval is superseded by the next.
+                "options": {"expires": settings.watchdog_interval_s},
+            },
         },
         broker_connection_retry_on_startup=True,
         worker_send_task_events=True,

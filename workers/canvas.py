@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from celery import chord
 
+from pipeline.resume import ResumePlan
 from workers.tasks import extract, finalize
 
 
@@ -19,3 +20,13 @@ def enqueue_run(run_id: str, document_ids: Sequence[int]) -> str:
 def enqueue_finalize(run_id: str) -> str:
     """Send the finalize step alone (a run whose documents are all final, but no report)."""
     return str(finalize.delay(run_id).id)
+
+
+def enqueue_resume(plan: ResumePlan) -> None:
+    """Send what a resume plan says: its documents and finalize, or finalize alone."""
+    if plan.has_report:
+        return
+    if plan.document_ids:
+        enqueue_run(plan.run_id, plan.document_ids)
+    else:
+        enqueue_finalize(plan.run_id)

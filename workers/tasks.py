@@ -10,6 +10,8 @@ import logging
 from collections.abc import Callable
 from typing import TypeVar
 
+import kombu.exceptions
+import redis.exceptions
 from celery import Task, chord
 from sqlalchemy.exc import InterfaceError, OperationalError
 
@@ -19,6 +21,7 @@ from pipeline.errors import Deferred, PermanentError, RetryableError
 from pipeline.retry import backoff_s
 from pipeline.storage import repo
 from pipeline.storage.db import session_scope
+from pipeline.storage.models import RunStatus
 from workers.app import app
 from workers.context import worker_context
 
@@ -31,15 +34,29 @@ FINALIZE_POLL_S = 5.0
 # Every task has max_retries=None: Celery's own limit (3 by default) would end a chord step
 # with MaxRetriesExceededError; `_retry_or` counts failed attempts itself and gives up with
 # a recorded reason instead.
-TRANSIENT = (RetryableError, OperationalError, InterfaceError)
-"""Worth retrying: the provider or the database is briefly unavailable."""
+TRANSIENT = (
+    RetryableError,
+    OperationalError,
+    InterfaceError,
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    kombu.exceptions.OperationalError,
+)
+"""Worth retrying: the provider, the database or Redis is briefly unavailable."""
 
 
-def _retry_or(task: Task, fn: Callable[[int], R], give_up: Callable[[str], R]) -> R:
-    """Run `fn(failed_attempts)`; retry transient failures with backoff, and `give_up` with
-    the reason after the last attempt or on a permanent failure.
+def _retry_or(
+    task: Task,
+    fn: Callable[[int], R],
+    give_up: Callable[[str], R],
+    note: Callable[[str], None] | None = None,
+) -> R:
+    """Run `fn(failed_attempts)`; retry transient failures with backoff (telling `note` why),
+    and `give_up` with the reason after the last attempt or on a permanent failure.
 
-    A deferral by the global limiter goes back to the queue without counting as a failure.
+    A deferral (limiter, time budget) goes back to the queue without counting as a failure.
+    When recording the failure itself fails for a transient reason (the database is down),
+    the task is retried rather than raised out of the chord.
     """
     deferrals = int(task.request.kwargs.get("deferrals", 0))
     failed = task.request.retries - deferrals
@@ -50,16 +67,30 @@ def _retry_or(task: Task, fn: Callable[[int], R], give_up: Callable[[str], R]) -
         raise task.retry(countdown=exc.retry_after_s, kwargs=kwargs, max_retries=None) from None
     except TRANSIENT as exc:
         reason = f"{type(exc).__name__}: {exc}"
-        if failed >= worker_context().settings.task_max_retries:
-            return give_up(f"gave up after {failed + 1} attempts: {reason}")
-        retry_after = exc.retry_after_s if isinstance(exc, RetryableError) else None
-        log.warning("retrying %s %s: %s", task.name, task.request.args, reason)
-        raise task.retry(countdown=backoff_s(failed, retry_after), max_retries=None) from None
+        if failed < worker_context().settings.task_max_retries:
+            if note is not None:
+                _best_effort(note, reason)
+            log.warning("retrying %s %s: %s", task.name, task.request.args, reason)
+            retry_after = exc.retry_after_s if isinstance(exc, RetryableError) else None
+            raise task.retry(countdown=backoff_s(failed, retry_after), max_retries=None) from None
+        verdict = f"gave up after {failed + 1} attempts: {reason}"
     except PermanentError as exc:
-        return give_up(str(exc))
+        verdict = str(exc)
     except Exception as exc:
         log.exception("%s %s failed", task.name, task.request.args)
-        return give_up(f"internal error: {type(exc).__name__}: {exc}")
+        verdict = f"internal error: {type(exc).__name__}: {exc}"
+    try:
+        return give_up(verdict)
+    except TRANSIENT as exc:
+        log.warning("could not record the failure of %s %s (%s): retrying", task.name, task.request.args, exc)
+        raise task.retry(countdown=backoff_s(failed, None), max_retries=None) from None
+
+
+def _best_effort(fn: Callable[[str], None], reason: str) -> None:
+    try:
+        fn(reason)
+    except Exception as exc:  # the database may be what failed
+        log.info("could not note a failed attempt: %s", exc)
 
 
 @app.task(bind=True, name="pipeline.extract", max_retries=None)
@@ -69,6 +100,7 @@ def extract(self: Task, document_id: int, deferrals: int = 0) -> str:
         self,
         lambda failed: extracting.extract_document(ctx, document_id, failed),
         lambda reason: extracting.fail(ctx, document_id, reason),
+        lambda reason: extracting.note_retry(ctx, document_id, reason),
     )
     if status == "extracted":
         _compress_now(document_id)
@@ -93,16 +125,22 @@ def finalize(self: Task, run_id: str) -> str:
     repeated delivery changes nothing.
     """
     ctx = worker_context()
-    with session_scope(ctx.engine) as session:
-        if repo.report_exists(session, run_id):
-            return "done"
-        if repo.unfinished_count(session, run_id):
-            raise self.retry(countdown=FINALIZE_POLL_S, max_retries=None)
-        document_ids = repo.extracted_ids(session, run_id, without_summary=True)
-    if document_ids:
-        chord(compress.si(d) for d in document_ids)(synthesize.si(run_id))
-    else:
-        synthesize.delay(run_id)
+    try:
+        with session_scope(ctx.engine) as session:
+            if repo.report_exists(session, run_id):
+                return "done"
+            if repo.run_status(session, run_id) == RunStatus.STALLED:
+                return "stalled"  # `pipeline resume` sends a new finalize
+            if repo.unfinished_count(session, run_id):
+                raise self.retry(countdown=FINALIZE_POLL_S, max_retries=None)
+            document_ids = repo.extracted_ids(session, run_id, without_summary=True)
+        if document_ids:
+            chord(compress.si(d) for d in document_ids)(synthesize.si(run_id))
+        else:
+            synthesize.delay(run_id)
+    except TRANSIENT as exc:
+        log.warning("finalize %s: %s; retrying", run_id, exc)
+        raise self.retry(countdown=FINALIZE_POLL_S, max_retries=None) from None
     return "reporting"
 
 
@@ -130,3 +168,21 @@ def synthesize(self: Task, run_id: str, deferrals: int = 0) -> str:
         lambda failed: str(reporting.synthesize_run(ctx, run_id, failed_attempts=failed)),
         without_answer,
     )
+
+
+@app.task(name="pipeline.watchdog")
+def watchdog() -> dict[str, list[str]]:
+    """Periodic (beat): resume runs without activity, mark stalled those resuming cannot help."""
+    from pipeline import watchdog as watching
+    from workers.canvas import enqueue_resume
+
+    ctx = worker_context()
+    outcome: dict[str, list[str]] = {"resumed": [], "stalled": []}
+    for verdict in watching.check(ctx.engine, ctx.settings):
+        if verdict.plan is not None:
+            enqueue_resume(verdict.plan)
+            outcome["resumed"].append(verdict.run_id)
+        else:
+            outcome["stalled"].append(verdict.run_id)
+        log.warning("watchdog: run %s idle %.0f s: %s", verdict.run_id, verdict.idle_s, verdict.action)
+    return outcome

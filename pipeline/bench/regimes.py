@@ -95,7 +95,7 @@ def run_pipeline(
         with procs.workers(env, logs, workers or cfg.workers, concurrency or cfg.concurrency) as children:
             out, wall, producer_mb = procs.run_measured(
                 # 1: the run ended failed (too many failed documents): measured all the same.
-                procs.pipeline_cli("submit", str(files), "--wait"),
+                procs.pipeline_cli("submit", str(files), "--wait", "--fresh"),  # measure calls, not reuse
                 env,
                 timeout_s=3 * 3600,
                 ok_codes=(0, 1),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,7 +22,6 @@ _engines_lock = threading.Lock()
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA synchronous=NORMAL")
@@ -43,10 +43,37 @@ def _create_engine(url: str, pool_size: int) -> Engine:
         path = url.split("///", 1)[-1]
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
+            _use_wal(path)
         engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     return create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+
+
+def _use_wal(path: str) -> None:
+    """Switch a SQLite file to WAL once, under the file lock that migrations use.
+
+    WAL is a property of the file. Switching needs the database to itself, and SQLite answers
+    "database is locked" at once, without waiting, when several processes try together.
+    """
+    with _file_lock(path):
+        connection = sqlite3.connect(path, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000)
+        try:
+            (mode,) = connection.execute("PRAGMA journal_mode").fetchone()
+            if mode != "wal":
+                connection.execute("PRAGMA journal_mode=WAL")
+        finally:
+            connection.close()
+
+
+@contextmanager
+def _file_lock(database: str) -> Iterator[None]:
+    with open(f"{database}.migrate.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def dispose_engines() -> None:
@@ -107,12 +134,8 @@ def _migration_lock(engine: Engine) -> Iterator[None]:
     if engine.dialect.name != "sqlite" or not database or database == ":memory:":
         yield
         return
-    with open(f"{database}.migrate.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with _file_lock(database):
+        yield
 
 
 def pending_migrations(url: str) -> bool:

@@ -18,6 +18,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    true,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -37,6 +38,8 @@ class RunStatus(enum.StrEnum):
     REPORTING = "reporting"
     COMPLETED = "completed"
     FAILED = "failed"
+    STALLED = "stalled"
+    """No progress, and resuming did not help: an operator has to look (`pipeline resume`)."""
 
 
 class DocStatus(enum.StrEnum):
@@ -67,6 +70,11 @@ class Run(Base):
     model: Mapped[str] = mapped_column(String(100))
     prompt_version: Mapped[str] = mapped_column(String(40))
     simulated: Mapped[bool] = mapped_column(Boolean, default=False)
+    reuse_answers: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
+    """Reuse stored chunk answers of earlier runs for unchanged filings (off: `--fresh`)."""
+    resumes: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """How often the watchdog resumed the run without progress since (reset by progress)."""
+    resumed_at: Mapped[datetime | None]
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None]
@@ -118,6 +126,8 @@ class Chunk(Base):
     prompt_version: Mapped[str | None] = mapped_column(String(40))
     model: Mapped[str | None] = mapped_column(String(100))
     completed_at: Mapped[datetime | None]
+    reused_from: Mapped[int | None] = mapped_column(IdType)
+    """The chunk of an earlier run whose answer this one reuses (same text, prompt, model)."""
 
 
 class Extraction(Base):

@@ -14,6 +14,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from pipeline.chunking import ChunkSpan
+from pipeline.constants import PROMPT_VERSION
 from pipeline.llm import CallRecord
 from pipeline.schemas import FilingExtraction
 from pipeline.storage.models import (
@@ -68,6 +69,7 @@ def create_run(
     model: str,
     prompt_version: str,
     simulated: bool,
+    reuse_answers: bool = True,
 ) -> Run:
     run = Run(
         id=run_id,
@@ -76,6 +78,7 @@ def create_run(
         model=model,
         prompt_version=prompt_version,
         simulated=simulated,
+        reuse_answers=reuse_answers,
         status=RunStatus.PENDING,
     )
     session.add(run)
@@ -145,15 +148,80 @@ def document_text(session: Session, doc: Document) -> str:
     return text
 
 
-def start_document(session: Session, document_id: int) -> Document | None:
-    """Mark the document running and count the attempt; None when it is already final."""
+def start_document(session: Session, document_id: int, max_attempts: int) -> Document | None:
+    """Mark the document running and count the attempt; None when it is already final, or
+    when it has used up its attempts (it is failed then, with the last error it met).
+
+    Attempts are stored, so the cap holds across retries, redeliveries after a lost worker
+    and resumes: a poison document cannot loop forever.
+    """
     doc = session.get(Document, document_id, with_for_update=True)
     if doc is None or doc.status in TERMINAL_DOC_STATUSES:
+        return None
+    if doc.attempts >= max_attempts:
+        last = doc.error or "the task never finished (its worker was lost, or it was requeued)"
+        _finish_document(
+            session, doc.id, DocStatus.FAILED, f"gave up after {doc.attempts} attempts; last: {last}"
+        )
         return None
     doc.status = DocStatus.RUNNING
     doc.attempts += 1
     doc.started_at = doc.started_at or utcnow()
     return doc
+
+
+def hand_back_attempt(session: Session, document_id: int) -> None:
+    """The attempt handed the document back to the queue on purpose (limiter, time budget):
+    it does not count against the document's attempts."""
+    session.execute(
+        update(Document)
+        .where(Document.id == document_id, Document.attempts > 0)
+        .values(attempts=Document.attempts - 1)
+    )
+
+
+def note_attempt_error(session: Session, document_id: int, reason: str) -> None:
+    """Keep the error of a failed attempt that will be retried: the reason if it gives up."""
+    session.execute(
+        update(Document)
+        .where(Document.id == document_id, Document.status.not_in(TERMINAL_DOC_STATUSES))
+        .values(error=reason)
+    )
+
+
+def reuse_answers(session: Session, doc: Document, chunks: Sequence[Chunk], models: Sequence[str]) -> int:
+    """Fill unanswered chunks with answers stored for the same text by an earlier run.
+
+    Same content (sha256), same character span, same prompt version, a model still in use:
+    the answer would be the same question to the same model. Returns how many were reused.
+    """
+    wanted = {(c.char_start, c.char_end): c for c in chunks if c.completed_at is None}
+    if not wanted or doc.sha256 is None:
+        return 0
+    earlier = session.execute(
+        select(Chunk)
+        .join(Document, Document.id == Chunk.document_id)
+        .where(
+            Document.sha256 == doc.sha256,
+            Document.id != doc.id,
+            Chunk.completed_at.is_not(None),
+            Chunk.prompt_version == PROMPT_VERSION,
+            Chunk.model.in_(list(models)),
+        )
+        .order_by(Chunk.id)
+    ).scalars()
+    reused = 0
+    for source in earlier:
+        chunk = wanted.pop((source.char_start, source.char_end), None)
+        if chunk is None:
+            continue
+        chunk.result = source.result
+        chunk.model = source.model
+        chunk.prompt_version = source.prompt_version
+        chunk.completed_at = utcnow()
+        chunk.reused_from = source.reused_from or source.id
+        reused += 1
+    return reused
 
 
 def chunks_of(session: Session, document_id: int) -> list[Chunk]:
@@ -287,6 +355,10 @@ def save_report(
     row = {"run_id": run_id, "markdown": markdown, "json": data, "created_at": utcnow()}
     upsert(session, Report, [row], ["run_id"], ["markdown", "json", "created_at"])
     set_run_status(session, run_id, status, error)
+
+
+def run_status(session: Session, run_id: str) -> str | None:
+    return session.scalar(select(Run.status).where(Run.id == run_id))
 
 
 def report_exists(session: Session, run_id: str) -> bool:

@@ -1,0 +1,135 @@
+"""Attempts capped across deliveries, answers reused across runs, the watchdog."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from sqlalchemy import func, select
+
+from pipeline import watchdog
+from pipeline.embedded import Child
+from pipeline.producer import prepare_run
+from pipeline.settings import get_settings
+from pipeline.storage import repo
+from pipeline.storage.db import get_engine, session_scope
+from pipeline.storage.models import Chunk, Document, LLMCall, Run
+from pipeline.synth_filings import write_filings
+from tests.conftest import claimed_redis_db, run_cli
+
+
+def test_attempts_are_capped_across_deliveries_and_hand_backs_do_not_count(
+    pipeline_env: dict[str, str], tmp_path: Path
+) -> None:
+    write_filings(tmp_path, 1, seed=61, sizes=[21_000])
+    engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
+    (doc_id,) = prepare_run(engine, get_settings(), [str(tmp_path)]).document_ids
+    for _ in range(3):  # three deliveries whose worker died: nothing but the count is left
+        with session_scope(engine) as session:
+            assert repo.start_document(session, doc_id, max_attempts=3) is not None
+    with session_scope(engine) as session:  # the limiter deferred this one: not an attempt
+        repo.hand_back_attempt(session, doc_id)
+        repo.note_attempt_error(session, doc_id, "UpstreamUnavailable: 503")
+    with session_scope(engine) as session:
+        assert repo.start_document(session, doc_id, max_attempts=3) is not None
+    with session_scope(engine) as session:
+        assert repo.start_document(session, doc_id, max_attempts=3) is None
+        doc = session.get(Document, doc_id)
+        assert doc is not None
+        assert doc.status == "failed"
+        assert doc.error == "gave up after 3 attempts; last: UpstreamUnavailable: 503"
+
+
+def test_an_unchanged_filing_reuses_its_answers_unless_the_run_is_fresh(
+    pipeline_env: dict[str, str], workers: list[Child], tmp_path: Path
+) -> None:
+    write_filings(tmp_path, 2, seed=63, sizes=[30_000, 45_000])
+    runs = []
+    for extra in ([], [], ["--fresh"]):
+        result = run_cli("submit", str(tmp_path), "--wait", *extra, env=pipeline_env)
+        assert result.returncode == 0, result.stderr
+        runs.append(result.stdout.strip().splitlines()[-1])
+    engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
+    with session_scope(engine) as session:
+
+        def extract_calls(run_id: str) -> int:
+            stmt = select(func.count()).where(LLMCall.run_id == run_id, LLMCall.stage == "extract")
+            return int(session.scalar(stmt) or 0)
+
+        def reused(run_id: str) -> int:
+            stmt = (
+                select(func.count())
+                .select_from(Chunk)
+                .join(Document, Document.id == Chunk.document_id)
+                .where(Document.run_id == run_id, Chunk.reused_from.is_not(None))
+            )
+            return int(session.scalar(stmt) or 0)
+
+        chunks = session.scalar(
+            select(func.count())
+            .select_from(Chunk)
+            .join(Document, Document.id == Chunk.document_id)
+            .where(Document.run_id == runs[0])
+        )
+        first, again, fresh = runs
+        assert extract_calls(first) >= chunks and reused(first) == 0
+        assert extract_calls(again) == 0 and reused(again) == chunks
+        assert extract_calls(fresh) >= chunks and reused(fresh) == 0
+        statuses = set(session.scalars(select(Document.status).where(Document.run_id.in_(runs))))
+        assert statuses == {"extracted"}
+
+
+def test_the_watchdog_resumes_an_idle_run_then_marks_it_stalled(
+    pipeline_env: dict[str, str], tmp_path: Path
+) -> None:
+    write_filings(tmp_path, 2, seed=65, sizes=[21_000] * 2)
+    engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
+    plan = prepare_run(engine, get_settings(), [str(tmp_path)])  # stored, never enqueued
+    settings = get_settings().model_copy(update={"watchdog_idle_s": 0.3, "watchdog_max_resumes": 2})
+
+    def verdicts() -> list[watchdog.Verdict]:
+        return watchdog.check(engine, settings, [plan.run_id])
+
+    assert verdicts() == []  # not idle long enough yet
+    time.sleep(0.4)
+    (first,) = verdicts()
+    assert first.action == "resume" and first.plan is not None
+    assert sorted(first.plan.document_ids) == sorted(plan.document_ids)
+    assert verdicts() == []  # resumed just now: it gets time
+    time.sleep(0.4)
+    assert [v.action for v in verdicts()] == ["resume"]
+    time.sleep(0.4)
+    assert [v.action for v in verdicts()] == ["stalled"]
+    with session_scope(engine) as session:
+        run = session.get(Run, plan.run_id)
+        assert run is not None and run.status == "stalled" and run.resumes == 2
+        assert run.error is not None and "no activity" in run.error
+    assert verdicts() == []  # a stalled run waits for an operator
+
+
+def test_pipeline_watchdog_finishes_a_run_whose_queue_was_lost(
+    pipeline_env: dict[str, str], workers: list[Child], redis_base: str, tmp_path: Path
+) -> None:
+    write_filings(tmp_path, 3, seed=67, sizes=[25_000] * 3)
+    with claimed_redis_db(redis_base) as lost:  # a broker that loses what it was sent
+        submitted = run_cli("submit", str(tmp_path), env={**pipeline_env, "PIPELINE_REDIS_URL": lost})
+    assert submitted.returncode == 0, submitted.stderr
+    run_id = submitted.stdout.strip().splitlines()[-1]
+    time.sleep(1.0)
+    env = {**pipeline_env, "PIPELINE_WATCHDOG_IDLE_S": "0.5"}
+    checked = run_cli("watchdog", env=env)
+    assert checked.returncode == 0, checked.stderr
+    assert f"run {run_id}: idle" in checked.stderr and "resume" in checked.stderr
+    waited = run_cli("status", run_id, env=env)
+    assert waited.returncode == 0
+    engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
+    deadline = time.monotonic() + 120
+    while True:
+        with session_scope(engine) as session:
+            run = session.get(Run, run_id)
+            assert run is not None
+            if run.status in ("completed", "failed"):
+                break
+        assert time.monotonic() < deadline, "the resumed run did not complete"
+        time.sleep(0.5)
+    assert run.status == "completed"
