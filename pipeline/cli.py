@@ -71,7 +71,10 @@ def db_upgrade(revision: str) -> None:
 @click.option("--name", help="A name for the run.")
 @click.option("--wait", is_flag=True, help="Show progress until the run ends.")
 @click.option("--fresh", is_flag=True, help="Ask the LLM again for filings answered by earlier runs.")
-def submit(paths: tuple[str, ...], query: str | None, name: str | None, wait: bool, fresh: bool) -> None:
+@click.option("--new-only", is_flag=True, help="Leave out files whose content an earlier run extracted.")
+def submit(
+    paths: tuple[str, ...], query: str | None, name: str | None, wait: bool, fresh: bool, new_only: bool
+) -> None:
     """Submit files (paths, globs, directories) as one run; prints the run id."""
     settings = get_settings()
     if not settings.redis_url:
@@ -79,7 +82,9 @@ def submit(paths: tuple[str, ...], query: str | None, name: str | None, wait: bo
             "PIPELINE_REDIS_URL is not set: point it at the broker, or use `pipeline run` "
             "for the embedded all-in-one"
         )
-    code, _ = _submit_and_wait(settings, list(paths), query=query, name=name, wait=wait, fresh=fresh)
+    code, _ = _submit_and_wait(
+        settings, list(paths), query=query, name=name, wait=wait, fresh=fresh, new_only=new_only
+    )
     sys.exit(code)
 
 
@@ -91,6 +96,7 @@ def _submit_and_wait(
     name: str | None,
     wait: bool,
     fresh: bool = False,
+    new_only: bool = False,
     simulated: bool = False,
     check: Callable[[], str | None] | None = None,
 ) -> tuple[int, str]:
@@ -101,8 +107,20 @@ def _submit_and_wait(
 
     engine = _engine(settings)
     plan = prepare_run(
-        engine, settings, paths, query=query, name=name, simulated=simulated, reuse_answers=not fresh
+        engine,
+        settings,
+        paths,
+        query=query,
+        name=name,
+        simulated=simulated,
+        reuse_answers=not fresh,
+        only_new=new_only,
     )
+    if plan.already_processed:
+        console.print(f"{len(plan.already_processed)} files left out: an earlier run extracted them")
+    if not plan.created:
+        console.print("nothing new to submit")
+        return 0, ""
     for path, reason in plan.rejected:
         console.print(f"[yellow]skipped[/] {escape(path)}: {escape(reason)}")
     if not plan.document_ids:

@@ -36,6 +36,10 @@ class SubmitPlan:
     chunk_counts: dict[int, int] = field(default_factory=dict)
     rejected: list[tuple[str, str]] = field(default_factory=list)
     """(path, reason) of every file that will not be extracted."""
+    already_processed: list[str] = field(default_factory=list)
+    """With `only_new`: files whose content an earlier run extracted (not part of this run)."""
+    created: bool = True
+    """False when `only_new` found nothing new: no run was stored."""
 
 
 def new_run_id() -> str:
@@ -51,12 +55,14 @@ def prepare_run(
     name: str | None = None,
     simulated: bool = False,
     reuse_answers: bool = True,
+    only_new: bool = False,
     on_file: Callable[[inputs.LoadedFile], None] | None = None,
 ) -> SubmitPlan:
     """Store a run and its documents; rejected files are stored `skipped` with their reason.
 
     With `reuse_answers`, workers take stored chunk answers of earlier runs for unchanged
-    filings instead of asking the LLM again."""
+    filings instead of asking the LLM again. With `only_new` (the nightly inbox), files whose
+    content an earlier run extracted are left out, and no run is stored when nothing is new."""
     plan = SubmitPlan(new_run_id())
     with session_scope(engine) as session:
         repo.create_run(
@@ -76,7 +82,15 @@ def prepare_run(
                 loaded = inputs.load(candidate, settings.max_file_bytes)
                 if on_file:
                     on_file(loaded)
+                if only_new and loaded.sha256 and repo.content_extracted(session, loaded.sha256):
+                    plan.already_processed.append(loaded.path)
+                    continue
                 _add_file(session, settings, plan, loaded, first_path_of)
+    if only_new and not plan.document_ids and not plan.rejected:
+        with session_scope(engine) as session:
+            repo.delete_run(session, plan.run_id)
+        plan.created = False
+        return plan
     # Longest first: a document's chunks go one after another, so its chain of calls is as
     # long as its chunk count. Started first, long chains overlap the rest of the batch
     # instead of trailing after it (the end of a rate-limited run is otherwise chain-bound).

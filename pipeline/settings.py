@@ -65,6 +65,14 @@ class Settings(BaseSettings):
     watchdog_max_resumes: int = Field(
         default=2, ge=0, description="resumes without progress before the watchdog marks a run stalled"
     )
+    inbox: str | None = Field(
+        default=None, description="directory or glob that beat submits nightly (new content only)"
+    )
+    inbox_schedule: str = Field(
+        default="30 1 * * *",
+        description="crontab expression (minute hour day month weekday) of the nightly submit",
+    )
+    inbox_query: str | None = Field(default=None, description="the nightly run's report question")
     watchdog_interval_s: float = Field(default=300.0, gt=0, description="how often beat runs the watchdog")
     run_failure_threshold: float = Field(
         default=0.10,
@@ -103,10 +111,17 @@ class Settings(BaseSettings):
         default=None, description="several API keys, comma-separated, each with its own limits"
     )
 
-    @field_validator("database_url", "redis_url", "llm_base_url", mode="before")
+    @field_validator("database_url", "redis_url", "llm_base_url", "inbox", mode="before")
     @classmethod
     def _blank_is_unset(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("inbox_schedule")
+    @classmethod
+    def _five_cron_fields(cls, value: str) -> str:
+        if len(value.split()) != 5:
+            raise ValueError(f"{value!r} is not a crontab expression of five fields")
+        return value
 
     @field_validator("database_url")
     @classmethod

@@ -377,7 +377,12 @@ def test_crontab_submits_nightly_with_the_env_file() -> None:
         for ln in CRONTAB.read_text().splitlines()
         if ln.strip() and not ln.startswith("#") and not re.match(r"^[A-Z]+=", ln)
     ]
-    assert len(jobs) == 1
+    assert len(jobs) == 2
+    watchdog = jobs[1].split(maxsplit=6)
+    assert watchdog[:5] == ["*/5", "*", "*", "*", "*"] and watchdog[6].endswith(
+        "pipeline watchdog >> /var/log/pipeline/watchdog.log 2>&1"
+    )
+    parse_cli(["watchdog"])
     fields = jobs[0].split(maxsplit=6)
     minute, hour, dom, month, dow, _user, command = fields
     assert minute.isdigit() and hour.isdigit() and (dom, month, dow) == ("*", "*", "*")
@@ -386,7 +391,7 @@ def test_crontab_submits_nightly_with_the_env_file() -> None:
     submit = command[command.index("pipeline submit") :].replace("$(date +\\%F)", "2025-01-31")
     args = shlex.split(submit)[1:]
     args = args[: args.index(">>")] if ">>" in args else args
-    assert args == ["submit", "/data/inbox/*.txt", "--name", "nightly-2025-01-31"]
+    assert args == ["submit", "/data/inbox/*.txt", "--new-only", "--name", "nightly-2025-01-31"]
     parse_cli(args)
 
 

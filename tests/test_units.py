@@ -179,3 +179,10 @@ def test_a_run_fails_when_more_than_the_threshold_of_its_documents_failed() -> N
         "2 of 10 documents failed, over the 10% threshold"
     )
     assert run_failure({}, 0.10) is None
+
+
+def test_time_limits_nest_below_the_visibility_timeout() -> None:
+    from pipeline import constants as c
+
+    assert c.DEFAULT_TASK_TIME_BUDGET_S < c.TASK_SOFT_TIME_LIMIT_S < c.TASK_HARD_TIME_LIMIT_S
+    assert c.TASK_HARD_TIME_LIMIT_S < c.VISIBILITY_TIMEOUT_S

@@ -8,7 +8,10 @@ unacknowledged message after the visibility timeout, which is set above the long
 
 from __future__ import annotations
 
+from typing import Any
+
 from celery import Celery
+from celery.schedules import crontab
 
 from pipeline.constants import (
     EXTRACT_QUEUE,
@@ -17,12 +20,33 @@ from pipeline.constants import (
     TASK_SOFT_TIME_LIMIT_S,
     VISIBILITY_TIMEOUT_S,
 )
-from pipeline.settings import get_settings
+from pipeline.settings import Settings, get_settings
 from workers.backend import backend_url
 
 RESULT_EXPIRES_S = 7 * 24 * 3600
 SOFT_SHUTDOWN_S = 60.0
 LOCAL_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
+    """What `pipeline beat` sends: the watchdog always, the nightly inbox when one is set."""
+    schedule: dict[str, dict[str, Any]] = {
+        "watchdog": {
+            "task": "pipeline.watchdog",
+            "schedule": settings.watchdog_interval_s,
+            # A pass that waited longer than one interval is superseded by the next.
+            "options": {"expires": settings.watchdog_interval_s},
+        },
+    }
+    if settings.inbox:
+        minute, hour, day, month, weekday = settings.inbox_schedule.split()
+        schedule["nightly"] = {
+            "task": "pipeline.nightly",
+            "schedule": crontab(
+                minute=minute, hour=hour, day_of_month=day, month_of_year=month, day_of_week=weekday
+            ),
+        }
+    return schedule
 
 
 def create_app() -> Celery:
@@ -49,6 +73,7 @@ def create_app() -> Celery:
         # On a warm shutdown (SIGTERM), give in-flight LLM calls time to finish first.
         worker_soft_shutdown_timeout=SOFT_SHUTDOWN_S,
         worker_enable_soft_shutdown_on_idle=True,
+        broker_transport="workers.broker:Transport",
         broker_transport_options=transport,
         result_backend_transport_options=transport,
         result_expires=RESULT_EXPIRES_S,
@@ -59,15 +84,9 @@ def create_app() -> Celery:
             "pipeline.compress": {"queue": REPORT_QUEUE},
             "pipeline.synthesize": {"queue": REPORT_QUEUE},
             "pipeline.watchdog": {"queue": REPORT_QUEUE},
+            "pipeline.nightly": {"queue": REPORT_QUEUE},
         },
-        beat_schedule={
-            "watchdog": {
-                "task": "pipeline.watchdog",
-                "schedule": settings.watchdog_interval_s,
-                # A pass that waited longer than one interval is superseded by the next.
-                "options": {"expires": settings.watchdog_interval_s},
-            },
-        },
+        beat_schedule=beat_schedule(settings),
         broker_connection_retry_on_startup=True,
         worker_send_task_events=True,
         task_send_sent_event=True,

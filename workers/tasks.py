@@ -186,3 +186,36 @@ def watchdog() -> dict[str, list[str]]:
             outcome["stalled"].append(verdict.run_id)
         log.warning("watchdog: run %s idle %.0f s: %s", verdict.run_id, verdict.idle_s, verdict.action)
     return outcome
+
+
+@app.task(name="pipeline.nightly")
+def nightly() -> str | None:
+    """Periodic (beat, PIPELINE_INBOX_SCHEDULE): submit the inbox's new content as a run.
+
+    Runs on a worker, so the inbox must be readable there (a shared volume or directory)."""
+    from datetime import date
+
+    from pipeline.producer import prepare_run
+    from workers.canvas import enqueue_run
+
+    ctx = worker_context()
+    inbox = ctx.settings.inbox
+    if not inbox:
+        return None
+    plan = prepare_run(
+        ctx.engine,
+        ctx.settings,
+        [inbox],
+        query=ctx.settings.inbox_query,
+        name=f"nightly-{date.today().isoformat()}",
+        only_new=True,
+    )
+    log.info(
+        "nightly: %d new, %d skipped, %d processed before",
+        len(plan.document_ids),
+        len(plan.rejected),
+        len(plan.already_processed),
+    )
+    if plan.document_ids:
+        enqueue_run(plan.run_id, plan.document_ids)
+    return plan.run_id if plan.created else None

@@ -86,6 +86,19 @@ def create_run(
     return run
 
 
+def delete_run(session: Session, run_id: str) -> None:
+    session.execute(delete(Document).where(Document.run_id == run_id))
+    session.execute(delete(Run).where(Run.id == run_id))
+
+
+def content_extracted(session: Session, sha256: str) -> bool:
+    """Whether some run already extracted this exact content."""
+    found = session.scalar(
+        select(Document.id).where(Document.sha256 == sha256, Document.status == DocStatus.EXTRACTED).limit(1)
+    )
+    return found is not None
+
+
 def store_content(session: Session, sha256: str, text: str, size_bytes: int) -> None:
     upsert(session, Content, [{"sha256": sha256, "text": text, "bytes": size_bytes}], ["sha256"])
 
