@@ -226,7 +226,7 @@ def test_flower_unauthenticated_starts_with_a_loud_warning(
 
 
 def _settings(**values: Any) -> Settings:
-    return Settings(**{"flower_user": None, "flower_password": None, **values})
+    return Settings(_env_file=None, **{"flower_user": None, "flower_password": None, **values})
 
 
 def test_basic_auth_is_user_colon_password_and_never_in_flowers_arguments() -> None:
