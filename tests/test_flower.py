@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import re
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -148,6 +149,26 @@ def test_metrics_and_healthcheck_are_served_without_credentials(flower: Flower) 
     metrics = flower.get("/metrics", auth=None)
     assert metrics.status_code == 200
     assert "# TYPE flower_events_total counter" in metrics.text
+
+
+def test_the_compose_healthcheck_passes_with_the_login_and_fails_without(flower: Flower) -> None:
+    yaml = pytest.importorskip("yaml", reason="pyyaml is needed to read docker-compose.yml")
+    compose = yaml.safe_load((Path(__file__).resolve().parents[1] / "docker-compose.yml").read_text())
+    *_, code = compose["services"]["flower"]["healthcheck"]["test"]
+    port = flower.url.rsplit(":", 1)[1]
+
+    def check(password: str) -> int:
+        env = {
+            "PIPELINE_FLOWER_PORT": port,
+            "PIPELINE_FLOWER_USER": USER,
+            "PIPELINE_FLOWER_PASSWORD": password,
+        }
+        return subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, timeout=30
+        ).returncode
+
+    assert check(PASSWORD) == 0
+    assert check("wrong") != 0
 
 
 # -- what Flower shows of a run -----------------------------------------------------------
