@@ -366,6 +366,50 @@ def report(run: str | None, fmt: str, output: Path | None) -> None:
         click.echo(text)
 
 
+# -- monitoring --------------------------------------------------------------------------
+
+
+@main.command()
+@click.option("--address", default=None, help="Interface to listen on (default PIPELINE_FLOWER_ADDRESS).")
+@click.option(
+    "--port", type=click.IntRange(1, 65535), default=None, help="Port (default PIPELINE_FLOWER_PORT)."
+)
+@click.option(
+    "--unauthenticated",
+    is_flag=True,
+    help="Start without basic auth: anyone who can reach the port sees every worker and task.",
+)
+def flower(address: str | None, port: int | None, unauthenticated: bool) -> None:
+    """Start Flower, the web monitor of workers and tasks, with basic auth from
+    PIPELINE_FLOWER_USER / PIPELINE_FLOWER_PASSWORD. Prometheus metrics at /metrics."""
+    from pipeline.errors import ConfigError
+    from pipeline.monitoring import BASIC_AUTH_ENV, METRICS_PATH, basic_auth, flower_argv
+
+    settings = get_settings()
+    if not settings.redis_url:
+        _fail("PIPELINE_REDIS_URL is not set: point it at the broker")
+    try:
+        credentials = basic_auth(settings, unauthenticated=unauthenticated)
+    except ConfigError as exc:
+        _fail(str(exc))
+    address = address or settings.flower_address
+    port = port or settings.flower_port
+    if credentials is None:
+        os.environ.pop(BASIC_AUTH_ENV, None)
+        console.print(
+            f"[bold red]WARNING: Flower starts WITHOUT authentication on {escape(address)}:{port}: "
+            "anyone who can reach it sees every worker and task.[/] Set PIPELINE_FLOWER_USER and "
+            "PIPELINE_FLOWER_PASSWORD to require a login."
+        )
+    else:
+        # Flower reads it from its environment: not on a command line `ps` shows, nor in a log.
+        os.environ[BASIC_AUTH_ENV] = credentials
+    console.print(f"Flower on http://{escape(address)}:{port}/ (Prometheus metrics at {METRICS_PATH})")
+    from workers.app import app
+
+    sys.exit(app.start(flower_argv(address, port)) or 0)
+
+
 # -- the simulator and the all-in-one ----------------------------------------------------
 
 

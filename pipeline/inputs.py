@@ -34,6 +34,11 @@ class LoadedFile:
     note: str | None = None
 
 
+NO_MATCH = "the pattern matches no file"
+EMPTY_DIRECTORY = "the directory holds no file"
+NOTHING_THERE = (NO_MATCH, EMPTY_DIRECTORY)
+
+
 def expand(patterns: Sequence[str]) -> Iterator[Candidate]:
     """Files named by `patterns` (paths, globs, directories), in a stable order."""
     seen: set[str] = set()
@@ -48,7 +53,7 @@ def _expand_one(pattern: str) -> Iterator[Candidate]:
     if glob.has_magic(pattern):
         matches = sorted(glob.glob(pattern, recursive=True))
         if not matches:
-            yield Candidate(pattern, "the pattern matches no file")
+            yield Candidate(pattern, NO_MATCH)
         for match in matches:
             yield from _expand_one(match)
         return
@@ -56,7 +61,7 @@ def _expand_one(pattern: str) -> Iterator[Candidate]:
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if not p.is_dir() and not p.name.startswith("."))
         if not files:
-            yield Candidate(pattern, "the directory holds no file")
+            yield Candidate(pattern, EMPTY_DIRECTORY)
         for file in files:
             yield _check(file)
         return

@@ -79,6 +79,8 @@ def prepare_run(
     for batch in _batches(inputs.expand(paths), COMMIT_EVERY_DOCUMENTS):
         with session_scope(engine) as session:
             for candidate in batch:
+                if only_new and candidate.problem in inputs.NOTHING_THERE:
+                    continue  # an empty inbox tonight is not a run
                 loaded = inputs.load(candidate, settings.max_file_bytes)
                 if on_file:
                     on_file(loaded)

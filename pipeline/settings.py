@@ -111,7 +111,15 @@ class Settings(BaseSettings):
         default=None, description="several API keys, comma-separated, each with its own limits"
     )
 
-    @field_validator("database_url", "redis_url", "llm_base_url", "inbox", mode="before")
+    # Flower, the web monitor (`pipeline flower`): basic auth is required unless --unauthenticated.
+    flower_user: str | None = Field(default=None, description="Flower basic-auth user name")
+    flower_password: SecretStr | None = Field(default=None, description="Flower basic-auth password")
+    flower_address: str = Field(default="127.0.0.1", description="interface Flower listens on")
+    flower_port: int = Field(default=5555, ge=1, le=65535)
+
+    @field_validator(
+        "database_url", "redis_url", "llm_base_url", "inbox", "flower_user", "flower_password", mode="before"
+    )
     @classmethod
     def _blank_is_unset(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value

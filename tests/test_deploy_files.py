@@ -1,4 +1,5 @@
-"""The deployment files (compose, Dockerfile, prestart, cron, systemd) checked without Docker.
+"""The deployment files (compose, Dockerfile, prestart, cron, systemd, Prometheus) checked without
+Docker.
 
 No Docker engine is needed: the files are parsed, every command they give the `pipeline` image
 is parsed by the real click CLI, and prestart.sh is run against a SQLite file.
@@ -25,6 +26,8 @@ import pytest
 
 from pipeline import constants
 from pipeline.cli import main
+from pipeline.monitoring import METRICS_PATH
+from pipeline.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -34,6 +37,9 @@ PRESTART = ROOT / "ops" / "prestart.sh"
 ENV_EXAMPLE = ROOT / ".env.example"
 CRONTAB = ROOT / "ops" / "crontab.example"
 WORKER_UNIT = ROOT / "ops" / "systemd" / "pipeline-worker@.service"
+BEAT_UNIT = ROOT / "ops" / "systemd" / "pipeline-beat.service"
+FLOWER_UNIT = ROOT / "ops" / "systemd" / "pipeline-flower.service"
+PROMETHEUS = ROOT / "ops" / "prometheus.yml"
 
 SECRET_NAME = re.compile(r"(?:^|_)(?:PASSWORD|SECRET|TOKEN|API_KEY)(?:$|_)", re.IGNORECASE)
 ONLY_INTERPOLATION = re.compile(r"^\$\{[A-Za-z_][A-Za-z0-9_]*(?::?[-?][^}]*)?\}$")
@@ -84,6 +90,14 @@ def parse_cli(args: list[str]) -> tuple[click.Command, click.Context]:
             ctx = sub.make_context(name, rest, parent=ctx, resilient_parsing=False)
         command = sub
     return command, ctx
+
+
+def read_unit(path: Path) -> configparser.SectionProxy:
+    """The [Service] section of a systemd unit."""
+    unit = configparser.ConfigParser(interpolation=None, strict=False)
+    unit.optionxform = str  # type: ignore[assignment,method-assign]
+    unit.read_string(path.read_text())
+    return unit["Service"]
 
 
 def duration_s(value: str) -> float:
@@ -158,9 +172,8 @@ def depends(svc: dict[str, Any], on: str) -> str | None:
 
 def test_compose_has_the_services_and_no_version_key(compose: dict[str, Any]) -> None:
     assert "version" not in compose  # obsolete in the compose spec
-    assert {"redis", "postgres", "migrate", "worker", "sim"} <= set(compose["services"])
-    assert not {"beat", "flower"} & set(compose["services"])  # their commands do not exist yet
-    assert set(pipeline_services(compose["services"])) == {"migrate", "worker", "sim"}
+    assert {"redis", "postgres", "migrate", "worker", "beat", "flower", "sim"} <= set(compose["services"])
+    assert set(pipeline_services(compose["services"])) == {"migrate", "worker", "beat", "flower", "sim"}
 
 
 def test_redis_is_a_durable_password_protected_broker(services: dict[str, dict[str, Any]]) -> None:
@@ -210,6 +223,49 @@ def test_worker_is_scalable_and_shuts_down_gracefully(services: dict[str, dict[s
     assert as_args(worker["command"]) == ["worker", "--concurrency", "16"]
 
 
+def test_beat_gets_the_pipeline_settings_and_waits_for_the_migration(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    beat = services["beat"]
+    assert as_args(beat["command"]) == ["beat"]
+    assert "ports" not in beat
+    assert depends(beat, "redis") == "service_healthy"
+    assert depends(beat, "migrate") == "service_completed_successfully"
+    assert beat["restart"] == "unless-stopped"
+
+
+def test_flower_needs_a_login_and_is_published_on_loopback_only(compose: dict[str, Any]) -> None:
+    flower = compose["services"]["flower"]
+    # Listens on every interface inside its container, so that the published port reaches it ...
+    assert as_args(flower["command"]) == ["flower", "--address", "0.0.0.0"]
+    command, ctx = parse_cli(as_args(flower["command"]))
+    assert command.name == "flower" and not ctx.params["unauthenticated"]
+    # ... which only the Docker host's loopback publishes.
+    port = Settings.model_fields["flower_port"].default
+    assert flower["ports"] == [f"127.0.0.1:{port}:{port}"]
+    env = flower["environment"]
+    assert env["PIPELINE_FLOWER_USER"] == "${FLOWER_USER:?set FLOWER_USER}"
+    assert env["PIPELINE_FLOWER_PASSWORD"] == "${FLOWER_PASSWORD:?set FLOWER_PASSWORD}"
+    # The broker only: no database URL and no LLM key in the monitor's container.
+    assert set(env) == {"PIPELINE_REDIS_URL", "PIPELINE_FLOWER_USER", "PIPELINE_FLOWER_PASSWORD"}
+    assert env["PIPELINE_REDIS_URL"] == compose["x-pipeline-env"]["PIPELINE_REDIS_URL"]
+    assert depends(flower, "redis") == "service_healthy"
+    assert flower["restart"] == "unless-stopped"
+
+
+def test_flowers_healthcheck_logs_in_with_the_containers_credentials(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    # The check itself runs against a real Flower in test_flower.py.
+    check = services["flower"]["healthcheck"]
+    kind, python, flag, code = check["test"]
+    assert (kind, python, flag) == ("CMD", "python", "-c")  # exec form: no shell, no $ expansion
+    compile(code, "healthcheck", "exec")
+    assert "$" not in code and "FLOWER_PASSWORD}" not in code
+    assert 'os.environ["PIPELINE_FLOWER_PASSWORD"]' in code and "Authorization" in code
+    assert duration_s(check["timeout"]) < duration_s(check["interval"])
+
+
 def test_sim_is_only_in_the_dry_run_profile(services: dict[str, dict[str, Any]]) -> None:
     assert services["sim"]["profiles"] == ["dry-run"]
     assert as_args(services["sim"]["command"])[:5] == ["sim", "--host", "0.0.0.0", "--port", "8900"]
@@ -229,7 +285,7 @@ def test_pipeline_services_share_the_connection_settings(compose: dict[str, Any]
     assert db == "postgresql+psycopg://pipeline:<POSTGRES_PASSWORD>@postgres:5432/pipeline"
     assert interpolate(env["PIPELINE_REDIS_URL"]) == "redis://:<REDIS_PASSWORD>@redis:6379/0"
     assert interpolate(env["PIPELINE_LLM_MODEL"]) == constants.DEFAULT_MODEL
-    for name in ("migrate", "worker"):
+    for name in ("migrate", "worker", "beat"):
         assert compose["services"][name]["environment"] == env, name
 
 
@@ -264,7 +320,7 @@ def test_every_pipeline_command_is_a_real_cli_command(services: dict[str, dict[s
         except click.ClickException as exc:
             pytest.fail(f"{name}: `pipeline {shlex.join(args)}`: {exc.format_message()}")
         checked += 1
-    assert checked >= 2
+    assert checked >= 3
 
 
 def test_cli_parsing_rejects_bad_commands() -> None:
@@ -277,6 +333,9 @@ def test_cli_parsing_rejects_bad_commands() -> None:
         parse_cli(["sim", "--listen", "0.0.0.0"])
     command, ctx = parse_cli(["worker", "--concurrency", "16"])
     assert command.name == "worker" and ctx.params["concurrency"] == 16
+    # Only a pending command is skipped while it is missing, never a typo of one.
+    with pytest.raises(click.UsageError):
+        parse_cli(["beet"])
 
 
 # -- image ----------------------------------------------------------------------------------
@@ -397,10 +456,7 @@ def test_crontab_submits_nightly_with_the_env_file() -> None:
 
 def test_systemd_worker_unit_is_templated_and_stops_gracefully() -> None:
     assert WORKER_UNIT.name.endswith("@.service")
-    unit = configparser.ConfigParser(interpolation=None, strict=False)
-    unit.optionxform = str  # type: ignore[assignment,method-assign]
-    unit.read_string(WORKER_UNIT.read_text())
-    service = unit["Service"]
+    service = read_unit(WORKER_UNIT)
     assert service["EnvironmentFile"] == "/etc/pipeline/env"
     assert service["Restart"] == "on-failure"
     assert service["KillSignal"] == "SIGTERM"
@@ -411,3 +467,45 @@ def test_systemd_worker_unit_is_templated_and_stops_gracefully() -> None:
     assert "%i" in service["ExecStart"]  # instances need distinct Celery node names
     command, _ = parse_cli(args)
     assert command.name == "worker"
+
+
+@pytest.mark.parametrize(("path", "name"), [(BEAT_UNIT, "beat"), (FLOWER_UNIT, "flower")])
+def test_systemd_beat_and_flower_units_run_existing_commands(path: Path, name: str) -> None:
+    service = read_unit(path)
+    assert service["EnvironmentFile"] == "/etc/pipeline/env"  # secrets, like the workers'
+    assert service["User"] not in ("", "root", "0")
+    assert service["Restart"] == "on-failure"
+    assert service["ProtectSystem"] == "strict" and service["NoNewPrivileges"] == "yes"
+    assert service["WorkingDirectory"] == "/var/lib/pipeline" and service["StateDirectory"] == "pipeline"
+    exe, *args = shlex.split(service["ExecStart"])
+    assert Path(exe).name == "pipeline" and Path(exe).is_absolute()
+    assert args[0] == name
+    command, _ = parse_cli(args)
+    assert command.name == name
+
+
+def test_systemd_flower_unit_keeps_the_password_off_its_command_line() -> None:
+    service = read_unit(FLOWER_UNIT)
+    _, *args = shlex.split(service["ExecStart"])
+    assert args == ["flower"]  # address, port and login come from the environment file
+    assert "PASSWORD" not in service["ExecStart"].upper() and "basic" not in service["ExecStart"]
+    values = env_example()
+    for key in ("PIPELINE_FLOWER_USER", "PIPELINE_FLOWER_PASSWORD", "PIPELINE_FLOWER_ADDRESS"):
+        assert key in values, f"{key} missing from .env.example"
+    assert values["PIPELINE_FLOWER_ADDRESS"] == Settings.model_fields["flower_address"].default
+
+
+# -- Prometheus -----------------------------------------------------------------------------
+
+
+def test_prometheus_scrapes_flowers_metrics_with_a_password_file() -> None:
+    yaml = pytest.importorskip("yaml", reason="pyyaml is needed to parse ops/prometheus.yml")
+    config = yaml.safe_load(PROMETHEUS.read_text())
+    (job,) = [j for j in config["scrape_configs"] if j["job_name"] == "pipeline-flower"]
+    assert job["metrics_path"] == METRICS_PATH
+    (static,) = job["static_configs"]
+    port = Settings.model_fields["flower_port"].default
+    assert static["targets"] == [f"127.0.0.1:{port}"]
+    auth = job["basic_auth"]
+    assert "password" not in auth and Path(auth["password_file"]).is_absolute()
+    assert auth["username"] == env_example()["FLOWER_USER"]

@@ -1,0 +1,281 @@
+"""`pipeline flower`: Flower as a real process against the session's broker and real workers.
+
+Every request goes over HTTP to the running Flower; the run it watches goes through the real
+workers, Redis, the database and the simulator.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+from sqlalchemy import select
+
+from pipeline import embedded
+from pipeline.errors import ConfigError
+from pipeline.monitoring import UNAUTHENTICATED_API_ENV, basic_auth, flower_argv
+from pipeline.settings import Settings
+from pipeline.storage.db import get_engine, session_scope
+from pipeline.storage.models import Document
+from pipeline.synth_filings import generate_filing
+from tests.conftest import run_cli
+
+USER = "ops"
+PASSWORD = "flower-test-password:never-logged"  # a colon in a password is allowed
+WAIT_S = 20.0
+T = TypeVar("T")
+
+RUN_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+@dataclass
+class Flower:
+    child: embedded.Child
+    url: str
+
+    def get(self, path: str, auth: tuple[str, str] | None = (USER, PASSWORD)) -> httpx.Response:
+        return httpx.get(self.url + path, auth=auth, timeout=10)
+
+
+@contextmanager
+def running_flower(env: dict[str, str], log: Path, *args: str) -> Iterator[Flower]:
+    """`pipeline flower ARGS` on a free loopback port, listening; stopped at the end."""
+    port = embedded.free_port()
+    argv = [sys.executable, "-m", "pipeline", "flower", "--port", str(port), *args]
+    with embedded.Child("flower", argv, env=embedded.child_env(env), log_path=log) as child:
+        try:
+            embedded.wait_for_port(port, child=child)
+        except RuntimeError as exc:
+            pytest.fail(f"{exc}: {log.read_text(errors='replace')[-2000:]}")
+        yield Flower(child, f"http://127.0.0.1:{port}")
+
+
+def eventually(probe: Callable[[], T | None], what: str, timeout_s: float = WAIT_S) -> T:
+    """`probe()`'s first truthy value, polled until `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not (value := probe()):
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.25)
+    return value
+
+
+def task_args(task: dict[str, Any]) -> tuple[object, ...]:
+    """A task's positional arguments from Flower's repr of them (a chord body's is a list)."""
+    value = ast.literal_eval(task["args"])
+    assert isinstance(value, tuple | list), task
+    return tuple(value)
+
+
+def node_name(worker: embedded.Child) -> str:
+    return worker.name.replace("%h", socket.gethostname())
+
+
+@pytest.fixture(scope="module")
+def flower(
+    pipeline_env: dict[str, str],
+    workers: list[embedded.Child],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Flower]:
+    """Flower with credentials from the environment, receiving the session workers' events."""
+    env = {**pipeline_env, "PIPELINE_FLOWER_USER": USER, "PIPELINE_FLOWER_PASSWORD": PASSWORD}
+    with running_flower(env, tmp_path_factory.mktemp("flower") / "flower.log") as running:
+        # Worker heartbeats reaching /metrics show Flower's event receiver is connected: a run
+        # submitted from now on is seen from its first task.
+        names = [node_name(w) for w in workers]
+        eventually(
+            lambda: all(
+                f'flower_worker_online{{worker="{n}"}} 1.0' in running.get("/metrics").text for n in names
+            ),
+            "worker heartbeats in Flower's metrics",
+        )
+        yield running
+
+
+def flower_env(**settings: str) -> dict[str, str]:
+    """An environment for a `pipeline flower` that must not find credentials elsewhere."""
+    return {"PIPELINE_FLOWER_USER": "", "PIPELINE_FLOWER_PASSWORD": "", **settings}
+
+
+# -- basic auth ---------------------------------------------------------------------------
+
+
+def test_the_api_refuses_requests_without_the_right_credentials(flower: Flower) -> None:
+    assert flower.get("/api/workers", auth=None).status_code == 401
+    assert flower.get("/api/workers", auth=(USER, "wrong")).status_code == 401
+    assert flower.get("/api/tasks", auth=None).status_code == 401
+    assert flower.get("/", auth=None).status_code == 401
+
+
+def test_an_authenticated_request_lists_the_workers(flower: Flower, workers: list[embedded.Child]) -> None:
+    def listed() -> dict[str, Any] | None:
+        response = flower.get("/api/workers?refresh=1")
+        assert response.status_code == 200, response.text
+        found: dict[str, Any] = response.json()
+        return found if {node_name(w) for w in workers} <= set(found) else None
+
+    found = eventually(listed, "the workers in /api/workers")
+    for worker in workers:
+        queues = {q["name"] for q in found[node_name(worker)]["active_queues"]}
+        assert queues == {"extract", "report"}
+
+
+def test_the_password_is_on_no_command_line_and_in_no_log(flower: Flower) -> None:
+    pid = flower.child.process.pid
+    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    assert "flower" in cmdline and PASSWORD not in cmdline
+    assert flower.child.log_path is not None
+    log = flower.child.log_path.read_text(errors="replace")
+    assert "Visit me at http://127.0.0.1:" in log
+    assert PASSWORD not in log and "never-logged" not in log
+
+
+def test_metrics_and_healthcheck_are_served_without_credentials(flower: Flower) -> None:
+    # Flower 2 exempts these two from authentication (documented in its auth page); the README
+    # says so, and the default loopback binding is what keeps them private.
+    health = flower.get("/healthcheck", auth=None)
+    assert (health.status_code, health.text) == (200, "OK")
+    metrics = flower.get("/metrics", auth=None)
+    assert metrics.status_code == 200
+    assert "# TYPE flower_events_total counter" in metrics.text
+
+
+def test_the_compose_healthcheck_passes_with_the_login_and_fails_without(flower: Flower) -> None:
+    yaml = pytest.importorskip("yaml", reason="pyyaml is needed to read docker-compose.yml")
+    compose = yaml.safe_load((Path(__file__).resolve().parents[1] / "docker-compose.yml").read_text())
+    *_, code = compose["services"]["flower"]["healthcheck"]["test"]
+    port = flower.url.rsplit(":", 1)[1]
+
+    def check(password: str) -> int:
+        env = {
+            "PIPELINE_FLOWER_PORT": port,
+            "PIPELINE_FLOWER_USER": USER,
+            "PIPELINE_FLOWER_PASSWORD": password,
+        }
+        return subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, timeout=30
+        ).returncode
+
+    assert check(PASSWORD) == 0
+    assert check("wrong") != 0
+
+
+# -- what Flower shows of a run -----------------------------------------------------------
+
+
+def test_a_runs_tasks_are_listed_with_ids_as_their_only_arguments(
+    flower: Flower, pipeline_env: dict[str, str], tmp_path: Path
+) -> None:
+    texts = []
+    for index in (31, 32):
+        text, truth = generate_filing(index, seed=7, target_bytes=20_000)
+        (tmp_path / truth.filename).write_text(text, encoding="utf-8")
+        texts.append((text, truth.company))
+    result = run_cli("submit", str(tmp_path / "*.txt"), "--wait", env=pipeline_env)
+    assert result.returncode == 0, result.stderr
+    run_id = result.stdout.strip().splitlines()[-1]
+    with session_scope(get_engine(pipeline_env["PIPELINE_DATABASE_URL"])) as session:
+        document_ids = set(session.scalars(select(Document.id).where(Document.run_id == run_id)))
+    assert len(document_ids) == 2
+
+    def args_of(tasks: dict[str, Any], name: str) -> set[tuple[object, ...]]:
+        return {task_args(t) for t in tasks.values() if t["name"] == name and t["state"] == "SUCCESS"}
+
+    def run_listed() -> tuple[str, dict[str, Any]] | None:
+        response = flower.get("/api/tasks")
+        assert response.status_code == 200, response.text
+        tasks: dict[str, Any] = response.json()
+        extracted = args_of(tasks, "pipeline.extract") >= {(d,) for d in document_ids}
+        finalized = (run_id,) in args_of(tasks, "pipeline.finalize")
+        return (response.text, tasks) if extracted and finalized else None
+
+    body, tasks = eventually(run_listed, "the run's extract and finalize tasks in /api/tasks")
+    assert (run_id,) in args_of(tasks, "pipeline.synthesize")
+    for task in tasks.values():  # every task Flower saw, this run's and any other
+        (only,) = task_args(task)
+        assert isinstance(only, int) or RUN_ID.match(str(only)), task
+        kwargs = ast.literal_eval(task["kwargs"])
+        assert set(kwargs) <= {"deferrals"} and all(isinstance(v, int) for v in kwargs.values()), task
+    assert pipeline_env["PIPELINE_LLM_API_KEY"] not in body
+    for text, company in texts:
+        assert company not in body
+        for line in (ln for ln in text.splitlines() if len(ln) > 60):
+            assert line[:60] not in body
+    assert PASSWORD not in body
+
+
+# -- starting it --------------------------------------------------------------------------
+
+
+def test_flower_without_credentials_refuses_to_start(pipeline_env: dict[str, str], tmp_path: Path) -> None:
+    result = run_cli("flower", env={**pipeline_env, **flower_env()}, cwd=tmp_path, timeout_s=60)
+    assert result.returncode == 2
+    assert "Flower needs basic auth: set PIPELINE_FLOWER_USER and PIPELINE_FLOWER_PASSWORD" in result.stderr
+    assert "--unauthenticated" in result.stderr
+
+    only_user = flower_env(PIPELINE_FLOWER_USER=USER)
+    result = run_cli("flower", env={**pipeline_env, **only_user}, cwd=tmp_path, timeout_s=60)
+    assert result.returncode == 2
+    assert "set PIPELINE_FLOWER_PASSWORD" in result.stderr
+
+
+def test_flower_unauthenticated_starts_with_a_loud_warning(
+    pipeline_env: dict[str, str], tmp_path: Path
+) -> None:
+    env = {**pipeline_env, **flower_env(), UNAUTHENTICATED_API_ENV: "false"}
+    with running_flower(env, tmp_path / "flower.log", "--unauthenticated") as open_flower:
+        assert open_flower.get("/", auth=None).status_code == 200
+        # Flower keeps its HTTP API (which can revoke tasks and stop workers) closed without
+        # auth unless FLOWER_UNAUTHENTICATED_API is set as well.
+        assert open_flower.get("/api/workers", auth=None).status_code == 401
+    log = (tmp_path / "flower.log").read_text()
+    assert "WARNING: Flower starts WITHOUT authentication on 127.0.0.1:" in log
+
+
+# -- the options, pure --------------------------------------------------------------------
+
+
+def _settings(**values: Any) -> Settings:
+    return Settings(_env_file=None, **{"flower_user": None, "flower_password": None, **values})
+
+
+def test_basic_auth_is_user_colon_password_and_never_in_flowers_arguments() -> None:
+    settings = _settings(flower_user="ops", flower_password="pa:ss")
+    assert basic_auth(settings, unauthenticated=False) == "ops:pa:ss"
+    assert flower_argv("127.0.0.1", 5555) == ["flower", "--address=127.0.0.1", "--port=5555"]
+
+
+@pytest.mark.parametrize(
+    ("values", "unauthenticated", "message"),
+    [
+        ({}, False, "set PIPELINE_FLOWER_USER and PIPELINE_FLOWER_PASSWORD"),
+        ({"flower_user": "ops"}, False, "set PIPELINE_FLOWER_PASSWORD"),
+        ({"flower_user": "ops", "flower_password": "change-me"}, False, "is a placeholder"),
+        ({"flower_user": "o:ps", "flower_password": "long-password"}, False, "must not contain"),
+        ({"flower_user": "ops", "flower_password": "a,b"}, False, "must not contain ','"),
+        ({"flower_user": "ops", "flower_password": "long-password"}, True, "drop the flag"),
+    ],
+)
+def test_basic_auth_refuses_what_cannot_work(
+    values: dict[str, str], unauthenticated: bool, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        basic_auth(_settings(**values), unauthenticated=unauthenticated)
+
+
+def test_blank_credentials_mean_none_and_unauthenticated_allows_that() -> None:
+    settings = _settings(flower_user=" ", flower_password="")
+    assert settings.flower_user is None and settings.flower_password is None
+    assert basic_auth(settings, unauthenticated=True) is None
+    assert (settings.flower_address, settings.flower_port) == ("127.0.0.1", 5555)
