@@ -270,8 +270,17 @@ def _print_status(view: RunStatusView) -> None:
     console.print(
         f"run {view.run_id} [bold]{view.status}[/]{' (simulated)' if view.simulated else ''}: {docs}; "
         f"{view.llm_calls} LLM calls, {view.prompt_tokens + view.completion_tokens:,} tokens, "
-        f"{view.elapsed_s:.1f} s"
+        f"{_cost_text(view)}, {view.elapsed_s:.1f} s"
     )
+
+
+def _cost_text(view: RunStatusView) -> str:
+    cost = "cost unknown" if view.cost_usd is None else f"${view.cost_usd:,.4f}"
+    if view.cost_usd is not None and view.unpriced_calls:
+        cost += f" (+{view.unpriced_calls} calls without a price)"
+    if view.budget_usd is not None:
+        cost += f" of a ${view.budget_usd:,.2f} budget"
+    return cost
 
 
 @main.command()
@@ -295,7 +304,10 @@ def status(run: str | None, as_json: bool) -> None:
     out = Console()
     table = Table(title=f"run {view.run_id}", show_header=False)
     for key, value in view.as_dict().items():
+        if key in ("cost_usd", "unpriced_calls", "budget_usd"):
+            continue
         table.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
+    table.add_row("cost", _cost_text(view))
     out.print(table)
     if limiter:
         columns = [

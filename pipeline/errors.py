@@ -58,6 +58,10 @@ class ProviderRejected(PermanentError):
     """The provider rejected the request itself (4xx other than 429)."""
 
 
+class BudgetSpent(PermanentError):
+    """The run has spent its budget (PIPELINE_RUN_BUDGET_USD): no more LLM calls for it."""
+
+
 class RequestTooLarge(PermanentError):
     """One call needs more tokens than the TPM quota allows in a whole window."""
 

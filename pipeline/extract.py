@@ -48,12 +48,13 @@ def extract_document(ctx: Context, document_id: int, failed_attempts: int = 0) -
         run = session.get(Run, doc.run_id)
         if run is not None and run.reuse_answers:
             repo.reuse_answers(session, doc, chunks, ctx.llm.extract_model_names())
+        capped = run is not None and run.budget_usd is not None
     try:
         answers = []
         for chunk in chunks:
             if time.monotonic() - started > ctx.settings.task_time_budget_s:
                 raise errors.Deferred("the task ran past its time budget; answered chunks kept", 0.0)
-            answers.append(_chunk_result(ctx, doc, chunk, text, len(chunks), failed_attempts))
+            answers.append(_chunk_result(ctx, doc, chunk, text, len(chunks), failed_attempts, capped))
     except errors.Deferred:
         with session_scope(ctx.engine) as session:
             repo.hand_back_attempt(session, document_id)
@@ -71,11 +72,20 @@ def extract_document(ctx: Context, document_id: int, failed_attempts: int = 0) -
 
 
 def _chunk_result(
-    ctx: Context, doc: Document, chunk: Chunk, text: str, count: int, failed_attempts: int
+    ctx: Context,
+    doc: Document,
+    chunk: Chunk,
+    text: str,
+    count: int,
+    failed_attempts: int,
+    capped: bool,
 ) -> tuple[FilingExtraction, str]:
     """The chunk's answer and the model that gave it: stored, or asked for now."""
     if chunk.result is not None and chunk.prompt_version == PROMPT_VERSION:
         return FilingExtraction.model_validate(chunk.result), chunk.model or ctx.llm.model
+    if capped:
+        with session_scope(ctx.engine) as session:
+            repo.check_budget(session, doc.run_id)
     model = ctx.llm.pick_model("extract", failed_attempts)
     messages = prompts.extract_messages(text[chunk.char_start : chunk.char_end], chunk.idx, count)
     calls: list[CallRecord] = []

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from pipeline import constants as c
 from pipeline import errors, prompts
+from pipeline.cost import call_cost
 from pipeline.ratelimit import Permit, RedisLimiter, Scope
 from pipeline.ratelimit.policy import provider_wait_s
 from pipeline.retry import backoff_s
@@ -52,6 +53,8 @@ class CallRecord:
     error: str | None = None
     key_slot: int = 0
     limiter_wait_ms: int = 0
+    cost_usd: float | None = None
+    """None when the model has no price in PIPELINE_LLM_PRICES."""
 
 
 CallSink = Callable[[CallRecord], None]
@@ -95,6 +98,7 @@ class LLMClient:
         self._rng = rng or random.Random()
         self._keys = settings.api_keys()
         self._extract_models = settings.extract_models()
+        self._prices = settings.prices()
         limits = httpx.Limits(max_connections=pool_size, max_keepalive_connections=pool_size)
         self._http = httpx.Client(limits=limits, timeout=settings.llm_timeout_s)
         self._clients = [
@@ -262,8 +266,9 @@ class LLMClient:
             error = self._map_error(exc)
             latency_ms = int((time.monotonic() - started) * 1000)
             status = _STATUS_OF[type(error)]
+            cost = call_cost(self._prices, model, 0, 0)  # no answer, no usage: nothing billed
             raise _Failure(
-                error, replace(record, status=status, latency_ms=latency_ms, error=str(error))
+                error, replace(record, status=status, latency_ms=latency_ms, error=str(error), cost_usd=cost)
             ) from None
         choice = response.choices[0]
         usage = response.usage
@@ -277,6 +282,12 @@ class LLMClient:
                 prompt_tokens=usage.prompt_tokens if usage else 0,
                 completion_tokens=usage.completion_tokens if usage else 0,
                 latency_ms=int((time.monotonic() - started) * 1000),
+                cost_usd=call_cost(
+                    self._prices,
+                    model,
+                    usage.prompt_tokens if usage else 0,
+                    usage.completion_tokens if usage else 0,
+                ),
             ),
         )
 

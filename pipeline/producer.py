@@ -38,6 +38,8 @@ class SubmitPlan:
     """(path, reason) of every file that will not be extracted."""
     already_processed: list[str] = field(default_factory=list)
     """With `only_new`: files whose content an earlier run extracted (not part of this run)."""
+    tokens: int = 0
+    """Estimated tokens of the run's documents (what PIPELINE_MAX_RUN_TOKENS caps)."""
     created: bool = True
     """False when `only_new` found nothing new: no run was stored."""
 
@@ -74,6 +76,7 @@ def prepare_run(
             prompt_version=PROMPT_VERSION,
             simulated=simulated,
             reuse_answers=reuse_answers,
+            budget_usd=settings.run_budget_usd,
         )
     first_path_of: dict[str, str] = {}
     for batch in _batches(inputs.expand(paths), COMMIT_EVERY_DOCUMENTS):
@@ -115,6 +118,10 @@ def _add_file(
     problem = loaded.problem
     if loaded.sha256 and loaded.sha256 in first_path_of:
         problem = f"duplicate of {first_path_of[loaded.sha256]} in this batch"
+    spans: list[chunking.ChunkSpan] = []
+    if not problem and loaded.text is not None:
+        spans = chunking.split(loaded.text, settings.chunk_tokens, settings.chunk_overlap_tokens)
+        problem = _over_token_caps(settings, plan, sum(s.token_estimate for s in spans))
     if problem or loaded.text is None or loaded.sha256 is None:
         reason = problem or "unusable"
         repo.add_document(
@@ -130,7 +137,7 @@ def _add_file(
         return
     first_path_of[loaded.sha256] = loaded.path
     repo.store_content(session, loaded.sha256, loaded.text, loaded.size_bytes)
-    spans = chunking.split(loaded.text, settings.chunk_tokens, settings.chunk_overlap_tokens)
+    plan.tokens += sum(s.token_estimate for s in spans)
     doc = repo.add_document(
         session,
         plan.run_id,
@@ -142,6 +149,15 @@ def _add_file(
     )
     plan.document_ids.append(doc.id)
     plan.chunk_counts[doc.id] = len(spans)
+
+
+def _over_token_caps(settings: Settings, plan: SubmitPlan, tokens: int) -> str | None:
+    """Why a document of `tokens` estimated tokens is not taken, or None when it fits."""
+    if settings.max_document_tokens and tokens > settings.max_document_tokens:
+        return f"about {tokens:,} tokens, over the {settings.max_document_tokens:,}-token document cap"
+    if settings.max_run_tokens and plan.tokens + tokens > settings.max_run_tokens:
+        return f"the run's {settings.max_run_tokens:,}-token cap is reached"
+    return None
 
 
 def _batches(items: Iterable[T], size: int) -> Iterator[list[T]]:

@@ -21,15 +21,18 @@ def compress_document(ctx: Context, document_id: int, failed_attempts: int = 0) 
     """Store a short summary of the document's extraction, by the LLM; idempotent."""
     with session_scope(ctx.engine) as session:
         row = session.execute(
-            select(Extraction, Run.query)
+            select(Extraction, Run.query, Run.budget_usd)
             .join(Run, Run.id == Extraction.run_id)
             .where(Extraction.document_id == document_id)
         ).one_or_none()
     if row is None:
         return "missing"
-    extraction, query = row
+    extraction, query, budget = row
     if extraction.summary:
         return "done"
+    if budget is not None:
+        with session_scope(ctx.engine) as session:
+            repo.check_budget(session, extraction.run_id)
     calls: list[CallRecord] = []
     try:
         summary = ctx.llm.text(
@@ -165,6 +168,9 @@ def _synthesize(ctx: Context, run: Run, summaries: list[str], model: str) -> tup
     budget = ctx.settings.context_budget_tokens - DEFAULT_SYNTHESIZE_MAX_TOKENS - PROMPT_OVERHEAD_TOKENS
 
     def synthesize(batch: list[str]) -> str:
+        if run.budget_usd is not None:
+            with session_scope(ctx.engine) as session:
+                repo.check_budget(session, run.id)
         calls: list[CallRecord] = []
         try:
             return ctx.llm.text(

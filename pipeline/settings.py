@@ -9,6 +9,7 @@ from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pipeline import constants as c
+from pipeline.cost import Price, parse_prices
 
 
 class Settings(BaseSettings):
@@ -101,6 +102,23 @@ class Settings(BaseSettings):
         default=300.0, gt=0, description="AIMD: time to climb back from a cut to the full rate"
     )
 
+    # Cost: prices per model, a budget per run, size caps.
+    llm_prices: str | None = Field(
+        default=None,
+        description="USD per million input/output tokens, e.g. 'gpt-4o-mini:0.15/0.60,gpt-4o:2.50/10'",
+    )
+    run_budget_usd: float | None = Field(
+        default=None,
+        gt=0,
+        description="once a run has spent this, its remaining documents fail with 'budget'",
+    )
+    max_document_tokens: int = Field(
+        default=0, ge=0, description="files estimated above this many tokens are skipped (0: no cap)"
+    )
+    max_run_tokens: int = Field(
+        default=0, ge=0, description="a run takes files until their estimated tokens reach this (0: no cap)"
+    )
+
     # Routing: weighted models for extraction, a fallback, several keys with their own limits.
     llm_models: str | None = Field(
         default=None, description="extract models with weights, e.g. 'gpt-4o-mini:80,gpt-4o:20'"
@@ -123,6 +141,12 @@ class Settings(BaseSettings):
     @classmethod
     def _blank_is_unset(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("llm_prices")
+    @classmethod
+    def _prices_parse(cls, value: str | None) -> str | None:
+        parse_prices(value)
+        return value
 
     @field_validator("inbox_schedule")
     @classmethod
@@ -160,6 +184,9 @@ class Settings(BaseSettings):
             if keys:
                 return keys
         return [self.api_key_value()]
+
+    def prices(self) -> dict[str, Price]:
+        return parse_prices(self.llm_prices)
 
     def extract_models(self) -> list[tuple[str, float]]:
         """(model, weight) pairs for the extract stage; the configured model alone by default."""

@@ -32,6 +32,11 @@ class RunStatusView:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     has_report: bool = False
+    cost_usd: float | None = None
+    """Sum over priced calls; None when no call was priced."""
+    unpriced_calls: int = 0
+    """Calls whose model has no price in PIPELINE_LLM_PRICES: the cost leaves them out."""
+    budget_usd: float | None = None
     error: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -62,11 +67,13 @@ def run_status(engine: Engine, run_id: str) -> RunStatusView:
         if run is None:
             raise UnknownRun(f"no run {run_id!r}")
         counts = repo.status_counts(session, run_id)
-        calls, prompt, completion = session.execute(
+        calls, prompt, completion, cost, priced = session.execute(
             select(
                 func.count(LLMCall.id),
                 func.coalesce(func.sum(LLMCall.prompt_tokens), 0),
                 func.coalesce(func.sum(LLMCall.completion_tokens), 0),
+                func.sum(LLMCall.cost_usd),
+                func.count(LLMCall.cost_usd),
             ).where(LLMCall.run_id == run_id)
         ).one()
         has_report = session.scalar(select(func.count()).where(Report.run_id == run_id)) == 1
@@ -88,6 +95,9 @@ def run_status(engine: Engine, run_id: str) -> RunStatusView:
         prompt_tokens=int(prompt),
         completion_tokens=int(completion),
         has_report=has_report,
+        cost_usd=None if cost is None else round(float(cost), 6),
+        unpriced_calls=int(calls) - int(priced),
+        budget_usd=run.budget_usd,
         error=run.error,
     )
 

@@ -75,6 +75,10 @@ class Run(Base):
     resumes: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     """How often the watchdog resumed the run without progress since (reset by progress)."""
     resumed_at: Mapped[datetime | None]
+    budget_usd: Mapped[float | None] = mapped_column(Float)
+    """The run's spending cap (PIPELINE_RUN_BUDGET_USD at submit); None: no cap."""
+    cost_usd: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    """Sum of the priced calls' `llm_calls.cost_usd`, kept up to date as calls are recorded."""
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None]
@@ -178,6 +182,8 @@ class LLMCall(Base):
     key_slot: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     """Which configured API key (by position) the call used; never the key itself."""
     limiter_wait_ms: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    cost_usd: Mapped[float | None] = mapped_column(Float)
+    """USD by PIPELINE_LLM_PRICES; NULL when the model has no price."""
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from pipeline.chunking import ChunkSpan
 from pipeline.constants import PROMPT_VERSION
+from pipeline.errors import BudgetSpent
 from pipeline.llm import CallRecord
 from pipeline.schemas import FilingExtraction
 from pipeline.storage.models import (
@@ -70,6 +71,7 @@ def create_run(
     prompt_version: str,
     simulated: bool,
     reuse_answers: bool = True,
+    budget_usd: float | None = None,
 ) -> Run:
     run = Run(
         id=run_id,
@@ -79,6 +81,7 @@ def create_run(
         prompt_version=prompt_version,
         simulated=simulated,
         reuse_answers=reuse_answers,
+        budget_usd=budget_usd,
         status=RunStatus.PENDING,
     )
     session.add(run)
@@ -320,9 +323,20 @@ def record_calls(
             error=r.error,
             key_slot=r.key_slot,
             limiter_wait_ms=r.limiter_wait_ms,
+            cost_usd=r.cost_usd,
         )
         for r in records
     )
+    spent = sum(r.cost_usd or 0.0 for r in records)
+    if spent:
+        session.execute(update(Run).where(Run.id == run_id).values(cost_usd=Run.cost_usd + spent))
+
+
+def check_budget(session: Session, run_id: str) -> None:
+    """Raise BudgetSpent once the run's recorded cost reached its budget."""
+    row = session.execute(select(Run.budget_usd, Run.cost_usd).where(Run.id == run_id)).one_or_none()
+    if row is not None and row.budget_usd is not None and row.cost_usd >= row.budget_usd:
+        raise BudgetSpent(f"budget: the run spent ${row.cost_usd:.4f} of its ${row.budget_usd:.4f}")
 
 
 # -- finalize ----------------------------------------------------------------------------

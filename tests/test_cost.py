@@ -1,0 +1,138 @@
+"""Cost per call, document and run from the price table; a run's budget; size caps; the
+README's SQL against a finished run."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select, text
+
+from pipeline.cost import Price, call_cost, parse_prices
+from pipeline.producer import prepare_run
+from pipeline.settings import Settings
+from pipeline.storage.db import get_engine, session_scope
+from pipeline.storage.models import Document, LLMCall, Run
+from pipeline.synth_filings import write_filings
+from tests.conftest import claimed_redis_db, run_cli, running_workers
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+PRICES = "sim-1:1000/2000"
+"""Absurd prices, so that a few calls make dollars: USD per million input/output tokens."""
+
+
+def test_prices_parse_and_price_calls() -> None:
+    prices = parse_prices("gpt-4o-mini:0.15/0.60, gpt-4o:2.5/10")
+    assert prices == {"gpt-4o-mini": Price(0.15, 0.60), "gpt-4o": Price(2.5, 10.0)}
+    assert call_cost(prices, "gpt-4o", 1_000_000, 100_000) == pytest.approx(3.5)
+    assert call_cost(prices, "unknown-model", 10, 10) is None
+    for bad in ("gpt-4o", "gpt-4o:1", "gpt-4o:x/1", ":1/2", "m:-1/2"):
+        with pytest.raises(ValueError, match="PIPELINE_LLM_PRICES"):
+            parse_prices(bad)
+
+
+@pytest.fixture(scope="module")
+def priced(
+    pipeline_env: dict[str, str], redis_base: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, str]]:
+    """Workers that know the price table."""
+    with claimed_redis_db(redis_base) as redis_url:
+        env = {**pipeline_env, "PIPELINE_REDIS_URL": redis_url, "PIPELINE_LLM_PRICES": PRICES}
+        with running_workers(env, tmp_path_factory.mktemp("priced"), count=1, concurrency=2):
+            yield env
+
+
+def test_every_call_document_and_run_has_its_cost(priced: dict[str, str], tmp_path: Path) -> None:
+    write_filings(tmp_path, 3, seed=81, sizes=[25_000] * 3)
+    result = run_cli("submit", str(tmp_path), "--wait", "--fresh", env=priced)
+    assert result.returncode == 0, result.stderr
+    run_id = result.stdout.strip().splitlines()[-1]
+    engine = get_engine(priced["PIPELINE_DATABASE_URL"])
+    price = parse_prices(PRICES)["sim-1"]
+    with session_scope(engine) as session:
+        calls = list(session.scalars(select(LLMCall).where(LLMCall.run_id == run_id)))
+        for call in calls:
+            assert call.cost_usd == pytest.approx(price.of(call.prompt_tokens, call.completion_tokens))
+        total = sum(c.cost_usd or 0.0 for c in calls)
+        run = session.get(Run, run_id)
+        assert run is not None and run.cost_usd == pytest.approx(total) and total > 0
+        view = session.execute(
+            text("select cost_usd, calls, unpriced_calls from run_costs where run_id = :run"), {"run": run_id}
+        ).one()
+        assert view.cost_usd == pytest.approx(total) and view.calls == len(calls) and view.unpriced_calls == 0
+        per_document = session.execute(
+            text("select sum(cost_usd) from document_costs where run_id = :run"), {"run": run_id}
+        ).scalar()
+        synthesis = sum(c.cost_usd or 0.0 for c in calls if c.document_id is None)
+        assert per_document == pytest.approx(total - synthesis)
+    status = json.loads(run_cli("status", run_id, "--json", env=priced).stdout)
+    assert status["cost_usd"] == pytest.approx(total, rel=1e-6) and status["unpriced_calls"] == 0
+    shown = run_cli("status", run_id, env=priced)
+    assert f"${total:,.4f}" in shown.stdout + shown.stderr
+
+
+def test_a_spent_budget_stops_new_calls_and_fails_the_rest_with_budget(
+    priced: dict[str, str], tmp_path: Path
+) -> None:
+    write_filings(tmp_path, 6, seed=83, sizes=[25_000] * 6)
+    price = parse_prices(PRICES)["sim-1"]
+    budget = 2 * price.of(2_000, 300)  # about two extraction calls' worth
+    env = {**priced, "PIPELINE_RUN_BUDGET_USD": f"{budget:.6f}"}
+    result = run_cli("submit", str(tmp_path), "--wait", "--fresh", env=env)
+    assert result.returncode == 1, "too many documents failed: the run ends failed"
+    run_id = result.stdout.strip().splitlines()[-1]
+    engine = get_engine(priced["PIPELINE_DATABASE_URL"])
+    with session_scope(engine) as session:
+        docs = list(session.scalars(select(Document).where(Document.run_id == run_id)))
+        failed = [d for d in docs if d.status == "failed"]
+        assert failed and all((d.error or "").startswith("budget:") for d in failed)
+        assert {d.status for d in docs} <= {"extracted", "failed"}
+        run = session.get(Run, run_id)
+        assert run is not None and run.status == "failed" and run.budget_usd == pytest.approx(budget)
+        # Calls already in flight when the budget ran out may finish: at most one per thread.
+        most = max(c for c in session.scalars(select(LLMCall.cost_usd).where(LLMCall.run_id == run_id)) if c)
+        assert run.cost_usd <= budget + 2 * most
+        assert (
+            session.scalar(
+                select(func.count()).where(LLMCall.run_id == run_id, LLMCall.stage == "synthesize")
+            )
+            == 0
+        )
+    report = run_cli("report", run_id, env=priced)
+    assert report.returncode == 0 and "budget" in report.stdout
+
+
+def test_token_caps_skip_documents_with_the_reason(pipeline_env: dict[str, str], tmp_path: Path) -> None:
+    write_filings(tmp_path, 3, seed=85, sizes=[20_000, 20_000, 60_000])
+    url = pipeline_env["PIPELINE_DATABASE_URL"]
+    settings = Settings(_env_file=None, database_url=url, max_document_tokens=12_000, max_run_tokens=8_000)  # type: ignore[call-arg]
+    plan = prepare_run(get_engine(url), settings, [str(tmp_path)])
+    reasons = sorted(reason for _, reason in plan.rejected)
+    assert len(plan.document_ids) == 1 and 0 < plan.tokens <= 8_000
+    assert any("over the 12,000-token document cap" in r for r in reasons)
+    assert any("the run's 8,000-token cap is reached" in r for r in reasons)
+
+
+def readme_queries() -> list[str]:
+    blocks = re.findall(r"```sql\n(.*?)```", README.read_text(), flags=re.S)
+    return [q.strip() for block in blocks for q in block.split(";") if q.strip()]
+
+
+def test_the_readme_has_at_least_five_queries() -> None:
+    assert len(readme_queries()) >= 5
+
+
+def test_every_readme_query_runs_against_a_finished_run(priced: dict[str, str], tmp_path: Path) -> None:
+    write_filings(tmp_path, 2, seed=87, sizes=[25_000] * 2)
+    (tmp_path / "empty.txt").write_text("  \n")  # one skipped document for the failures query
+    result = run_cli("submit", str(tmp_path), "--wait", env=priced)
+    assert result.returncode == 0, result.stderr
+    run_id = result.stdout.strip().splitlines()[-1]
+    engine = get_engine(priced["PIPELINE_DATABASE_URL"])
+    with engine.connect() as conn:
+        for query in readme_queries():
+            rows = conn.execute(text(query), {"run": run_id} if ":run" in query else {}).all()
+            assert rows, f"no rows from: {query}"
