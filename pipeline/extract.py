@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine
 
-from pipeline import errors, prompts
+from pipeline import errors, logs, prompts
 from pipeline.constants import PROMPT_VERSION
 from pipeline.llm import CallRecord, LLMClient
 from pipeline.merge import merge_chunks
@@ -42,6 +42,7 @@ def extract_document(ctx: Context, document_id: int, failed_attempts: int = 0) -
         doc = repo.start_document(session, document_id, ctx.settings.document_max_attempts)
         if doc is None:
             return current_status(ctx, document_id)
+        logs.bind(run_id=doc.run_id)
         failed_attempts = max(failed_attempts, doc.attempts - 1)  # earlier deliveries count too
         text = repo.document_text(session, doc)
         chunks = repo.chunks_of(session, document_id)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -39,6 +40,9 @@ class Settings(BaseSettings):
     )
     llm_model: str = c.DEFAULT_MODEL
     llm_timeout_s: float = Field(default=c.DEFAULT_LLM_TIMEOUT_S, gt=0)
+    log_format: Literal["text", "json"] = Field(
+        default="text", description="worker logs: text with run/document ids, or JSON lines"
+    )
     worker_concurrency: int = Field(default=8, ge=1, le=512)
     data_dir: Path = Path(".pipeline")
 

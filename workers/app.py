@@ -8,11 +8,14 @@ unacknowledged message after the visibility timeout, which is set above the long
 
 from __future__ import annotations
 
+import logging
+import ssl
 from typing import Any
 
-from celery import Celery
+from celery import Celery, signals
 from celery.schedules import crontab
 
+from pipeline import logs
 from pipeline.constants import (
     EXTRACT_QUEUE,
     REPORT_QUEUE,
@@ -47,6 +50,13 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
             ),
         }
     return schedule
+
+
+@signals.after_setup_logger.connect
+@signals.after_setup_task_logger.connect
+def _structured_logs(logger: logging.Logger, **_: Any) -> None:
+    """Worker and task logs carry the run and document ids; JSON lines on request."""
+    logs.install(logger, get_settings().log_format)
 
 
 def create_app() -> Celery:
@@ -92,6 +102,12 @@ def create_app() -> Celery:
         task_send_sent_event=True,
         worker_hijack_root_logger=False,
     )
+    if redis_url.startswith("rediss://"):
+        # TLS to Redis: verify the server's certificate unless the URL says otherwise
+        # (`?ssl_cert_reqs=none|optional|required`, `ssl_ca_certs=/path`), for broker and backend.
+        tls = {"ssl_cert_reqs": ssl.CERT_REQUIRED}
+        app.conf.broker_use_ssl = tls
+        app.conf.redis_backend_use_ssl = tls
     return app
 
 

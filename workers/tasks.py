@@ -18,6 +18,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from pipeline import extract as extracting
 from pipeline import report as reporting
 from pipeline.errors import Deferred, PermanentError, RetryableError
+from pipeline.logs import log_context
 from pipeline.retry import backoff_s
 from pipeline.storage import repo
 from pipeline.storage.db import session_scope
@@ -95,16 +96,26 @@ def _best_effort(fn: Callable[[str], None], reason: str) -> None:
 
 @app.task(bind=True, name="pipeline.extract", max_retries=None)
 def extract(self: Task, document_id: int, deferrals: int = 0) -> str:
+    with log_context(document_id=document_id, task_id=self.request.id, task_name=self.name):
+        return _extract(self, document_id)
+
+
+def _extract(self: Task, document_id: int) -> str:
     ctx = worker_context()
     status = _retry_or(
         self,
         lambda failed: extracting.extract_document(ctx, document_id, failed),
-        lambda reason: extracting.fail(ctx, document_id, reason),
+        lambda reason: _fail(ctx, document_id, reason),
         lambda reason: extracting.note_retry(ctx, document_id, reason),
     )
     if status == "extracted":
         _compress_now(document_id)
     return status
+
+
+def _fail(ctx: extracting.Context, document_id: int, reason: str) -> str:
+    log.warning("document %s failed: %s", document_id, reason)
+    return extracting.fail(ctx, document_id, reason)
 
 
 def _compress_now(document_id: int) -> None:
@@ -124,6 +135,11 @@ def finalize(self: Task, run_id: str) -> str:
     Completeness is read from the database, not from the chord's results, so an early or
     repeated delivery changes nothing.
     """
+    with log_context(run_id=run_id, task_id=self.request.id, task_name=self.name):
+        return _finalize(self, run_id)
+
+
+def _finalize(self: Task, run_id: str) -> str:
     ctx = worker_context()
     try:
         with session_scope(ctx.engine) as session:
@@ -146,6 +162,11 @@ def finalize(self: Task, run_id: str) -> str:
 
 @app.task(bind=True, name="pipeline.compress", max_retries=None)
 def compress(self: Task, document_id: int, deferrals: int = 0) -> str:
+    with log_context(document_id=document_id, task_id=self.request.id, task_name=self.name):
+        return _compress(self, document_id)
+
+
+def _compress(self: Task, document_id: int) -> str:
     ctx = worker_context()
 
     def fallback(reason: str) -> str:
@@ -157,6 +178,11 @@ def compress(self: Task, document_id: int, deferrals: int = 0) -> str:
 
 @app.task(bind=True, name="pipeline.synthesize", max_retries=None)
 def synthesize(self: Task, run_id: str, deferrals: int = 0) -> str:
+    with log_context(run_id=run_id, task_id=self.request.id, task_name=self.name):
+        return _synthesize(self, run_id)
+
+
+def _synthesize(self: Task, run_id: str) -> str:
     ctx = worker_context()
 
     def without_answer(reason: str) -> str:

@@ -14,7 +14,7 @@ from pipeline.sim.faults import Draw
 from pipeline.sim.replies import build_text_answer, malformed_json, truncate, violate_schema
 
 CHARS_PER_TOKEN = 4
-HOOKS = ("invalid", "error", "badjson")
+HOOKS = ("invalid", "error", "badjson", "badkey")
 _FORMATS = ("text", "json_object", "json_schema")
 
 

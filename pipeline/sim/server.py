@@ -123,6 +123,10 @@ async def _chat(request: web.Request, state: SimState) -> web.StreamResponse:
         charge = chat.prompt_tokens + composed.tokens
     else:
         charge = chat.prompt_tokens + chat.max_tokens
+    if "badkey" in chat.hooks:  # a provider that echoes the key it refused (redaction test)
+        presented = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        message = f"Incorrect API key provided: {presented}. You can find your API key in your account."
+        return error_response(401, message, "invalid_request_error", "invalid_api_key")
     decision = state.limiter.check(time.monotonic(), charge)
     if not decision.admitted:
         state.counters.rejected_429 += 1
