@@ -56,7 +56,9 @@ def extract_document(ctx: Context, document_id: int, failed_attempts: int = 0) -
             if time.monotonic() - started > ctx.settings.task_time_budget_s:
                 raise errors.Deferred("the task ran past its time budget; answered chunks kept", 0.0)
             answers.append(_chunk_result(ctx, doc, chunk, text, len(chunks), failed_attempts, capped))
-    except errors.Deferred:
+    except errors.RetryableError:
+        # Handed back to the task layer, which retries with backoff (or defers): not a lost
+        # delivery. The stored count is for deliveries that never came back (a worker died).
         with session_scope(ctx.engine) as session:
             repo.hand_back_attempt(session, document_id)
         raise

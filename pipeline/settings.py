@@ -55,7 +55,7 @@ class Settings(BaseSettings):
     document_max_attempts: int = Field(
         default=c.DEFAULT_DOCUMENT_MAX_ATTEMPTS,
         ge=1,
-        description="deliveries of one document (retries, redeliveries, resumes) before it fails",
+        description="deliveries of one document that never finished (its worker died), across redeliveries and resumes, before it fails",
     )
     task_time_budget_s: float = Field(
         default=c.DEFAULT_TASK_TIME_BUDGET_S,

@@ -27,7 +27,7 @@ def test_attempts_are_capped_across_deliveries_and_hand_backs_do_not_count(
     for _ in range(3):  # three deliveries whose worker died: nothing but the count is left
         with session_scope(engine) as session:
             assert repo.start_document(session, doc_id, max_attempts=3) is not None
-    with session_scope(engine) as session:  # the limiter deferred this one: not an attempt
+    with session_scope(engine) as session:  # a retried transient error: not an attempt
         repo.hand_back_attempt(session, doc_id)
         repo.note_attempt_error(session, doc_id, "UpstreamUnavailable: 503")
     with session_scope(engine) as session:

@@ -168,8 +168,10 @@ def start_document(session: Session, document_id: int, max_attempts: int) -> Doc
     """Mark the document running and count the attempt; None when it is already final, or
     when it has used up its attempts (it is failed then, with the last error it met).
 
-    Attempts are stored, so the cap holds across retries, redeliveries after a lost worker
-    and resumes: a poison document cannot loop forever.
+    Attempts that end in a retry the task layer handles are handed back (`hand_back_attempt`),
+    so the stored count is of deliveries that never came back: a worker died or was lost.
+    It holds across redeliveries and resumes, so a document that kills its worker cannot loop
+    forever; transient errors are bounded by PIPELINE_TASK_MAX_RETRIES instead.
     """
     doc = session.get(Document, document_id, with_for_update=True)
     if doc is None or doc.status in TERMINAL_DOC_STATUSES:
@@ -187,8 +189,8 @@ def start_document(session: Session, document_id: int, max_attempts: int) -> Doc
 
 
 def hand_back_attempt(session: Session, document_id: int) -> None:
-    """The attempt handed the document back to the queue on purpose (limiter, time budget):
-    it does not count against the document's attempts."""
+    """The attempt ended in a retry the task layer handles (a transient error, the limiter,
+    the time budget): it does not count against the document's attempts."""
     session.execute(
         update(Document)
         .where(Document.id == document_id, Document.attempts > 0)
