@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from pipeline.status import RunStatusView
 
 console = Console(stderr=True, soft_wrap=True)
+STATUS_GROUNDING_ROWS = 20
 
 
 def _engine(settings: Settings) -> Engine:
@@ -280,7 +281,9 @@ def _print_status(view: RunStatusView) -> None:
 def status(run: str | None, as_json: bool) -> None:
     """Documents by status, tokens and elapsed time of RUN (default: the newest), and the
     global limiter's state."""
-    from pipeline.status import UnknownRun, limiter_views, resolve_run_id, run_status
+    from dataclasses import asdict
+
+    from pipeline.status import UnknownRun, document_grounding, limiter_views, resolve_run_id, run_status
 
     settings = get_settings()
     engine = _engine(settings)
@@ -289,14 +292,32 @@ def status(run: str | None, as_json: bool) -> None:
     except UnknownRun as exc:
         _fail(str(exc))
     limiter = limiter_views(settings)
+    grounding = document_grounding(engine, view.run_id)
     if as_json:
-        click.echo(json.dumps({**view.as_dict(), "limiter": limiter}, indent=2))
+        documents = [asdict(d) for d in grounding]
+        click.echo(json.dumps({**view.as_dict(), "grounding": documents, "limiter": limiter}, indent=2))
         return
     out = Console()
     table = Table(title=f"run {view.run_id}", show_header=False)
     for key, value in view.as_dict().items():
         table.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
     out.print(table)
+    if grounding:
+        shown = grounding[:STATUS_GROUNDING_ROWS]
+        title = f"quotes found in the filing, per document (lowest {len(shown)} of {len(grounding)})"
+        rows = Table("document", "quotes", "found", "rate", "revenue quote", "injection", title=title)
+        for d in shown:
+            revenue = {True: "found", False: "NOT FOUND", None: ""}[d.revenue_grounded]
+            share = "" if d.grounding_rate is None else f"{d.grounding_rate:.0%}"
+            rows.add_row(
+                escape(d.path),
+                str(d.quotes_total),
+                str(d.quotes_grounded),
+                share,
+                revenue,
+                "FLAGGED" if d.injection_flag else "",
+            )
+        out.print(rows)
     if limiter:
         columns = [
             "model",

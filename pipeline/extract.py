@@ -10,6 +10,7 @@ from sqlalchemy import Engine
 
 from pipeline import errors, prompts
 from pipeline.constants import PROMPT_VERSION
+from pipeline.grounding import Source, ground
 from pipeline.llm import CallRecord, LLMClient
 from pipeline.merge import merge_chunks
 from pipeline.schemas import FilingExtraction
@@ -59,11 +60,13 @@ def extract_document(ctx: Context, document_id: int, failed_attempts: int = 0) -
             repo.hand_back_attempt(session, document_id)
         raise
     models = Counter(model for _, model in answers)
+    source = Source(text)
+    merged = merge_chunks([part for part, _ in answers], lambda quote: source.find(quote) is not None)
     with session_scope(ctx.engine) as session:
         repo.save_extraction(
             session,
             doc,
-            merge_chunks([part for part, _ in answers]),
+            ground(merged, source),
             model=models.most_common(1)[0][0],
             prompt_version=PROMPT_VERSION,
         )
