@@ -449,6 +449,12 @@ def flower(address: str | None, port: int | None, unauthenticated: bool) -> None
 @click.option("--bad-json-rate", default=0.0, show_default=True)
 @click.option("--truncate-rate", default=0.0, show_default=True)
 @click.option(
+    "--ungrounded-rate",
+    default=0.0,
+    show_default=True,
+    help="Share of quotes replaced by text not in the document (deterministic with --seed).",
+)
+@click.option(
     "--record",
     "record_path",
     type=click.Path(dir_okay=False),
@@ -469,6 +475,7 @@ def sim(
     hang_rate: float,
     bad_json_rate: float,
     truncate_rate: float,
+    ungrounded_rate: float,
     record_path: str | None,
 ) -> None:
     """Run the OpenAI-compatible LLM simulator (tests, dry runs, benchmarks)."""
@@ -486,6 +493,7 @@ def sim(
         hang_rate=hang_rate,
         bad_json_rate=bad_json_rate,
         truncate_rate=truncate_rate,
+        ungrounded_rate=ungrounded_rate,
         record_path=record_path,
     )
     serve(host, port, config)
