@@ -13,7 +13,7 @@ from typing import TypeVar
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from pipeline import chunking, inputs
+from pipeline import chunking, injection, inputs
 from pipeline.constants import PROMPT_VERSION
 from pipeline.settings import Settings
 from pipeline.storage import repo
@@ -131,6 +131,7 @@ def _add_file(
     first_path_of[loaded.sha256] = loaded.path
     repo.store_content(session, loaded.sha256, loaded.text, loaded.size_bytes)
     spans = chunking.split(loaded.text, settings.chunk_tokens, settings.chunk_overlap_tokens)
+    finding = injection.detect(loaded.text)
     doc = repo.add_document(
         session,
         plan.run_id,
@@ -139,6 +140,7 @@ def _add_file(
         size_bytes=loaded.size_bytes,
         error=loaded.note,
         spans=spans,
+        injection_excerpt=finding.excerpt if finding else None,
     )
     plan.document_ids.append(doc.id)
     plan.chunk_counts[doc.id] = len(spans)

@@ -114,6 +114,7 @@ def add_document(
     status: DocStatus = DocStatus.PENDING,
     error: str | None = None,
     spans: Sequence[ChunkSpan] = (),
+    injection_excerpt: str | None = None,
 ) -> Document:
     finished = utcnow() if status in TERMINAL_DOC_STATUSES else None
     doc = Document(
@@ -125,6 +126,8 @@ def add_document(
         error=error,
         chunk_count=len(spans),
         finished_at=finished,
+        injection_flag=injection_excerpt is not None,
+        injection_excerpt=injection_excerpt,
     )
     session.add(doc)
     session.flush()
