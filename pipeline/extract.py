@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine
 
-from pipeline import errors, prompts
+from pipeline import errors, prompts, sections
 from pipeline.constants import PROMPT_VERSION
 from pipeline.grounding import Source, ground
 from pipeline.llm import CallRecord, LLMClient
@@ -80,7 +80,10 @@ def _chunk_result(
     if chunk.result is not None and chunk.prompt_version == PROMPT_VERSION:
         return FilingExtraction.model_validate(chunk.result), chunk.model or ctx.llm.model
     model = ctx.llm.pick_model("extract", failed_attempts)
-    messages = prompts.extract_messages(text[chunk.char_start : chunk.char_end], chunk.idx, count)
+    chunk_text = text[chunk.char_start : chunk.char_end]
+    messages = prompts.extract_messages(
+        chunk_text, chunk.idx, count, sections.hint(chunk_text, chunk.section)
+    )
     calls: list[CallRecord] = []
     try:
         result = ctx.llm.structured(

@@ -13,7 +13,7 @@ from typing import TypeVar
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from pipeline import chunking, injection, inputs
+from pipeline import injection, inputs, sections
 from pipeline.constants import PROMPT_VERSION
 from pipeline.settings import Settings
 from pipeline.storage import repo
@@ -130,7 +130,11 @@ def _add_file(
         return
     first_path_of[loaded.sha256] = loaded.path
     repo.store_content(session, loaded.sha256, loaded.text, loaded.size_bytes)
-    spans = chunking.split(loaded.text, settings.chunk_tokens, settings.chunk_overlap_tokens)
+    spans = sections.split_by_section(
+        loaded.text,
+        settings.chunk_budget_tokens(),
+        min(settings.chunk_overlap_tokens, settings.chunk_budget_tokens() // 4),
+    )
     finding = injection.detect(loaded.text)
     doc = repo.add_document(
         session,

@@ -138,6 +138,7 @@ def add_document(
             char_start=s.char_start,
             char_end=s.char_end,
             token_estimate=s.token_estimate,
+            section=s.section,
         )
         for s in spans
     )
