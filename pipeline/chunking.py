@@ -13,6 +13,8 @@ class ChunkSpan:
     char_start: int
     char_end: int
     token_estimate: int
+    section: str | None = None
+    """The filing sections the chunk holds ("Item 1A"; "Item 2, Item 3" when merged)."""
 
 
 def estimate_tokens(text: str) -> int:

@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 from rich.console import Console
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from pipeline.status import RunStatusView
 
 console = Console(stderr=True, soft_wrap=True)
+STATUS_GROUNDING_ROWS = 20
 
 
 def _engine(settings: Settings) -> Engine:
@@ -289,7 +290,9 @@ def _cost_text(view: RunStatusView) -> str:
 def status(run: str | None, as_json: bool) -> None:
     """Documents by status, tokens and elapsed time of RUN (default: the newest), and the
     global limiter's state."""
-    from pipeline.status import UnknownRun, limiter_views, resolve_run_id, run_status
+    from dataclasses import asdict
+
+    from pipeline.status import UnknownRun, document_grounding, limiter_views, resolve_run_id, run_status
 
     settings = get_settings()
     engine = _engine(settings)
@@ -298,8 +301,10 @@ def status(run: str | None, as_json: bool) -> None:
     except UnknownRun as exc:
         _fail(str(exc))
     limiter = limiter_views(settings)
+    grounding = document_grounding(engine, view.run_id)
     if as_json:
-        click.echo(json.dumps({**view.as_dict(), "limiter": limiter}, indent=2))
+        documents = [asdict(d) for d in grounding]
+        click.echo(json.dumps({**view.as_dict(), "grounding": documents, "limiter": limiter}, indent=2))
         return
     out = Console()
     table = Table(title=f"run {view.run_id}", show_header=False)
@@ -309,6 +314,23 @@ def status(run: str | None, as_json: bool) -> None:
         table.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
     table.add_row("cost", _cost_text(view))
     out.print(table)
+    if grounding:
+        shown = grounding[:STATUS_GROUNDING_ROWS]
+        title = f"quotes found in the filing, per document (lowest {len(shown)} of {len(grounding)})"
+        rows = Table("quotes", "found", "rate", "revenue quote", "injection", title=title)
+        rows.add_column("document", overflow="fold")
+        for d in shown:
+            revenue = {True: "found", False: "NOT FOUND", None: ""}[d.revenue_grounded]
+            share = "" if d.grounding_rate is None else f"{d.grounding_rate:.0%}"
+            rows.add_row(
+                str(d.quotes_total),
+                str(d.quotes_grounded),
+                share,
+                revenue,
+                "FLAGGED" if d.injection_flag else "",
+                escape(d.path),
+            )
+        out.print(rows)
     if limiter:
         columns = [
             "model",
@@ -378,6 +400,107 @@ def report(run: str | None, fmt: str, output: Path | None) -> None:
         click.echo(text)
 
 
+@main.command("eval")
+@click.argument("run")
+@click.option(
+    "--truth",
+    "truth_path",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Truth file in the format of examples/truth.json.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@click.option("--revenue-tolerance", default=0.01, show_default=True, help="Relative tolerance of revenue.")
+@click.option(
+    "--title-threshold",
+    default=0.85,
+    show_default=True,
+    help="difflib ratio at which two risk-factor titles match (after normalising).",
+)
+@click.option("--grounded-only", is_flag=True, help="Count only facts whose quote was found in the filing.")
+def eval_(
+    run: str,
+    truth_path: Path,
+    as_json: bool,
+    revenue_tolerance: float,
+    title_threshold: float,
+    grounded_only: bool,
+) -> None:
+    """Score RUN's extractions against a truth file, per filing (matched by file name) and overall."""
+    from pipeline.evaluate import evaluate, load_run, load_truth
+    from pipeline.status import UnknownRun, resolve_run_id
+
+    engine = _engine(get_settings())
+    try:
+        run_id = resolve_run_id(engine, run)
+    except UnknownRun as exc:
+        _fail(str(exc))
+    try:
+        truths = load_truth(truth_path)
+    except (ValueError, KeyError, TypeError) as exc:
+        _fail(f"cannot read the truth file {truth_path}: {exc!r}")
+    result = evaluate(
+        truths,
+        load_run(engine, run_id),
+        revenue_tolerance=revenue_tolerance,
+        title_threshold=title_threshold,
+        grounded_only=grounded_only,
+    )
+    if as_json:
+        click.echo(json.dumps({"run_id": run_id, **result.as_dict()}, indent=2))
+        return
+    _print_eval(run_id, result.as_dict())
+
+
+def _print_eval(run_id: str, data: dict[str, Any]) -> None:
+    def mark(value: object) -> str:
+        return "yes" if value is True else "no" if value is False else "" if value is None else f"{value:.2f}"
+
+    columns = [
+        "filing",
+        "company",
+        "company (norm.)",
+        "fiscal year",
+        "revenue",
+        "risk recall",
+        "risk precision",
+    ]
+    title = f"eval of run {run_id} (revenue within {data['revenue_tolerance']:.1%}" + (
+        ", grounded facts only)" if data["grounded_only"] else ")"
+    )
+    table = Table(*columns, title=title)
+    for f in data["filings"]:
+        name = escape(f["filename"]) + ("" if f["found"] else " (not in run)")
+        keys = [
+            "company_exact",
+            "company_normalised",
+            "fiscal_year",
+            "revenue",
+            "risk_recall",
+            "risk_precision",
+        ]
+        table.add_row(name, *(mark(f[k]) for k in keys))
+    overall = data["overall"]
+    table.add_section()
+    table.add_row(
+        f"overall ({overall['found']} of {overall['filings']} found)",
+        *(
+            mark(overall[k])
+            for k in [
+                "company_exact",
+                "company_normalised",
+                "fiscal_year",
+                "revenue",
+                "risk_recall",
+                "risk_precision",
+            ]
+        ),
+    )
+    Console(width=160).print(table)
+    if data["unscored"]:
+        console.print(f"not in the truth file, not scored: {escape(', '.join(data['unscored']))}")
+
+
 # -- monitoring --------------------------------------------------------------------------
 
 
@@ -440,6 +563,12 @@ def flower(address: str | None, port: int | None, unauthenticated: bool) -> None
 @click.option("--bad-json-rate", default=0.0, show_default=True)
 @click.option("--truncate-rate", default=0.0, show_default=True)
 @click.option(
+    "--ungrounded-rate",
+    default=0.0,
+    show_default=True,
+    help="Share of quotes replaced by text not in the document (deterministic with --seed).",
+)
+@click.option(
     "--record",
     "record_path",
     type=click.Path(dir_okay=False),
@@ -460,6 +589,7 @@ def sim(
     hang_rate: float,
     bad_json_rate: float,
     truncate_rate: float,
+    ungrounded_rate: float,
     record_path: str | None,
 ) -> None:
     """Run the OpenAI-compatible LLM simulator (tests, dry runs, benchmarks)."""
@@ -477,6 +607,7 @@ def sim(
         hang_rate=hang_rate,
         bad_json_rate=bad_json_rate,
         truncate_rate=truncate_rate,
+        ungrounded_rate=ungrounded_rate,
         record_path=record_path,
     )
     serve(host, port, config)

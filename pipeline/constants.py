@@ -1,6 +1,6 @@
 """Defaults and fixed names, with their units in their names."""
 
-PROMPT_VERSION = "extract-v1"
+PROMPT_VERSION = "extract-v2"
 """Bump when a prompt changes: stored answers are keyed on it."""
 
 DEFAULT_MODEL = "gpt-4o-mini"
@@ -11,6 +11,10 @@ CHARS_PER_TOKEN = 4
 
 DEFAULT_CHUNK_TOKENS = 6_000
 DEFAULT_CHUNK_OVERLAP_TOKENS = 200
+DEFAULT_MODEL_CONTEXT_TOKENS = 128_000
+EXTRACT_PROMPT_RESERVE_TOKENS = 600
+"""The extraction prompt's instructions, section hint and JSON schema, around the chunk."""
+MIN_CHUNK_TOKENS = 400
 DEFAULT_EXTRACT_MAX_TOKENS = 1_500
 DEFAULT_COMPRESS_MAX_TOKENS = 300
 DEFAULT_SYNTHESIZE_MAX_TOKENS = 1_200

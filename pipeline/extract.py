@@ -8,8 +8,9 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine
 
-from pipeline import errors, logs, prompts
+from pipeline import errors, logs, prompts, sections
 from pipeline.constants import PROMPT_VERSION
+from pipeline.grounding import Source, ground
 from pipeline.llm import CallRecord, LLMClient
 from pipeline.merge import merge_chunks
 from pipeline.schemas import FilingExtraction
@@ -63,11 +64,13 @@ def extract_document(ctx: Context, document_id: int, failed_attempts: int = 0) -
             repo.hand_back_attempt(session, document_id)
         raise
     models = Counter(model for _, model in answers)
+    source = Source(text)
+    merged = merge_chunks([part for part, _ in answers], lambda quote: source.find(quote) is not None)
     with session_scope(ctx.engine) as session:
         repo.save_extraction(
             session,
             doc,
-            merge_chunks([part for part, _ in answers]),
+            ground(merged, source),
             model=models.most_common(1)[0][0],
             prompt_version=PROMPT_VERSION,
         )
@@ -90,7 +93,10 @@ def _chunk_result(
         with session_scope(ctx.engine) as session:
             repo.check_budget(session, doc.run_id)
     model = ctx.llm.pick_model("extract", failed_attempts)
-    messages = prompts.extract_messages(text[chunk.char_start : chunk.char_end], chunk.idx, count)
+    chunk_text = text[chunk.char_start : chunk.char_end]
+    messages = prompts.extract_messages(
+        chunk_text, chunk.idx, count, sections.hint(chunk_text, chunk.section)
+    )
     calls: list[CallRecord] = []
     try:
         result = ctx.llm.structured(

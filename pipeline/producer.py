@@ -13,7 +13,7 @@ from typing import TypeVar
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from pipeline import chunking, inputs
+from pipeline import chunking, injection, inputs, sections
 from pipeline.constants import PROMPT_VERSION
 from pipeline.settings import Settings
 from pipeline.storage import repo
@@ -120,7 +120,11 @@ def _add_file(
         problem = f"duplicate of {first_path_of[loaded.sha256]} in this batch"
     spans: list[chunking.ChunkSpan] = []
     if not problem and loaded.text is not None:
-        spans = chunking.split(loaded.text, settings.chunk_tokens, settings.chunk_overlap_tokens)
+        spans = sections.split_by_section(
+            loaded.text,
+            settings.chunk_budget_tokens(),
+            min(settings.chunk_overlap_tokens, settings.chunk_budget_tokens() // 4),
+        )
         problem = _over_token_caps(settings, plan, sum(s.token_estimate for s in spans))
     if problem or loaded.text is None or loaded.sha256 is None:
         reason = problem or "unusable"
@@ -138,6 +142,7 @@ def _add_file(
     first_path_of[loaded.sha256] = loaded.path
     repo.store_content(session, loaded.sha256, loaded.text, loaded.size_bytes)
     plan.tokens += sum(s.token_estimate for s in spans)
+    finding = injection.detect(loaded.text)
     doc = repo.add_document(
         session,
         plan.run_id,
@@ -146,6 +151,7 @@ def _add_file(
         size_bytes=loaded.size_bytes,
         error=loaded.note,
         spans=spans,
+        injection_excerpt=finding.excerpt if finding else None,
     )
     plan.document_ids.append(doc.id)
     plan.chunk_counts[doc.id] = len(spans)

@@ -29,9 +29,14 @@ SYNTHESIZE_SYSTEM = (
 )
 
 
-def extract_messages(chunk_text: str, chunk_idx: int, chunk_count: int) -> list[Message]:
+def extract_messages(
+    chunk_text: str, chunk_idx: int, chunk_count: int, section_hint: str = ""
+) -> list[Message]:
+    """`section_hint` says which filing sections the part holds (`sections.hint`)."""
     user = (
-        f"Part {chunk_idx + 1} of {chunk_count} of a filing. Extract the company name, fiscal "
+        f"Part {chunk_idx + 1} of {chunk_count} of a filing. "
+        + (f"{section_hint} " if section_hint else "")
+        + "Extract the company name, fiscal "
         "year, total revenue with the sentence stating it, and the risk factors (a short title "
         "and a verbatim quote each) that this part states.\n"
         f"<document>\n{chunk_text}\n</document>"

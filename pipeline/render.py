@@ -31,7 +31,20 @@ class DocumentRow:
     company: str | None = None
     fiscal_year: int | None = None
     revenue_usd: float | None = None
+    revenue_grounded: bool | None = None
+    """False: the revenue's quote is not in the filing, so the figure is not stated as fact."""
     risk_titles: list[str] = field(default_factory=list)
+    """Risk factors whose quote was found in the filing."""
+    unverified_risk_titles: list[str] = field(default_factory=list)
+    """Risk factors whose quote was not found: kept out of the filings table."""
+    quotes_total: int = 0
+    quotes_grounded: int = 0
+    injection_excerpt: str | None = None
+    """Set when the filing holds instruction-like text aimed at a model."""
+
+    @property
+    def grounding_rate(self) -> float | None:
+        return round(self.quotes_grounded / self.quotes_total, 4) if self.quotes_total else None
 
 
 @dataclass
@@ -55,6 +68,27 @@ def money(value: float | None) -> str:
         if value >= size:
             return f"${value / size:,.1f}{unit}"
     return f"${value:,.0f}"
+
+
+def revenue_cell(d: DocumentRow) -> str:
+    """The revenue as a fact only when its quote was found in the filing."""
+    if d.revenue_usd is None:
+        return ""
+    if d.revenue_grounded is False:
+        return f"unverified: {money(d.revenue_usd)}?"
+    return money(d.revenue_usd)
+
+
+def _grounding_line(totals: dict[str, Any]) -> str:
+    grounding = totals.get("grounding") or {}
+    total, grounded = grounding.get("quotes_total", 0), grounding.get("quotes_grounded", 0)
+    if not total:
+        return "No quotes to check."
+    return (
+        f"Quotes found in their filing: {grounded} of {total} ({grounded / total:.1%}). Risk factors "
+        "whose quote is not in the filing are left out of the table below, and a revenue whose quote "
+        "is not in the filing is marked unverified."
+    )
 
 
 def markdown(r: ReportInput) -> str:
@@ -81,13 +115,31 @@ def markdown(r: ReportInput) -> str:
         lines += [
             "## Filings",
             "",
-            "| Company | Fiscal year | Revenue | Top risk factors | File |",
-            "| --- | --- | --- | --- | --- |",
+            _grounding_line(r.totals),
+            "",
+            "| Company | Fiscal year | Revenue | Top risk factors | Quotes found | File |",
+            "| --- | --- | --- | --- | --- | --- |",
         ]
         lines += [
-            f"| {cell(d.company)} | {cell(d.fiscal_year)} | {money(d.revenue_usd)} | "
-            f"{cell('; '.join(d.risk_titles[:3]))} | {cell(d.path)} |"
+            f"| {cell(d.company)} | {cell(d.fiscal_year)} | {revenue_cell(d)} | "
+            f"{cell('; '.join(d.risk_titles[:3]))} | {d.quotes_grounded}/{d.quotes_total} | "
+            f"{cell(d.path)}{' (injection warning)' if d.injection_excerpt else ''} |"
             for d in extracted
+        ]
+        lines.append("")
+    flagged = [d for d in r.documents if d.injection_excerpt]
+    if flagged:
+        lines += [
+            "## Injection warnings",
+            "",
+            "These filings hold text that addresses a language model. It was treated as data, "
+            "never obeyed; their facts above are as reliable as their quotes.",
+            "",
+            "| File | Excerpt |",
+            "| --- | --- |",
+        ]
+        lines += [
+            f"| {cell(d.path)} | `{cell(d.injection_excerpt).replace('`', chr(39))}` |" for d in flagged
         ]
         lines.append("")
     other = [d for d in r.documents if d.status != "extracted"]
@@ -109,5 +161,5 @@ def as_json(r: ReportInput) -> dict[str, Any]:
         "synthesis_levels": r.synthesis_levels,
         "failure": r.failure,
         "totals": r.totals,
-        "documents": [d.__dict__ for d in r.documents],
+        "documents": [{**d.__dict__, "grounding_rate": d.grounding_rate} for d in r.documents],
     }

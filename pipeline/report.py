@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import select
 
-from pipeline import prompts, render
+from pipeline import grounding, prompts, render
 from pipeline.constants import DEFAULT_COMPRESS_MAX_TOKENS, DEFAULT_SYNTHESIZE_MAX_TOKENS
 from pipeline.extract import Context
 from pipeline.llm import CallRecord
@@ -25,18 +27,24 @@ def compress_document(ctx: Context, document_id: int, failed_attempts: int = 0) 
             .join(Run, Run.id == Extraction.run_id)
             .where(Extraction.document_id == document_id)
         ).one_or_none()
-    if row is None:
-        return "missing"
-    extraction, query, budget = row
-    if extraction.summary:
-        return "done"
+        if row is None:
+            return "missing"
+        extraction, query, budget = row
+        if extraction.summary:
+            return "done"
+        risks = session.execute(
+            select(RiskFactor.title, RiskFactor.quote)
+            .where(RiskFactor.document_id == document_id, RiskFactor.grounded)
+            .order_by(RiskFactor.position)
+        ).all()
+        facts = trusted_facts(extraction, [(title, quote) for title, quote in risks])
     if budget is not None:
         with session_scope(ctx.engine) as session:
             repo.check_budget(session, extraction.run_id)
     calls: list[CallRecord] = []
     try:
         summary = ctx.llm.text(
-            prompts.compress_messages(query, extraction.data),
+            prompts.compress_messages(query, facts),
             stage="compress",
             max_tokens=DEFAULT_COMPRESS_MAX_TOKENS,
             sink=calls.append,
@@ -45,14 +53,25 @@ def compress_document(ctx: Context, document_id: int, failed_attempts: int = 0) 
     finally:
         with session_scope(ctx.engine) as session:
             repo.record_calls(session, extraction.run_id, document_id, None, calls)
-    titles = [r["title"] for r in extraction.data.get("risk_factors", [])]
+    titles = [r["title"] for r in facts["risk_factors"]]
     save_summary(
         ctx,
         document_id,
-        summary
-        or fallback_summary(extraction.company, extraction.fiscal_year, extraction.revenue_usd, titles),
+        summary or fallback_summary(extraction.company, extraction.fiscal_year, facts["revenue_usd"], titles),
     )
     return "done"
+
+
+def trusted_facts(extraction: Extraction, grounded_risks: list[tuple[str, str]]) -> dict[str, Any]:
+    """What the summary may state as fact: only facts whose quote was found in the filing."""
+    revenue_ok = extraction.revenue_grounded is not False
+    return {
+        "company": extraction.company,
+        "fiscal_year": extraction.fiscal_year,
+        "revenue_usd": extraction.revenue_usd if revenue_ok else None,
+        "revenue_quote": extraction.revenue_quote if revenue_ok else None,
+        "risk_factors": [{"title": title, "quote": quote} for title, quote in grounded_risks],
+    }
 
 
 def save_summary(ctx: Context, document_id: int, summary: str) -> None:
@@ -94,24 +113,35 @@ def synthesize_run(
                 Extraction.company,
                 Extraction.fiscal_year,
                 Extraction.revenue_usd,
+                Extraction.revenue_grounded,
+                Extraction.quotes_total,
+                Extraction.quotes_grounded,
                 Extraction.summary,
+                Document.injection_excerpt,
             )
             .outerjoin(Extraction, Extraction.document_id == Document.id)
             .where(Document.run_id == run_id)
             .order_by(Document.path, Document.id)
         ).all()
         risks = session.execute(
-            select(RiskFactor.document_id, RiskFactor.title)
+            select(RiskFactor.document_id, RiskFactor.title, RiskFactor.grounded)
             .where(RiskFactor.run_id == run_id)
             .order_by(RiskFactor.document_id, RiskFactor.position)
         ).all()
     titles: dict[int, list[str]] = {}
-    for document_id, title in risks:
-        titles.setdefault(document_id, []).append(title)
+    unverified: dict[int, list[str]] = {}
+    for document_id, title, grounded in risks:
+        (titles if grounded else unverified).setdefault(document_id, []).append(title)
     levels = 0
     if answer is None:
         summaries = [
-            r.summary or fallback_summary(r.company, r.fiscal_year, r.revenue_usd, titles.get(r.id, []))
+            r.summary
+            or fallback_summary(
+                r.company,
+                r.fiscal_year,
+                r.revenue_usd if r.revenue_grounded is not False else None,
+                titles.get(r.id, []),
+            )
             for r in rows
             if r.document_id is not None
         ]
@@ -124,7 +154,12 @@ def synthesize_run(
             company=r.company,
             fiscal_year=r.fiscal_year,
             revenue_usd=r.revenue_usd,
+            revenue_grounded=r.revenue_grounded,
             risk_titles=titles.get(r.id, []),
+            unverified_risk_titles=unverified.get(r.id, []),
+            quotes_total=r.quotes_total or 0,
+            quotes_grounded=r.quotes_grounded or 0,
+            injection_excerpt=r.injection_excerpt,
         )
         for r in rows
     ]
@@ -136,6 +171,12 @@ def synthesize_run(
         "tokens": view.prompt_tokens + view.completion_tokens,
         "prompt_tokens": view.prompt_tokens,
         "completion_tokens": view.completion_tokens,
+        "grounding": {
+            "quotes_total": view.quotes_total,
+            "quotes_grounded": view.quotes_grounded,
+            "rate": grounding.rate(view.quotes_grounded, view.quotes_total),
+        },
+        "injection_flagged": view.injection_flagged,
     }
     report = render.ReportInput(
         run_id=run.id,

@@ -47,6 +47,11 @@ class Settings(BaseSettings):
     data_dir: Path = Path(".pipeline")
 
     chunk_tokens: int = Field(default=c.DEFAULT_CHUNK_TOKENS, ge=200)
+    model_context_tokens: int = Field(
+        default=c.DEFAULT_MODEL_CONTEXT_TOKENS,
+        ge=1000,
+        description="the extraction model's context window; chunks fit it with the prompt and answer",
+    )
     chunk_overlap_tokens: int = Field(default=c.DEFAULT_CHUNK_OVERLAP_TOKENS, ge=0)
     extract_max_tokens: int = Field(default=c.DEFAULT_EXTRACT_MAX_TOKENS, ge=64)
     context_budget_tokens: int = Field(default=c.DEFAULT_CONTEXT_BUDGET_TOKENS, ge=500)
@@ -169,6 +174,11 @@ class Settings(BaseSettings):
             if value.startswith(prefix):
                 return "postgresql+psycopg://" + value[len(prefix) :]
         return value
+
+    def chunk_budget_tokens(self) -> int:
+        """Chunk size: the model's context less the prompt and answer, at most chunk_tokens."""
+        room = self.model_context_tokens - c.EXTRACT_PROMPT_RESERVE_TOKENS - self.extract_max_tokens
+        return max(c.MIN_CHUNK_TOKENS, min(self.chunk_tokens, room))
 
     @property
     def resolved_database_url(self) -> str:

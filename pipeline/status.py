@@ -8,10 +8,20 @@ from typing import Any
 
 from sqlalchemy import Engine, func, select
 
+from pipeline.grounding import rate
 from pipeline.settings import Settings
 from pipeline.storage import repo
 from pipeline.storage.db import session_scope
-from pipeline.storage.models import TERMINAL_DOC_STATUSES, LLMCall, Report, Run, utcnow
+from pipeline.storage.models import (
+    TERMINAL_DOC_STATUSES,
+    Chunk,
+    Document,
+    Extraction,
+    LLMCall,
+    Report,
+    Run,
+    utcnow,
+)
 
 
 @dataclass
@@ -38,6 +48,14 @@ class RunStatusView:
     """Calls whose model has no price in PIPELINE_LLM_PRICES: the cost leaves them out."""
     budget_usd: float | None = None
     error: str | None = None
+    chunks_total: int = 0
+    chunks_done: int = 0
+    quotes_total: int = 0
+    quotes_grounded: int = 0
+    grounding_rate: float | None = None
+    """Share of the extracted quotes found in their filing's text."""
+    injection_flagged: int = 0
+    """Documents holding instruction-like text aimed at a model."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -77,6 +95,20 @@ def run_status(engine: Engine, run_id: str) -> RunStatusView:
             ).where(LLMCall.run_id == run_id)
         ).one()
         has_report = session.scalar(select(func.count()).where(Report.run_id == run_id)) == 1
+        quotes, grounded = session.execute(
+            select(
+                func.coalesce(func.sum(Extraction.quotes_total), 0),
+                func.coalesce(func.sum(Extraction.quotes_grounded), 0),
+            ).where(Extraction.run_id == run_id)
+        ).one()
+        chunks, chunks_done = session.execute(
+            select(func.count(Chunk.id), func.count(Chunk.completed_at))
+            .join(Document, Document.id == Chunk.document_id)
+            .where(Document.run_id == run_id)
+        ).one()
+        flagged = session.scalar(
+            select(func.count()).where(Document.run_id == run_id, Document.injection_flag)
+        )
     end = run.finished_at or utcnow()
     return RunStatusView(
         run_id=run.id,
@@ -99,7 +131,45 @@ def run_status(engine: Engine, run_id: str) -> RunStatusView:
         unpriced_calls=int(calls) - int(priced),
         budget_usd=run.budget_usd,
         error=run.error,
+        chunks_total=int(chunks),
+        chunks_done=int(chunks_done),
+        quotes_total=int(quotes),
+        quotes_grounded=int(grounded),
+        grounding_rate=rate(int(grounded), int(quotes)),
+        injection_flagged=int(flagged or 0),
     )
+
+
+@dataclass
+class DocumentGrounding:
+    path: str
+    quotes_total: int
+    quotes_grounded: int
+    grounding_rate: float | None
+    revenue_grounded: bool | None
+    injection_flag: bool
+
+
+def document_grounding(engine: Engine, run_id: str) -> list[DocumentGrounding]:
+    """Per extracted document: how many of its quotes were found in its text, lowest rate first."""
+    with session_scope(engine) as session:
+        rows = session.execute(
+            select(
+                Document.path,
+                Extraction.quotes_total,
+                Extraction.quotes_grounded,
+                Extraction.revenue_grounded,
+                Document.injection_flag,
+            )
+            .join(Extraction, Extraction.document_id == Document.id)
+            .where(Document.run_id == run_id)
+            .order_by(Document.path)
+        ).all()
+    found = [
+        DocumentGrounding(path, total, grounded, rate(grounded, total), revenue, bool(flag))
+        for path, total, grounded, revenue, flag in rows
+    ]
+    return sorted(found, key=lambda d: 1.0 if d.grounding_rate is None else d.grounding_rate)
 
 
 def list_runs(engine: Engine, limit: int = 20) -> list[RunStatusView]:

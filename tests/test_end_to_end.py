@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import func, select
 
 from pipeline.storage.db import get_engine, session_scope
-from pipeline.storage.models import Chunk, Document, Extraction, LLMCall, Report, RiskFactor, Run
+from pipeline.storage.models import Chunk, Content, Document, Extraction, LLMCall, Report, RiskFactor, Run
 from pipeline.synth_filings import generate_filing
 from tests.conftest import run_cli
 
@@ -54,6 +54,14 @@ def test_a_batch_ends_with_a_report_and_every_document_accounted_for(
         found = set(session.scalars(select(Extraction.company).where(Extraction.run_id == run_id)))
         assert found == set(companies)
         assert session.scalar(select(func.count()).where(RiskFactor.run_id == run_id)) >= 5
+        # The simulator quotes verbatim: every quote is grounded, at offsets into the filing.
+        for risk, text in session.execute(
+            select(RiskFactor, Content.text)
+            .join(Document, Document.id == RiskFactor.document_id)
+            .join(Content, Content.sha256 == Document.sha256)
+            .where(RiskFactor.run_id == run_id)
+        ).tuples():
+            assert risk.grounded and text[risk.quote_start : risk.quote_end] == risk.quote
         stages = set(session.scalars(select(LLMCall.stage).where(LLMCall.run_id == run_id)))
         assert {"extract", "compress", "synthesize"} <= stages
         report = session.scalar(select(Report).where(Report.run_id == run_id))
@@ -67,6 +75,9 @@ def test_a_batch_ends_with_a_report_and_every_document_accounted_for(
     assert view["status"] == "completed"
     assert view["documents"] == {"extracted": 5, "skipped": 1}
     assert view["prompt_tokens"] > 0
+    assert view["grounding_rate"] == 1.0 and view["quotes_grounded"] == view["quotes_total"] > 5
+    assert view["chunks_done"] == view["chunks_total"] > 0
+    assert {d["quotes_total"] for d in view["grounding"]} != {0}
 
     out = tmp_path / "report.json"
     assert run_cli("report", run_id[:8], "--format", "json", "-o", str(out), env=pipeline_env).returncode == 0

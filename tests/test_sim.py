@@ -224,7 +224,45 @@ def test_fault_draws_are_seeded_and_shared() -> None:
     assert 0.04 < samples[2000] < 0.06 and 0.15 < samples[3800] < 0.26
 
 
+def _quotes(answer: FilingExtraction) -> list[str]:
+    return [q for q in [answer.revenue_quote, *(r.quote for r in answer.risk_factors)] if q]
+
+
+def test_ungrounded_quotes_are_not_in_the_document_and_seeded() -> None:
+    from pipeline.sim.ungrounded import replace_quotes
+
+    flat = " ".join(FILING.lower().split())
+    invented_all: list[str] = []
+    seen = 0
+    for seed in range(40):
+        instance, invented = replace_quotes(build_json_answer(SCHEMA, FILING), FILING, 0.2, seed)
+        again, _ = replace_quotes(build_json_answer(SCHEMA, FILING), FILING, 0.2, seed)
+        assert instance == again, "the same seed replaces the same quotes the same way"
+        answer = FilingExtraction.model_validate(instance)
+        for quote in _quotes(answer):
+            assert (quote in invented.quotes) == (" ".join(quote.lower().split()) not in flat)
+        seen += invented.quotes_seen
+        invented_all += invented.quotes
+    assert seen == 40 * 3
+    assert 0.1 < len(invented_all) / seen < 0.3, "about the configured share"
+    untouched, none = replace_quotes(build_json_answer(SCHEMA, FILING), FILING, 0.0, 1)
+    assert untouched == build_json_answer(SCHEMA, FILING) and none.quotes == []
+
+
 # --- server -----------------------------------------------------------------------------------
+
+
+def test_ungrounded_quotes_through_the_sdk_are_counted_and_listed() -> None:
+    with SimServer(SimConfig(p50_s=0.002, p95_s=0.005, seed=7, ungrounded_rate=1.0)) as sim:
+        completion = extract(sim)
+        stats = sim.stats()
+        listed = httpx.get(sim.base_url.replace("/v1", "/sim/invented")).json()["quotes"]
+    answer = FilingExtraction.model_validate_json(completion.choices[0].message.content or "")
+    quotes = _quotes(answer)
+    assert len(quotes) == 3 and all(q not in FILING for q in quotes)
+    assert answer.revenue_usd == 1_234_500_000.0, "only quotes change, not the figures"
+    assert stats["quotes"] == stats["ungrounded_quotes"] == 3 and stats["ungrounded_rate"] == 1.0
+    assert sorted(listed) == sorted(quotes)
 
 
 def test_json_schema_answer_through_the_sdk() -> None:

@@ -13,10 +13,10 @@ from typing import Any
 
 from pipeline.sim import finders
 from pipeline.sim.text import Doc, Sentence, analyze
+from pipeline.sim.ungrounded import is_quote_field
 
 MAX_ITEMS = 5
 MAX_DEPTH = 6
-_QUOTE_WORDS = ("quote", "excerpt", "sentence", "citation", "evidence")
 _PERCENT_WORDS = ("percent", "pct", "rate", "margin", "growth", "ratio")
 _COMPANY_WORDS = ("company", "registrant", "issuer", "filer", "entity")
 _LONG_TEXT_WORDS = ("description", "summary", "text", "detail", "details", "explanation")
@@ -157,8 +157,7 @@ def _fill_array(schema: Schema, name: str, ctx: _Ctx) -> list[Any]:
 
 
 def _is_quote(name: str) -> bool:
-    tokens = finders.name_tokens(name)
-    return any(word in tokens for word in _QUOTE_WORDS)
+    return is_quote_field(name)
 
 
 def _fill_string(schema: Schema, name: str, ctx: _Ctx, nullable: bool) -> str | None:

@@ -26,6 +26,7 @@ class SimConfig:
     hang_s: float = 600.0
     bad_json_rate: float = 0.0
     truncate_rate: float = 0.0
+    ungrounded_rate: float = 0.0  # share of quotes replaced by text not in the document
     record_path: str | None = None
 
     def __post_init__(self) -> None:
@@ -35,7 +36,14 @@ class SimConfig:
             raise ValueError("window_s must be > 0")
         if self.rpm < 0 or self.tpm < 0:
             raise ValueError("rpm and tpm must be >= 0 (0 = no limit)")
-        for name in ("error_rate", "drop_rate", "hang_rate", "bad_json_rate", "truncate_rate"):
+        for name in (
+            "error_rate",
+            "drop_rate",
+            "hang_rate",
+            "bad_json_rate",
+            "truncate_rate",
+            "ungrounded_rate",
+        ):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must be within [0, 1], got {value}")

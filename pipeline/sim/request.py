@@ -12,6 +12,7 @@ from typing import Any
 from pipeline.sim.answers import build_json_answer
 from pipeline.sim.faults import Draw
 from pipeline.sim.replies import build_text_answer, malformed_json, truncate, violate_schema
+from pipeline.sim.ungrounded import replace_quotes
 
 CHARS_PER_TOKEN = 4
 HOOKS = ("invalid", "error", "badjson", "badkey")
@@ -40,6 +41,8 @@ class Composed:
 
     content: str
     is_json: bool
+    quotes: int = 0  # quote fields in the answer
+    invented: tuple[str, ...] = ()  # those replaced by text not in the document
 
     @property
     def tokens(self) -> int:
@@ -138,15 +141,18 @@ def parse(body: Any) -> ChatRequest:
     )
 
 
-def compose(chat: ChatRequest) -> Composed:
-    """The answer the request asks for, built from its document text (CPU only)."""
+def compose(chat: ChatRequest, ungrounded_rate: float = 0.0, seed: int | None = None) -> Composed:
+    """The answer the request asks for, built from its document text (CPU only); a share
+    `ungrounded_rate` of its quotes is replaced by text the document does not hold."""
     document = document_text(chat.messages)
     max_chars = chat.max_tokens * CHARS_PER_TOKEN if chat.max_tokens else None
     if chat.schema is not None:
         instance = build_json_answer(chat.schema, document)
+        instance, invented = replace_quotes(instance, document, ungrounded_rate, seed)
         if "invalid" in chat.hooks:
             instance = violate_schema(instance, chat.schema)
-        return Composed(json.dumps(instance, ensure_ascii=False), True)
+        content = json.dumps(instance, ensure_ascii=False)
+        return Composed(content, True, invented.quotes_seen, tuple(invented.quotes))
     if chat.format_type == "json_object":
         summary = build_text_answer(document, max_chars and max_chars - 20)
         return Composed(json.dumps({"summary": summary}, ensure_ascii=False), True)

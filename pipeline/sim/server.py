@@ -119,7 +119,7 @@ async def _chat(request: web.Request, state: SimState) -> web.StreamResponse:
     loop = asyncio.get_running_loop()
     composed: Composed | None = None
     if chat.max_tokens is None:  # the token charge needs the answer's length
-        composed = await _compose(chat, loop)
+        composed = await _compose(chat, loop, state.config)
         charge = chat.prompt_tokens + composed.tokens
     else:
         charge = chat.prompt_tokens + chat.max_tokens
@@ -142,7 +142,7 @@ async def _chat(request: web.Request, state: SimState) -> web.StreamResponse:
             await asyncio.wait_for(state.shutdown.wait(), state.config.hang_s)
         return await _abort(request)
     if outcome == "ok" and composed is None:
-        composed = await _compose(chat, loop)
+        composed = await _compose(chat, loop, state.config)
     await asyncio.sleep(draw.latency_s)
     if outcome == "drop":
         state.counters.dropped += 1
@@ -159,6 +159,10 @@ async def _chat(request: web.Request, state: SimState) -> web.StreamResponse:
     counters.truncated += body.truncated
     counters.prompt_tokens += chat.prompt_tokens
     counters.completion_tokens += body.completion_tokens
+    if not body.bad_json and not body.truncated:  # the quotes reached the client intact
+        counters.quotes += composed.quotes
+        counters.ungrounded_quotes += len(composed.invented)
+        state.invented_quotes.extend(composed.invented)
     return web.json_response(body.payload, headers=headers)
 
 
@@ -179,10 +183,10 @@ async def _read_json(request: web.Request) -> Any:
         raise RequestError(f"We could not parse the JSON body of your request: {exc}") from exc
 
 
-async def _compose(chat: ChatRequest, loop: asyncio.AbstractEventLoop) -> Composed:
+async def _compose(chat: ChatRequest, loop: asyncio.AbstractEventLoop, config: SimConfig) -> Composed:
     if len(chat.prompt) <= INLINE_CHARS:
-        return compose(chat)
-    return await loop.run_in_executor(None, compose, chat)
+        return compose(chat, config.ungrounded_rate, config.seed)
+    return await loop.run_in_executor(None, compose, chat, config.ungrounded_rate, config.seed)
 
 
 async def models(request: web.Request) -> web.Response:
@@ -195,6 +199,11 @@ async def models(request: web.Request) -> web.Response:
 async def stats(request: web.Request) -> web.Response:
     """GET /sim/stats."""
     return web.json_response(request.app[STATE].stats())
+
+
+async def invented(request: web.Request) -> web.Response:
+    """GET /sim/invented: every quote the simulator replaced by text not in its document."""
+    return web.json_response({"quotes": request.app[STATE].invented_quotes})
 
 
 async def reset(request: web.Request) -> web.Response:
@@ -211,6 +220,7 @@ def build_app(config: SimConfig) -> web.Application:
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/sim/stats", stats)
+    app.router.add_get("/sim/invented", invented)
     app.router.add_post("/sim/reset", reset)
 
     async def recorder(_: web.Application) -> AsyncIterator[None]:

@@ -31,6 +31,8 @@ class Counters:
     truncated: int = 0
     prompt_tokens: int = 0  # of the 200 answers
     completion_tokens: int = 0
+    quotes: int = 0  # quote fields in intact JSON answers
+    ungrounded_quotes: int = 0  # of those, replaced by text not in the document (--ungrounded-rate)
 
     def reset(self) -> None:
         for item in fields(self):
@@ -80,6 +82,7 @@ class SimState:
         self.next_id = 0
         self.shutdown = asyncio.Event()
         self.recorder: Recorder | None = None
+        self.invented_quotes: list[str] = []  # GET /sim/invented
 
     def record(
         self,
@@ -110,9 +113,11 @@ class SimState:
             "max_tokens_in_any_60s_window": self.limiter.max_tokens_in_window,
             "rpm": self.config.rpm,
             "tpm": self.config.tpm,
+            "ungrounded_rate": self.config.ungrounded_rate,
         }
 
     def reset(self) -> None:
         """Zero the counters and forget the limiter's window (the RNG runs on)."""
         self.counters.reset()
         self.limiter.reset()
+        self.invented_quotes.clear()

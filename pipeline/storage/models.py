@@ -18,6 +18,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
     true,
 )
 from sqlalchemy.dialects.postgresql import JSONB
@@ -112,6 +113,10 @@ class Document(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
+    injection_flag: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    """The text holds instruction-like passages aimed at a model (`pipeline.injection`)."""
+    injection_excerpt: Mapped[str | None] = mapped_column(Text)
+    """The first such passage, short, whitespace collapsed, control characters escaped."""
 
 
 class Chunk(Base):
@@ -132,6 +137,8 @@ class Chunk(Base):
     completed_at: Mapped[datetime | None]
     reused_from: Mapped[int | None] = mapped_column(IdType)
     """The chunk of an earlier run whose answer this one reuses (same text, prompt, model)."""
+    section: Mapped[str | None] = mapped_column(String(40))
+    """The filing section the chunk starts in ("Item 1A"), when the text has item headings."""
 
 
 class Extraction(Base):
@@ -144,6 +151,13 @@ class Extraction(Base):
     fiscal_year: Mapped[int | None] = mapped_column(Integer)
     revenue_usd: Mapped[float | None] = mapped_column(Float)
     revenue_quote: Mapped[str | None] = mapped_column(Text)
+    revenue_grounded: Mapped[bool | None] = mapped_column(Boolean)
+    """Whether revenue_quote was found in the filing's text; null when there is no quote."""
+    revenue_quote_start: Mapped[int | None] = mapped_column(Integer)
+    revenue_quote_end: Mapped[int | None] = mapped_column(Integer)
+    """Character offsets of the quote in the filing's text (contents.text[start:end])."""
+    quotes_total: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    quotes_grounded: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     data: Mapped[dict[str, Any]]
     summary: Mapped[str | None] = mapped_column(Text)
     model: Mapped[str] = mapped_column(String(100))
@@ -160,6 +174,10 @@ class RiskFactor(Base):
     position: Mapped[int] = mapped_column(Integer)
     title: Mapped[str] = mapped_column(Text)
     quote: Mapped[str] = mapped_column(Text)
+    grounded: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    """Whether the quote was found in the filing's text (verbatim or whitespace/case normalised)."""
+    quote_start: Mapped[int | None] = mapped_column(Integer)
+    quote_end: Mapped[int | None] = mapped_column(Integer)
 
 
 class LLMCall(Base):

@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 from pipeline.chunking import ChunkSpan
 from pipeline.constants import PROMPT_VERSION
 from pipeline.errors import BudgetSpent
+from pipeline.grounding import GroundedExtraction
 from pipeline.llm import CallRecord
 from pipeline.schemas import FilingExtraction
 from pipeline.storage.models import (
@@ -116,6 +117,7 @@ def add_document(
     status: DocStatus = DocStatus.PENDING,
     error: str | None = None,
     spans: Sequence[ChunkSpan] = (),
+    injection_excerpt: str | None = None,
 ) -> Document:
     finished = utcnow() if status in TERMINAL_DOC_STATUSES else None
     doc = Document(
@@ -127,6 +129,8 @@ def add_document(
         error=error,
         chunk_count=len(spans),
         finished_at=finished,
+        injection_flag=injection_excerpt is not None,
+        injection_excerpt=injection_excerpt,
     )
     session.add(doc)
     session.flush()
@@ -137,6 +141,7 @@ def add_document(
             char_start=s.char_start,
             char_end=s.char_end,
             token_estimate=s.token_estimate,
+            section=s.section,
         )
         for s in spans
     )
@@ -264,13 +269,18 @@ def save_chunk_result(
 def save_extraction(
     session: Session,
     doc: Document,
-    extraction: FilingExtraction,
+    checked: GroundedExtraction,
     *,
     model: str,
     prompt_version: str,
 ) -> None:
-    """Upsert the document's extraction and replace its risk factors, then mark it extracted."""
-    data = extraction.model_dump(mode="json")
+    """Upsert the document's extraction and replace its risk factors, then mark it extracted.
+
+    Every fact is stored, grounded or not: the flags and offsets say which quotes were
+    found in the filing's text.
+    """
+    extraction = checked.extraction
+    revenue = checked.revenue
     row = {
         "document_id": doc.id,
         "run_id": doc.run_id,
@@ -278,7 +288,12 @@ def save_extraction(
         "fiscal_year": extraction.fiscal_year,
         "revenue_usd": extraction.revenue_usd,
         "revenue_quote": extraction.revenue_quote,
-        "data": data,
+        "revenue_grounded": revenue.grounded if revenue else None,
+        "revenue_quote_start": revenue.start if revenue else None,
+        "revenue_quote_end": revenue.end if revenue else None,
+        "quotes_total": checked.quotes_total,
+        "quotes_grounded": checked.quotes_grounded,
+        "data": extraction.model_dump(mode="json"),
         "model": model,
         "prompt_version": prompt_version,
         "created_at": utcnow(),
@@ -286,8 +301,17 @@ def save_extraction(
     upsert(session, Extraction, [row], ["document_id"], [k for k in row if k != "document_id"])
     session.execute(delete(RiskFactor).where(RiskFactor.document_id == doc.id))
     session.add_all(
-        RiskFactor(document_id=doc.id, run_id=doc.run_id, position=i, title=r.title, quote=r.quote)
-        for i, r in enumerate(extraction.risk_factors)
+        RiskFactor(
+            document_id=doc.id,
+            run_id=doc.run_id,
+            position=i,
+            title=r.title,
+            quote=r.quote,
+            grounded=check.grounded,
+            quote_start=check.start,
+            quote_end=check.end,
+        )
+        for i, (r, check) in enumerate(zip(extraction.risk_factors, checked.risks, strict=True))
     )
     _finish_document(session, doc.id, DocStatus.EXTRACTED, None)
 

@@ -1,0 +1,79 @@
+"""Section-aware chunking (pure): item headings, chunks along them, full coverage."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from pipeline import prompts
+from pipeline.constants import CHARS_PER_TOKEN
+from pipeline.sections import find_sections, hint, split_by_section
+from pipeline.settings import Settings
+from pipeline.synth_filings import generate_filing
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples" / "filings").glob("*.txt"))
+
+
+def _assert_covers(text: str, spans: list, chunk_tokens: int) -> None:  # type: ignore[type-arg]
+    assert spans[0].char_start == 0 and spans[-1].char_end == len(text)
+    for earlier, later in itertools.pairwise(spans):
+        assert later.char_start <= earlier.char_end, "no character falls between two chunks"
+        assert later.char_start > earlier.char_start
+    assert all(s.char_end - s.char_start <= chunk_tokens * CHARS_PER_TOKEN for s in spans)
+    assert [s.idx for s in spans] == list(range(len(spans)))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+@pytest.mark.parametrize("chunk_tokens", [1_000, 6_000])
+def test_every_character_of_every_example_is_in_a_chunk(path: Path, chunk_tokens: int) -> None:
+    text = path.read_text(encoding="utf-8")
+    spans = split_by_section(text, chunk_tokens, 100)
+    _assert_covers(text, spans, chunk_tokens)
+    assert all(s.section for s in spans)
+
+
+def test_chunks_start_at_item_headings_unless_a_long_section_is_split() -> None:
+    text, _ = generate_filing(2, seed=7, target_bytes=60_000)
+    starts = {s.start for s in find_sections(text)}
+    spans = split_by_section(text, 2_000, 100)
+    for span in spans:
+        if span.char_start not in starts:  # a later window of one long section, overlapping the last
+            assert "," not in (span.section or "") and " to " not in (span.section or "")
+    risk = [s for s in spans if s.section and "Item 1A" in s.section]
+    assert risk and text[risk[0].char_start :].lstrip().startswith("Item")
+
+
+def test_tiny_sections_are_merged_and_long_ones_split() -> None:
+    text = "Cover page\n" + "".join(f"Item {n}. Short {n}\nA line.\n" for n in (1, 2, 3)) + "Item 7. Long\n"
+    text += "Revenue grew. " * 2_000
+    spans = split_by_section(text, 1_000, 50)
+    _assert_covers(text, spans, 1_000)
+    assert spans[0].section == "Cover, Item 1" or spans[0].section == "Cover to Item 7"
+    assert spans[-1].section == "Item 7" and len(spans) > 3
+
+
+def test_text_without_item_headings_is_windowed_as_before() -> None:
+    text = "Revenue grew in every segment.\n\n" * 3_000
+    spans = split_by_section(text, 1_000, 50)
+    _assert_covers(text, spans, 1_000)
+    assert {s.section for s in spans} == {None}
+
+
+def test_the_prompt_says_which_section_and_what_to_look_for() -> None:
+    assert "risk factors" in hint("Item 1A. Risk Factors\nWe may fail.", None)
+    assert "total revenue" in hint("no heading in this window", "Item 7")
+    assert hint("plain text", None) == ""
+    user = prompts.extract_messages("Item 8. Financial Statements", 0, 3, hint("Item 8. x", None))[1][
+        "content"
+    ]
+    assert "from Item 8 of the filing" in user and user.index("Item 8 of") < user.index("<document>")
+
+
+def test_the_chunk_budget_comes_from_the_model_context() -> None:
+    settings = Settings(
+        _env_file=None, chunk_tokens=6_000, model_context_tokens=4_000, extract_max_tokens=1_000
+    )  # type: ignore[call-arg]
+    assert settings.chunk_budget_tokens() == 4_000 - 600 - 1_000
+    assert Settings(_env_file=None, chunk_tokens=6_000).chunk_budget_tokens() == 6_000  # type: ignore[call-arg]
