@@ -72,9 +72,21 @@ def db_upgrade(revision: str) -> None:
 @click.option("--name", help="A name for the run.")
 @click.option("--wait", is_flag=True, help="Show progress until the run ends.")
 @click.option("--fresh", is_flag=True, help="Ask the LLM again for filings answered by earlier runs.")
+@click.option(
+    "--schema",
+    "schema",
+    metavar="MODULE:MODEL",
+    help="Extract with this pydantic model instead of the 10-K schema.",
+)
 @click.option("--new-only", is_flag=True, help="Leave out files whose content an earlier run extracted.")
 def submit(
-    paths: tuple[str, ...], query: str | None, name: str | None, wait: bool, fresh: bool, new_only: bool
+    paths: tuple[str, ...],
+    query: str | None,
+    name: str | None,
+    wait: bool,
+    fresh: bool,
+    schema: str | None,
+    new_only: bool,
 ) -> None:
     """Submit files (paths, globs, directories) as one run; prints the run id."""
     settings = get_settings()
@@ -84,7 +96,14 @@ def submit(
             "for the embedded all-in-one"
         )
     code, _ = _submit_and_wait(
-        settings, list(paths), query=query, name=name, wait=wait, fresh=fresh, new_only=new_only
+        settings,
+        list(paths),
+        query=query,
+        name=name,
+        wait=wait,
+        fresh=fresh,
+        new_only=new_only,
+        schema=schema,
     )
     sys.exit(code)
 
@@ -98,6 +117,7 @@ def _submit_and_wait(
     wait: bool,
     fresh: bool = False,
     new_only: bool = False,
+    schema: str | None = None,
     simulated: bool = False,
     check: Callable[[], str | None] | None = None,
 ) -> tuple[int, str]:
@@ -106,6 +126,13 @@ def _submit_and_wait(
     from pipeline.progress import WaitAborted, wait_for_run
     from workers.canvas import enqueue_run
 
+    if schema:
+        from pipeline.custom import load_schema
+
+        try:
+            load_schema(schema)
+        except ValueError as exc:
+            _fail(str(exc))
     engine = _engine(settings)
     plan = prepare_run(
         engine,
@@ -116,6 +143,7 @@ def _submit_and_wait(
         simulated=simulated,
         reuse_answers=not fresh,
         only_new=new_only,
+        schema=schema,
     )
     if plan.already_processed:
         console.print(f"{len(plan.already_processed)} files left out: an earlier run extracted them")
@@ -619,7 +647,20 @@ def sim(
 @click.option("--name", help="A name for the run.")
 @click.option("--workers", "worker_count", default=2, show_default=True, help="Local worker processes.")
 @click.option("--fresh", is_flag=True, help="Ask the LLM again for filings answered by earlier runs.")
-def run(paths: tuple[str, ...], query: str | None, name: str | None, worker_count: int, fresh: bool) -> None:
+@click.option(
+    "--schema",
+    "schema",
+    metavar="MODULE:MODEL",
+    help="Extract with this pydantic model instead of the 10-K schema.",
+)
+def run(
+    paths: tuple[str, ...],
+    query: str | None,
+    name: str | None,
+    worker_count: int,
+    fresh: bool,
+    schema: str | None,
+) -> None:
     """Run a whole batch locally: embedded Redis, simulator and workers unless configured."""
     from pipeline.local import local_stack
 
@@ -631,6 +672,7 @@ def run(paths: tuple[str, ...], query: str | None, name: str | None, worker_coun
             name=name,
             wait=True,
             fresh=fresh,
+            schema=schema,
             simulated=parts.simulated,
             check=parts.stack.problem,
         )

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections import Counter
 from dataclasses import dataclass
 
+from pydantic import BaseModel
 from sqlalchemy import Engine
 
-from pipeline import errors, logs, prompts, sections
+from pipeline import custom, errors, logs, prompts, sections
 from pipeline.constants import PROMPT_VERSION
 from pipeline.grounding import Source, ground
 from pipeline.llm import CallRecord, LLMClient
@@ -48,7 +50,8 @@ def extract_document(ctx: Context, document_id: int, failed_attempts: int = 0) -
         text = repo.document_text(session, doc)
         chunks = repo.chunks_of(session, document_id)
         run = session.get(Run, doc.run_id)
-        if run is not None and run.reuse_answers:
+        schema = run.schema if run is not None else None
+        if run is not None and run.reuse_answers and not schema:
             repo.reuse_answers(session, doc, chunks, ctx.llm.extract_model_names())
         capped = run is not None and run.budget_usd is not None
     try:
@@ -56,7 +59,7 @@ def extract_document(ctx: Context, document_id: int, failed_attempts: int = 0) -
         for chunk in chunks:
             if time.monotonic() - started > ctx.settings.task_time_budget_s:
                 raise errors.Deferred("the task ran past its time budget; answered chunks kept", 0.0)
-            answers.append(_chunk_result(ctx, doc, chunk, text, len(chunks), failed_attempts, capped))
+            answers.append(_chunk_result(ctx, doc, chunk, text, len(chunks), failed_attempts, capped, schema))
     except errors.RetryableError:
         # Handed back to the task layer, which retries with backoff (or defers): not a lost
         # delivery. The stored count is for deliveries that never came back (a worker died).
@@ -65,7 +68,23 @@ def extract_document(ctx: Context, document_id: int, failed_attempts: int = 0) -
         raise
     models = Counter(model for _, model in answers)
     source = Source(text)
-    merged = merge_chunks([part for part, _ in answers], lambda quote: source.find(quote) is not None)
+    if schema:
+        data, total, grounded = custom.ground(
+            custom.merge([p.model_dump(mode="json") for p, _ in answers]), source
+        )
+        with session_scope(ctx.engine) as session:
+            repo.save_custom_extraction(
+                session,
+                doc,
+                data,
+                quotes_total=total,
+                quotes_grounded=grounded,
+                model=models.most_common(1)[0][0],
+                prompt_version=prompt_version(schema),
+            )
+        return "extracted"
+    parts = [part for part, _ in answers if isinstance(part, FilingExtraction)]
+    merged = merge_chunks(parts, lambda quote: source.find(quote) is not None)
     with session_scope(ctx.engine) as session:
         repo.save_extraction(
             session,
@@ -85,23 +104,28 @@ def _chunk_result(
     count: int,
     failed_attempts: int,
     capped: bool,
-) -> tuple[FilingExtraction, str]:
+    schema: str | None = None,
+) -> tuple[BaseModel, str]:
     """The chunk's answer and the model that gave it: stored, or asked for now."""
-    if chunk.result is not None and chunk.prompt_version == PROMPT_VERSION:
-        return FilingExtraction.model_validate(chunk.result), chunk.model or ctx.llm.model
+    answer_model: type[BaseModel] = custom.load_schema(schema) if schema else FilingExtraction
+    version = prompt_version(schema)
+    if chunk.result is not None and chunk.prompt_version == version:
+        return answer_model.model_validate(chunk.result), chunk.model or ctx.llm.model
     if capped:
         with session_scope(ctx.engine) as session:
             repo.check_budget(session, doc.run_id)
     model = ctx.llm.pick_model("extract", failed_attempts)
     chunk_text = text[chunk.char_start : chunk.char_end]
-    messages = prompts.extract_messages(
-        chunk_text, chunk.idx, count, sections.hint(chunk_text, chunk.section)
-    )
+    hint = sections.hint(chunk_text, chunk.section)
+    if schema:
+        messages = prompts.custom_extract_messages(chunk_text, chunk.idx, count, answer_model.__name__, hint)
+    else:
+        messages = prompts.extract_messages(chunk_text, chunk.idx, count, hint)
     calls: list[CallRecord] = []
     try:
         result = ctx.llm.structured(
             messages,
-            FilingExtraction,
+            answer_model,
             stage="extract",
             max_tokens=ctx.settings.extract_max_tokens,
             sink=calls.append,
@@ -113,8 +137,15 @@ def _chunk_result(
         raise
     with session_scope(ctx.engine) as session:
         repo.record_calls(session, doc.run_id, doc.id, chunk.idx, calls)
-        repo.save_chunk_result(session, chunk.id, result, model=model, prompt_version=PROMPT_VERSION)
+        repo.save_chunk_result(session, chunk.id, result, model=model, prompt_version=version)
     return result, model
+
+
+def prompt_version(schema: str | None) -> str:
+    """What stored answers are keyed on: the prompt's version, and a user's schema if any."""
+    if not schema:
+        return PROMPT_VERSION
+    return f"{PROMPT_VERSION}:{hashlib.sha256(schema.encode()).hexdigest()[:12]}"
 
 
 def note_retry(ctx: Context, document_id: int, reason: str) -> None:

@@ -58,6 +58,7 @@ def prepare_run(
     simulated: bool = False,
     reuse_answers: bool = True,
     only_new: bool = False,
+    schema: str | None = None,
     on_file: Callable[[inputs.LoadedFile], None] | None = None,
 ) -> SubmitPlan:
     """Store a run and its documents; rejected files are stored `skipped` with their reason.
@@ -77,6 +78,7 @@ def prepare_run(
             simulated=simulated,
             reuse_answers=reuse_answers,
             budget_usd=settings.run_budget_usd,
+            schema=schema,
         )
     first_path_of: dict[str, str] = {}
     for batch in _batches(inputs.expand(paths), COMMIT_EVERY_DOCUMENTS):

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from sqlalchemy import select
 
-from pipeline import grounding, prompts, render
+from pipeline import custom, grounding, prompts, render
 from pipeline.constants import DEFAULT_COMPRESS_MAX_TOKENS, DEFAULT_SYNTHESIZE_MAX_TOKENS
 from pipeline.extract import Context
 from pipeline.llm import CallRecord
@@ -17,27 +18,32 @@ from pipeline.storage.db import session_scope
 from pipeline.storage.models import Document, Extraction, RiskFactor, Run, RunStatus
 
 PROMPT_OVERHEAD_TOKENS = 400
+CUSTOM_FALLBACK_CHARS = 600
+"""A custom schema's stored JSON, cut to this, stands in for a summary the LLM did not give."""
 
 
 def compress_document(ctx: Context, document_id: int, failed_attempts: int = 0) -> str:
     """Store a short summary of the document's extraction, by the LLM; idempotent."""
     with session_scope(ctx.engine) as session:
         row = session.execute(
-            select(Extraction, Run.query, Run.budget_usd)
+            select(Extraction, Run.query, Run.budget_usd, Run.schema)
             .join(Run, Run.id == Extraction.run_id)
             .where(Extraction.document_id == document_id)
         ).one_or_none()
         if row is None:
             return "missing"
-        extraction, query, budget = row
+        extraction, query, budget, schema = row
         if extraction.summary:
             return "done"
-        risks = session.execute(
-            select(RiskFactor.title, RiskFactor.quote)
-            .where(RiskFactor.document_id == document_id, RiskFactor.grounded)
-            .order_by(RiskFactor.position)
-        ).all()
-        facts = trusted_facts(extraction, [(title, quote) for title, quote in risks])
+        if schema:  # a user's schema: its JSON, ungrounded quotes removed
+            facts = custom.without_ungrounded(extraction.data)
+        else:
+            risks = session.execute(
+                select(RiskFactor.title, RiskFactor.quote)
+                .where(RiskFactor.document_id == document_id, RiskFactor.grounded)
+                .order_by(RiskFactor.position)
+            ).all()
+            facts = trusted_facts(extraction, [(title, quote) for title, quote in risks])
     if budget is not None:
         with session_scope(ctx.engine) as session:
             repo.check_budget(session, extraction.run_id)
@@ -53,12 +59,12 @@ def compress_document(ctx: Context, document_id: int, failed_attempts: int = 0) 
     finally:
         with session_scope(ctx.engine) as session:
             repo.record_calls(session, extraction.run_id, document_id, None, calls)
-    titles = [r["title"] for r in facts["risk_factors"]]
-    save_summary(
-        ctx,
-        document_id,
-        summary or fallback_summary(extraction.company, extraction.fiscal_year, facts["revenue_usd"], titles),
-    )
+    if not summary and schema:
+        summary = json.dumps(facts, ensure_ascii=False)[:CUSTOM_FALLBACK_CHARS]
+    elif not summary:
+        titles = [r["title"] for r in facts["risk_factors"]]
+        summary = fallback_summary(extraction.company, extraction.fiscal_year, facts["revenue_usd"], titles)
+    save_summary(ctx, document_id, summary)
     return "done"
 
 

@@ -71,6 +71,8 @@ class Run(Base):
     model: Mapped[str] = mapped_column(String(100))
     prompt_version: Mapped[str] = mapped_column(String(40))
     simulated: Mapped[bool] = mapped_column(Boolean, default=False)
+    schema: Mapped[str | None] = mapped_column(String(200))
+    """`module:Model` of a user's extraction schema (`--schema`); None: the 10-K schema."""
     reuse_answers: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
     """Reuse stored chunk answers of earlier runs for unchanged filings (off: `--fresh`)."""
     resumes: Mapped[int] = mapped_column(Integer, default=0, server_default="0")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from pydantic import BaseModel
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
@@ -18,7 +19,6 @@ from pipeline.constants import PROMPT_VERSION
 from pipeline.errors import BudgetSpent
 from pipeline.grounding import GroundedExtraction
 from pipeline.llm import CallRecord
-from pipeline.schemas import FilingExtraction
 from pipeline.storage.models import (
     TERMINAL_DOC_STATUSES,
     Base,
@@ -73,6 +73,7 @@ def create_run(
     simulated: bool,
     reuse_answers: bool = True,
     budget_usd: float | None = None,
+    schema: str | None = None,
 ) -> Run:
     run = Run(
         id=run_id,
@@ -83,6 +84,7 @@ def create_run(
         simulated=simulated,
         reuse_answers=reuse_answers,
         budget_usd=budget_usd,
+        schema=schema,
         status=RunStatus.PENDING,
     )
     session.add(run)
@@ -252,7 +254,7 @@ def chunks_of(session: Session, document_id: int) -> list[Chunk]:
 
 
 def save_chunk_result(
-    session: Session, chunk_id: int, result: FilingExtraction, *, model: str, prompt_version: str
+    session: Session, chunk_id: int, result: BaseModel, *, model: str, prompt_version: str
 ) -> None:
     session.execute(
         update(Chunk)
@@ -313,6 +315,31 @@ def save_extraction(
         )
         for i, (r, check) in enumerate(zip(extraction.risk_factors, checked.risks, strict=True))
     )
+    _finish_document(session, doc.id, DocStatus.EXTRACTED, None)
+
+
+def save_custom_extraction(
+    session: Session,
+    doc: Document,
+    data: dict[str, Any],
+    *,
+    quotes_total: int,
+    quotes_grounded: int,
+    model: str,
+    prompt_version: str,
+) -> None:
+    """Upsert the JSON answer of a user's schema (no fact columns), then mark it extracted."""
+    row = {
+        "document_id": doc.id,
+        "run_id": doc.run_id,
+        "data": data,
+        "quotes_total": quotes_total,
+        "quotes_grounded": quotes_grounded,
+        "model": model,
+        "prompt_version": prompt_version,
+        "created_at": utcnow(),
+    }
+    upsert(session, Extraction, [row], ["document_id"], [k for k in row if k != "document_id"])
     _finish_document(session, doc.id, DocStatus.EXTRACTED, None)
 
 

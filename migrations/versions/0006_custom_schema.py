@@ -1,0 +1,26 @@
+"""a run's custom extraction schema
+
+Revision ID: 0006
+Revises: 0005
+Create Date: 2026-11-30
+"""
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0006"
+down_revision: str | None = "0005"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("runs") as batch_op:
+        batch_op.add_column(sa.Column("schema", sa.String(length=200), nullable=True))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("runs") as batch_op:
+        batch_op.drop_column("schema")
