@@ -168,7 +168,7 @@ def test_a_redis_restart_mid_run_loses_nothing(
                 redis_server.stop()  # SIGTERM: Redis writes its AOF and exits ...
                 time.sleep(3.0)
                 redis_server, _ = start_redis(redis_dir, port=port, appendonly=True)  # ... and is back
-                status = _wait_for_end(engine, run_id, quiet_s=20)
+                status = _wait_for_end(engine, run_id, quiet_s=8)
                 resumed = status != "completed"
                 if resumed:
                     # Tasks cancelled by the lost connection stay unacknowledged until the
