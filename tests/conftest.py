@@ -174,8 +174,7 @@ def running_workers(
             pytest.fail(str(exc))
         yield children
     finally:
-        for child in children:
-            child.stop()
+        embedded.stop_all(children)
 
 
 @contextmanager

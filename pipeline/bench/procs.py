@@ -59,8 +59,7 @@ def workers(
         embedded.wait_until_ready(children, READY_TIMEOUT_S)
         yield children
     finally:
-        for child in children:
-            child.stop()
+        embedded.stop_all(children)
 
 
 def run_measured(
