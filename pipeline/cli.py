@@ -33,6 +33,14 @@ def _engine(settings: Settings) -> Engine:
     return ensure_schema(settings.resolved_database_url)
 
 
+def _broker_settings(hint: str = "") -> Settings:
+    """The settings, for a command that needs the broker: exits 2 when none is configured."""
+    settings = get_settings()
+    if not settings.redis_url:
+        _fail(f"PIPELINE_REDIS_URL is not set: point it at the broker{hint}")
+    return settings
+
+
 def _fail(message: str, code: int = 2) -> NoReturn:
     console.print(f"[bold red]error:[/] {escape(message)}")
     sys.exit(code)
@@ -89,12 +97,7 @@ def submit(
     new_only: bool,
 ) -> None:
     """Submit files (paths, globs, directories) as one run; prints the run id."""
-    settings = get_settings()
-    if not settings.redis_url:
-        _fail(
-            "PIPELINE_REDIS_URL is not set: point it at the broker, or use `pipeline run` "
-            "for the embedded all-in-one"
-        )
+    settings = _broker_settings(", or use `pipeline run` for the embedded all-in-one")
     code, _ = _submit_and_wait(
         settings,
         list(paths),
@@ -188,9 +191,7 @@ def resume(run: str, stale_after_s: float, wait: bool) -> None:
     from pipeline.status import UnknownRun, resolve_run_id
     from workers.canvas import enqueue_resume
 
-    settings = get_settings()
-    if not settings.redis_url:
-        _fail("PIPELINE_REDIS_URL is not set: point it at the broker")
+    settings = _broker_settings()
     engine = _engine(settings)
     try:
         run_id = resolve_run_id(engine, run)
@@ -222,9 +223,7 @@ def resume(run: str, stale_after_s: float, wait: bool) -> None:
 @click.option("--loglevel", "-l", default="INFO", show_default=True)
 def worker(concurrency: int | None, queues: str, pool: str, name: str | None, loglevel: str) -> None:
     """Start a Celery worker (I/O-bound: a thread pool by default)."""
-    settings = get_settings()
-    if not settings.redis_url:
-        _fail("PIPELINE_REDIS_URL is not set: point it at the broker")
+    settings = _broker_settings()
     if not settings.llm_base_url:
         _fail("PIPELINE_LLM_BASE_URL (or OPENAI_BASE_URL) is not set: point it at the LLM endpoint")
     n = concurrency or settings.worker_concurrency
@@ -254,9 +253,7 @@ def worker(concurrency: int | None, queues: str, pool: str, name: str | None, lo
 @click.option("--loglevel", "-l", default="INFO", show_default=True)
 def beat(loglevel: str) -> None:
     """Start Celery beat: the periodic watchdog (run exactly one beat per deployment)."""
-    settings = get_settings()
-    if not settings.redis_url:
-        _fail("PIPELINE_REDIS_URL is not set: point it at the broker")
+    settings = _broker_settings()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     from workers.app import app
 
@@ -268,16 +265,11 @@ def beat(loglevel: str) -> None:
 def watchdog() -> None:
     """One watchdog pass (what beat runs periodically): resume runs without activity for
     PIPELINE_WATCHDOG_IDLE_S, mark stalled those that resuming did not help."""
-    from pipeline import watchdog as watching
-    from workers.canvas import enqueue_resume
+    from workers.canvas import resume_idle_runs
 
-    settings = get_settings()
-    if not settings.redis_url:
-        _fail("PIPELINE_REDIS_URL is not set: point it at the broker")
-    verdicts = watching.check(_engine(settings), settings)
+    settings = _broker_settings()
+    verdicts = resume_idle_runs(_engine(settings), settings)
     for verdict in verdicts:
-        if verdict.plan is not None:
-            enqueue_resume(verdict.plan)
         console.print(f"run {verdict.run_id}: idle {verdict.idle_s:.0f} s, {verdict.action}")
     if not verdicts:
         console.print("no idle runs")
@@ -548,9 +540,7 @@ def flower(address: str | None, port: int | None, unauthenticated: bool) -> None
     from pipeline.errors import ConfigError
     from pipeline.monitoring import BASIC_AUTH_ENV, METRICS_PATH, basic_auth, flower_argv
 
-    settings = get_settings()
-    if not settings.redis_url:
-        _fail("PIPELINE_REDIS_URL is not set: point it at the broker")
+    settings = _broker_settings()
     try:
         credentials = basic_auth(settings, unauthenticated=unauthenticated)
     except ConfigError as exc:

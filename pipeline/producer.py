@@ -121,13 +121,15 @@ def _add_file(
     if loaded.sha256 and loaded.sha256 in first_path_of:
         problem = f"duplicate of {first_path_of[loaded.sha256]} in this batch"
     spans: list[chunking.ChunkSpan] = []
+    tokens = 0
     if not problem and loaded.text is not None:
         spans = sections.split_by_section(
             loaded.text,
             settings.chunk_budget_tokens(),
             min(settings.chunk_overlap_tokens, settings.chunk_budget_tokens() // 4),
         )
-        problem = _over_token_caps(settings, plan, sum(s.token_estimate for s in spans))
+        tokens = sum(s.token_estimate for s in spans)
+        problem = _over_token_caps(settings, plan, tokens)
     if problem or loaded.text is None or loaded.sha256 is None:
         reason = problem or "unusable"
         repo.add_document(
@@ -143,7 +145,7 @@ def _add_file(
         return
     first_path_of[loaded.sha256] = loaded.path
     repo.store_content(session, loaded.sha256, loaded.text, loaded.size_bytes)
-    plan.tokens += sum(s.token_estimate for s in spans)
+    plan.tokens += tokens
     finding = injection.detect(loaded.text)
     doc = repo.add_document(
         session,

@@ -5,8 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from celery import chord
+from sqlalchemy import Engine
 
+from pipeline import watchdog
 from pipeline.resume import ResumePlan
+from pipeline.settings import Settings
+from pipeline.watchdog import Verdict
 from workers.tasks import extract, finalize
 
 
@@ -30,3 +34,12 @@ def enqueue_resume(plan: ResumePlan) -> None:
         enqueue_run(plan.run_id, plan.document_ids)
     else:
         enqueue_finalize(plan.run_id)
+
+
+def resume_idle_runs(engine: Engine, settings: Settings) -> list[Verdict]:
+    """One watchdog pass: enqueue the resumes it decides; returns every verdict."""
+    verdicts = watchdog.check(engine, settings)
+    for verdict in verdicts:
+        if verdict.plan is not None:
+            enqueue_resume(verdict.plan)
+    return verdicts

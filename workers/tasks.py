@@ -199,17 +199,12 @@ def _synthesize(self: Task, run_id: str) -> str:
 @app.task(name="pipeline.watchdog")
 def watchdog() -> dict[str, list[str]]:
     """Periodic (beat): resume runs without activity, mark stalled those resuming cannot help."""
-    from pipeline import watchdog as watching
-    from workers.canvas import enqueue_resume
+    from workers.canvas import resume_idle_runs
 
     ctx = worker_context()
     outcome: dict[str, list[str]] = {"resumed": [], "stalled": []}
-    for verdict in watching.check(ctx.engine, ctx.settings):
-        if verdict.plan is not None:
-            enqueue_resume(verdict.plan)
-            outcome["resumed"].append(verdict.run_id)
-        else:
-            outcome["stalled"].append(verdict.run_id)
+    for verdict in resume_idle_runs(ctx.engine, ctx.settings):
+        outcome["resumed" if verdict.plan is not None else "stalled"].append(verdict.run_id)
         log.warning("watchdog: run %s idle %.0f s: %s", verdict.run_id, verdict.idle_s, verdict.action)
     return outcome
 

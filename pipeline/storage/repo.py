@@ -283,24 +283,22 @@ def save_extraction(
     """
     extraction = checked.extraction
     revenue = checked.revenue
-    row = {
-        "document_id": doc.id,
-        "run_id": doc.run_id,
-        "company": extraction.company,
-        "fiscal_year": extraction.fiscal_year,
-        "revenue_usd": extraction.revenue_usd,
-        "revenue_quote": extraction.revenue_quote,
-        "revenue_grounded": revenue.grounded if revenue else None,
-        "revenue_quote_start": revenue.start if revenue else None,
-        "revenue_quote_end": revenue.end if revenue else None,
-        "quotes_total": checked.quotes_total,
-        "quotes_grounded": checked.quotes_grounded,
-        "data": extraction.model_dump(mode="json"),
-        "model": model,
-        "prompt_version": prompt_version,
-        "created_at": utcnow(),
-    }
-    upsert(session, Extraction, [row], ["document_id"], [k for k in row if k != "document_id"])
+    _upsert_extraction(
+        session,
+        doc,
+        data=extraction.model_dump(mode="json"),
+        model=model,
+        prompt_version=prompt_version,
+        quotes_total=checked.quotes_total,
+        quotes_grounded=checked.quotes_grounded,
+        company=extraction.company,
+        fiscal_year=extraction.fiscal_year,
+        revenue_usd=extraction.revenue_usd,
+        revenue_quote=extraction.revenue_quote,
+        revenue_grounded=revenue.grounded if revenue else None,
+        revenue_quote_start=revenue.start if revenue else None,
+        revenue_quote_end=revenue.end if revenue else None,
+    )
     session.execute(delete(RiskFactor).where(RiskFactor.document_id == doc.id))
     session.add_all(
         RiskFactor(
@@ -329,18 +327,22 @@ def save_custom_extraction(
     prompt_version: str,
 ) -> None:
     """Upsert the JSON answer of a user's schema (no fact columns), then mark it extracted."""
-    row = {
-        "document_id": doc.id,
-        "run_id": doc.run_id,
-        "data": data,
-        "quotes_total": quotes_total,
-        "quotes_grounded": quotes_grounded,
-        "model": model,
-        "prompt_version": prompt_version,
-        "created_at": utcnow(),
-    }
-    upsert(session, Extraction, [row], ["document_id"], [k for k in row if k != "document_id"])
+    _upsert_extraction(
+        session,
+        doc,
+        data=data,
+        model=model,
+        prompt_version=prompt_version,
+        quotes_total=quotes_total,
+        quotes_grounded=quotes_grounded,
+    )
     _finish_document(session, doc.id, DocStatus.EXTRACTED, None)
+
+
+def _upsert_extraction(session: Session, doc: Document, **columns: Any) -> None:
+    """Insert or replace the document's `extractions` row with `columns`."""
+    row = {"document_id": doc.id, "run_id": doc.run_id, **columns, "created_at": utcnow()}
+    upsert(session, Extraction, [row], ["document_id"], [k for k in row if k != "document_id"])
 
 
 def fail_document(session: Session, document_id: int, reason: str) -> None:
