@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import sys
 import time
@@ -11,15 +12,53 @@ import pytest
 from sqlalchemy import Engine, func, select
 
 from pipeline.bench.procs import sim_stats
-from pipeline.embedded import Child, free_port, start_redis, wait_for_port
+from pipeline.embedded import Child, child_env, free_port, start_redis, wait_for_port
 from pipeline.storage.db import get_engine, session_scope, upgrade
 from pipeline.storage.models import Chunk, Document, Extraction, LLMCall, Report, Run
 from pipeline.synth_filings import write_filings
 from tests.conftest import claimed_redis_db, run_cli, running_simulator, running_workers
 from tests.servers import private_postgres
 
-KILL_AFTER_S = 2.0
-OUTAGE_S = 30.0
+OUTAGE_S = 8.0
+"""How long the LLM endpoint stays down: long enough for every thread's call to fail and retry."""
+WORK_TIMEOUT_S = 60.0
+WATCHDOG_IDLE_S = 6.0
+"""The Redis-restart stack's watchdog: a run without activity this long is resumed (beat, 1 s)."""
+
+
+def held_extract_tasks(worker: Child) -> set[str]:
+    """Extract tasks the worker received and has not finished, from its log."""
+    assert worker.log_path is not None
+    received, finished = set(), set()
+    for line in worker.log_path.read_text(errors="replace").splitlines():
+        match = re.search(r"Task pipeline\.extract\[([0-9a-f-]+)\] (received|succeeded|retry|failed)", line)
+        if match:
+            (received if match.group(2) == "received" else finished).add(match.group(1))
+    return received - finished
+
+
+def wait_for_calls(engine: Engine, run_id: str, count: int) -> None:
+    """Until the run has `count` recorded LLM calls: it is under way."""
+    deadline = time.monotonic() + WORK_TIMEOUT_S
+    while True:
+        with session_scope(engine) as session:
+            calls = session.scalar(select(func.count()).where(LLMCall.run_id == run_id)) or 0
+        if calls >= count:
+            return
+        assert time.monotonic() < deadline, f"the run made {calls} calls in {WORK_TIMEOUT_S:.0f} s"
+        time.sleep(0.1)
+
+
+def unfinished(engine: Engine, run_id: str) -> int:
+    with session_scope(engine) as session:
+        return int(
+            session.scalar(
+                select(func.count()).where(
+                    Document.run_id == run_id, Document.status.not_in(["extracted", "failed", "skipped"])
+                )
+            )
+            or 0
+        )
 
 
 def test_a_worker_killed_mid_run_loses_nothing_and_resume_finishes_the_run(
@@ -36,17 +75,24 @@ def test_a_worker_killed_mid_run_loses_nothing_and_resume_finishes_the_run(
             submitted = run_cli("submit", str(tmp_path), env=env)
             assert submitted.returncode == 0, submitted.stderr
             run_id = submitted.stdout.strip().splitlines()[-1]
-            time.sleep(KILL_AFTER_S)
+            deadline = time.monotonic() + WORK_TIMEOUT_S
+            while not held_extract_tasks(victim):  # killed while it holds documents
+                assert time.monotonic() < deadline, "the victim never received an extract task"
+                time.sleep(0.1)
+            time.sleep(0.5)  # ... and is mid-call with them
             victim.process.send_signal(signal.SIGKILL)
             victim.process.wait(10)
+            engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
+            assert unfinished(engine, run_id) > 0, "the run was still going when the worker died"
             # Its reserved messages stay unacknowledged until the visibility timeout (hours):
             # resume re-enqueues what is not final now, instead of waiting for that.
             resumed = run_cli("resume", run_id, "--stale-after-s", "0", "--wait", env=env, timeout_s=300)
             assert resumed.returncode == 0, resumed.stderr
+            again = re.search(r"(\d+) documents? enqueued again", resumed.stderr)
+            assert again and int(again.group(1)) >= 1, resumed.stderr
             assert survivor.problem() is None
         sent = sim_stats(sim)["requests_total"]
 
-    engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
     with session_scope(engine) as session:
         docs = list(session.scalars(select(Document).where(Document.run_id == run_id)))
         assert [d.status for d in docs] == ["extracted"] * 8
@@ -83,11 +129,12 @@ def test_the_run_completes_after_the_llm_endpoint_was_down(
             submitted = run_cli("submit", str(tmp_path), env=env)
             assert submitted.returncode == 0, submitted.stderr
             run_id = submitted.stdout.strip().splitlines()[-1]
-            time.sleep(1.5)
+            engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
+            wait_for_calls(engine, run_id, 2)
             sim.stop()  # the provider goes away mid-run ...
+            assert unfinished(engine, run_id) > 0
             time.sleep(OUTAGE_S)
             sim = Child("sim", [sys.executable, "-m", "pipeline", "sim", *args], log_path=logs / "sim2.log")
-            engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
             with sim:  # ... and comes back: the run completes by itself (retries, no resume)
                 deadline = time.monotonic() + 300
                 while session_status(engine, run_id) not in ("completed", "failed"):
@@ -147,9 +194,11 @@ def _assert_each_extracted_once(engine: Engine, run_id: str, count: int) -> tupl
     return int(chunks or 0), int(calls or 0)
 
 
-def test_a_redis_restart_mid_run_loses_nothing(
+def test_a_redis_restart_mid_run_loses_nothing_and_recovers_without_an_operator(
     pipeline_env: dict[str, str], tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
+    """The tasks workers held when Redis went away come back only after the visibility timeout
+    (README): the watchdog, sent by `pipeline beat`, resumes the idle run. No `pipeline resume`."""
     logs = tmp_path_factory.mktemp("redis-restart")
     write_filings(tmp_path, 8, seed=55, sizes=[40_000] * 8)
     redis_dir = logs / "redis"
@@ -158,31 +207,43 @@ def test_a_redis_restart_mid_run_loses_nothing(
     engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
     try:
         with running_simulator(logs, "--p50", "0.4", "--p95", "0.8") as sim:
-            env = {**pipeline_env, "PIPELINE_REDIS_URL": redis_url, "PIPELINE_LLM_BASE_URL": sim}
-            with running_workers(env, logs, count=2, concurrency=3) as children:
+            env = {
+                **pipeline_env,
+                "PIPELINE_REDIS_URL": redis_url,
+                "PIPELINE_LLM_BASE_URL": sim,
+                "PIPELINE_WATCHDOG_IDLE_S": str(WATCHDOG_IDLE_S),
+                "PIPELINE_WATCHDOG_INTERVAL_S": "1",
+            }
+            beat_argv = [sys.executable, "-m", "pipeline", "beat"]
+            beat = Child(
+                "beat",
+                beat_argv,
+                env=child_env({**env, "PIPELINE_DATA_DIR": str(logs)}),
+                log_path=logs / "beat.log",
+            )
+            with running_workers(env, logs, count=2, concurrency=3) as children, beat:
                 submitted = run_cli("submit", str(tmp_path), env=env)
                 assert submitted.returncode == 0, submitted.stderr
                 run_id = submitted.stdout.strip().splitlines()[-1]
-                time.sleep(KILL_AFTER_S)
+                wait_for_calls(engine, run_id, 3)
                 started = time.monotonic()
                 redis_server.stop()  # SIGTERM: Redis writes its AOF and exits ...
-                time.sleep(3.0)
+                assert unfinished(engine, run_id) > 0, "the run was still going when Redis stopped"
+                time.sleep(2.0)
                 redis_server, _ = start_redis(redis_dir, port=port, appendonly=True)  # ... and is back
-                status = _wait_for_end(engine, run_id, quiet_s=8)
-                resumed = status != "completed"
-                if resumed:
-                    # Tasks cancelled by the lost connection stay unacknowledged until the
-                    # visibility timeout: the documented recovery is `pipeline resume`.
-                    result = run_cli(
-                        "resume", run_id, "--stale-after-s", "0", "--wait", env=env, timeout_s=300
-                    )
-                    assert result.returncode == 0, result.stderr
+                status = _wait_for_end(engine, run_id, quiet_s=4 * WATCHDOG_IDLE_S)
+                assert status == "completed", f"the run did not recover by itself: {status}"
                 assert all(child.problem() is None for child in children), "a worker died"
+                assert beat.problem() is None
                 elapsed = time.monotonic() - started
     finally:
         redis_server.stop()
     chunks, calls = _assert_each_extracted_once(engine, run_id, 8)
-    print(f"redis restart: {chunks} chunks, {calls} extract calls, resume needed: {resumed}, {elapsed:.0f} s")
+    with session_scope(engine) as session:
+        resumes = session.get(Run, run_id).resumes  # type: ignore[union-attr]
+    print(
+        f"redis restart: {chunks} chunks, {calls} extract calls, watchdog resumes: {resumes}, {elapsed:.0f} s"
+    )
     assert calls <= chunks + 2 * 3, "calls repeated beyond those in flight"
 
 
@@ -208,10 +269,11 @@ def test_a_postgres_restart_mid_run_is_retried_and_the_run_completes(
             submitted = run_cli("submit", str(tmp_path), env=env)
             assert submitted.returncode == 0, submitted.stderr
             run_id = submitted.stdout.strip().splitlines()[-1]
-            time.sleep(KILL_AFTER_S)
+            wait_for_calls(engine, run_id, 3)
+            assert unfinished(engine, run_id) > 0
             started = time.monotonic()
             postgres.stop("fast")  # every connection is cut ...
-            time.sleep(5.0)
+            time.sleep(3.0)
             postgres.start()  # ... and the database is back: tasks retry, no resume needed
             status = _wait_for_end(engine, run_id, quiet_s=120)
             elapsed = time.monotonic() - started

@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.engine import make_url
 
-from pipeline.storage.db import dispose_engines, upgrade
-from pipeline.storage.models import Base
+from pipeline.storage.db import alembic_config, dispose_engines, get_engine, session_scope, upgrade
+from pipeline.storage.models import Base, Run
 
 PUBLIC_TABLES = {"runs", "documents", "extractions", "risk_factors", "llm_calls", "reports"}
 
@@ -51,11 +52,30 @@ def test_postgres_upgrades_from_empty_and_matches_the_models(postgres_url: str |
         admin.dispose()
 
 
+def _revisions(url: str) -> list[str]:
+    """The rows of alembic_version: one, the head, once migrated."""
+    engine = create_engine(url)
+    with engine.connect() as conn:
+        revisions = list(conn.execute(text("SELECT version_num FROM alembic_version")).scalars())
+    engine.dispose()
+    return revisions
+
+
+def _head(url: str) -> str | None:
+    return ScriptDirectory.from_config(alembic_config(url)).get_current_head()
+
+
 def test_upgrade_is_idempotent(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'twice.db'}"
     upgrade(url)
+    with session_scope(get_engine(url)) as session:
+        session.add(Run(id="kept", query="q", model="m", prompt_version="p"))
     upgrade(url)
+    assert _revisions(url) == [_head(url)]
+    with session_scope(get_engine(url)) as session:
+        assert session.get(Run, "kept") is not None, "a second upgrade keeps the data"
     dispose_engines()
+    _assert_matches_models(url)
 
 
 def test_processes_starting_together_migrate_once(tmp_path: Path) -> None:
@@ -63,9 +83,12 @@ def test_processes_starting_together_migrate_once(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    env = {**os.environ, "PIPELINE_DATABASE_URL": f"sqlite:///{tmp_path / 'together.db'}"}
+    url = f"sqlite:///{tmp_path / 'together.db'}"
+    env = {**os.environ, "PIPELINE_DATABASE_URL": url}
     processes = [
         subprocess.Popen([sys.executable, "-m", "pipeline", "db", "upgrade"], env=env, stderr=subprocess.PIPE)
         for _ in range(4)
     ]
     assert [p.wait(120) for p in processes] == [0, 0, 0, 0], [p.stderr.read() for p in processes if p.stderr]
+    assert _revisions(url) == [_head(url)]
+    _assert_matches_models(url)
