@@ -1,0 +1,123 @@
+"""The Celery tasks themselves, run by an in-process worker (Celery's `celery_worker` fixture)
+against real Redis, Postgres and the session's simulator: what a redelivered or early message
+does. Tests where a worker process has to die live in test_chaos.py.
+
+The app is the project's own (`workers.app.app`, its tasks and settings), pointed at a Redis
+database of its own, so the session's worker processes never take these messages.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from celery import Celery
+from sqlalchemy import Engine, func, select
+
+from pipeline.producer import prepare_run
+from pipeline.settings import get_settings
+from pipeline.storage.db import get_engine, session_scope
+from pipeline.storage.models import Document, LLMCall, Report, Run
+from pipeline.synth_filings import write_filings
+from tests.conftest import claimed_redis_db
+
+WAIT_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def task_broker(pipeline_env: dict[str, str], redis_base: str) -> Iterator[str]:
+    """A Redis database for this module's messages alone."""
+    with claimed_redis_db(redis_base) as url:
+        yield url
+
+
+@pytest.fixture
+def celery_app(task_broker: str) -> Iterator[Celery]:
+    """The project's app, sending to and reading results from the module's Redis database."""
+    from workers.app import app
+
+    saved = {key: app.conf[key] for key in ("broker_url", "result_backend")}
+    # A plain Redis result backend: these tests wait on results, which the project's
+    # send-only backend never subscribes to.
+    app.conf.update(broker_url=task_broker, result_backend=task_broker)
+    yield app
+    app.conf.update(saved)
+
+
+@pytest.fixture(scope="session")
+def celery_worker_parameters() -> dict[str, object]:
+    """Both of the project's queues. No ping check: Celery's test `ping` task is registered on
+    its own test apps only; start-up waits for the consumer all the same."""
+    from pipeline.constants import EXTRACT_QUEUE, REPORT_QUEUE
+
+    return {"queues": (EXTRACT_QUEUE, REPORT_QUEUE), "perform_ping_check": False, "shutdown_timeout": 30.0}
+
+
+@pytest.fixture(scope="session")
+def celery_worker_pool() -> str:
+    return "threads"
+
+
+def _until(condition: object, what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, what
+        time.sleep(0.2)
+
+
+def _reports(engine: Engine, run_id: str) -> int:
+    with session_scope(engine) as session:
+        return int(session.scalar(select(func.count()).where(Report.run_id == run_id)) or 0)
+
+
+def _calls(engine: Engine, run_id: str) -> int:
+    with session_scope(engine) as session:
+        return int(session.scalar(select(func.count()).where(LLMCall.run_id == run_id)) or 0)
+
+
+@pytest.mark.usefixtures("celery_worker")
+def test_a_redelivered_extract_or_finalize_changes_nothing(
+    pipeline_env: dict[str, str], tmp_path: Path
+) -> None:
+    from workers.canvas import enqueue_run
+    from workers.tasks import extract, finalize
+
+    write_filings(tmp_path, 2, seed=95, sizes=[21_000] * 2)
+    engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
+    plan = prepare_run(engine, get_settings(), [str(tmp_path)])
+    enqueue_run(plan.run_id, plan.document_ids)
+    _until(lambda: _reports(engine, plan.run_id) == 1, "the run's chord wrote no report")
+    calls = _calls(engine, plan.run_id)
+    assert calls > 0
+
+    # At-least-once delivery: the same messages again find everything final.
+    assert [extract.delay(d).get(timeout=WAIT_S) for d in plan.document_ids] == ["extracted"] * 2
+    assert finalize.delay(plan.run_id).get(timeout=WAIT_S) == "done"
+    assert _calls(engine, plan.run_id) == calls, "a redelivery called the LLM again"
+    assert _reports(engine, plan.run_id) == 1
+
+
+@pytest.mark.usefixtures("celery_worker")
+def test_finalize_before_every_document_is_final_waits_for_them(
+    pipeline_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The chord's callback checks completeness in the database, not in the chord's results."""
+    from workers.tasks import extract, finalize
+
+    write_filings(tmp_path, 2, seed=97, sizes=[21_000] * 2)
+    engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
+    plan = prepare_run(engine, get_settings(), [str(tmp_path)])
+    early = finalize.delay(plan.run_id)
+    _until(lambda: early.state == "RETRY", "finalize did not wait for the documents")
+    assert _reports(engine, plan.run_id) == 0
+
+    for document_id in plan.document_ids:
+        assert extract.delay(document_id).get(timeout=WAIT_S) == "extracted"
+    _until(lambda: _reports(engine, plan.run_id) == 1, "finalize never fired once the documents were final")
+    with session_scope(engine) as session:
+        run = session.get(Run, plan.run_id)
+        assert run is not None and run.status == "completed"
+        statuses = set(session.scalars(select(Document.status).where(Document.run_id == plan.run_id)))
+    assert statuses == {"extracted"}
