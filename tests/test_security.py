@@ -15,43 +15,45 @@ from pathlib import Path
 import pytest
 import redis
 from celery import Celery
-from sqlalchemy import Engine, MetaData, select
+from sqlalchemy import MetaData, select
 
 from pipeline.constants import REPORT_QUEUE
 from pipeline.embedded import Child
-from pipeline.storage.db import get_engine, session_scope
-from pipeline.storage.models import Run
+from pipeline.storage.db import get_engine
 from pipeline.synth_filings import generate_filing
-from tests.conftest import run_cli
+from tests.conftest import claimed_redis_db, run_cli
 
 
 @pytest.fixture(scope="module")
 def canary_stack(
-    pipeline_env: dict[str, str], workers: list[Child], tmp_path_factory: pytest.TempPathFactory
+    pipeline_env: dict[str, str],
+    workers: list[Child],
+    redis_base: str,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> tuple[dict[str, str], list[Path], str, list[str]]:
     """A run through the session's workers (JSON logs, the session's API key as the canary)
     whose documents hit the error paths: a provider that echoes the key it refuses, an answer
-    that never validates. Redis is read while the run is in flight (queued and unacknowledged
-    messages included); every text found there comes with it."""
+    that never validates. Its messages are first sent to a Redis database nobody consumes and
+    read there, then the run is resumed on the session's stack, whose Redis is read at the end;
+    every text found in either comes with it."""
     files = tmp_path_factory.mktemp("canary-files")
     for index, hook in enumerate(["", "", " [[sim:badkey]]", " [[sim:invalid]]"]):
         text, truth = generate_filing(index, seed=91, target_bytes=22_000)
         (files / truth.filename).write_text(text + hook, encoding="utf-8")
     env = pipeline_env
-    engine = get_engine(env["PIPELINE_DATABASE_URL"])
-    client = redis.Redis.from_url(env["PIPELINE_REDIS_URL"])
-    submitted = run_cli("submit", str(files), "--fresh", env=env)
-    assert submitted.returncode == 0, submitted.stderr
-    run_id = submitted.stdout.strip().splitlines()[-1]
     seen: list[str] = []
-    deadline = time.monotonic() + 120
-    while (status := _status(engine, run_id)) not in ("completed", "failed"):
-        assert time.monotonic() < deadline, "the canary run did not end"
+    with claimed_redis_db(redis_base) as held:
+        submitted = run_cli("submit", str(files), "--fresh", env={**env, "PIPELINE_REDIS_URL": held})
+        assert submitted.returncode == 0, submitted.stderr
+        client = redis.Redis.from_url(held)
         seen.extend(_redis_texts(client))
-        time.sleep(0.05)
+        client.close()
+    run_id = submitted.stdout.strip().splitlines()[-1]
+    resumed = run_cli("resume", run_id, "--wait", env=env)
+    assert resumed.returncode == 1, resumed.stderr  # 2 of 4 failed: the run failed
+    client = redis.Redis.from_url(env["PIPELINE_REDIS_URL"])
     seen.extend(_redis_texts(client))
     client.close()
-    assert status == "failed"  # 2 of 4 failed: the run failed
     logs = [w.log_path for w in workers if w.log_path is not None]
     return env, logs, run_id, seen
 
@@ -96,7 +98,7 @@ def test_the_api_key_is_in_no_log_database_row_redis_value_or_output(
         ).scalar_one()
     assert "[redacted]" in refused or "sk-" not in refused
     bodies = [body for text in redis_texts for body in _message_bodies(text)]
-    assert bodies, "the scan saw the run's messages in flight"
+    assert bodies, "the scan saw the run's queued messages"
     leaked = [text for text in [*redis_texts, *bodies] if key in text]
     assert not leaked, leaked[:1]
     for args in (["status", run_id, "--json"], ["report", run_id], ["runs"]):
@@ -145,12 +147,6 @@ def test_rediss_urls_verify_the_server_certificate() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
-
-
-def _status(engine: Engine, run_id: str) -> str | None:
-    with session_scope(engine) as session:
-        run = session.get(Run, run_id)
-        return run.status if run else None
 
 
 def _redis_texts(client: redis.Redis) -> Iterator[str]:
