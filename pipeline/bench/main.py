@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import embedded
+from pipeline.bench import procs
 from pipeline.bench.regimes import REGIMES, BenchConfig
 from pipeline.bench.report import machine, markdown
 
@@ -46,11 +47,14 @@ def run_bench(
             p50_s=p50_s,
             p95_s=p95_s,
         )
-        for name in (n for n in REGIMES if n in regimes):
-            say(f"{name} ...")
-            started = time.monotonic()
-            cfg.results[name] = REGIMES[name](cfg)
-            say(f"{name} done in {time.monotonic() - started:.0f} s: {json.dumps(cfg.results[name])}")
+        try:
+            for name in (n for n in REGIMES if n in regimes):
+                say(f"{name} ...")
+                started = time.monotonic()
+                cfg.results[name] = REGIMES[name](cfg)
+                say(f"{name} done in {time.monotonic() - started:.0f} s: {json.dumps(cfg.results[name])}")
+        finally:
+            procs.finish_stopping()  # while their Redis is still up
     meta = {
         "machine": machine(),
         "database": db.split(":", 1)[0],

@@ -58,8 +58,24 @@ def workers(
     try:
         embedded.wait_until_ready(children, READY_TIMEOUT_S)
         yield children
-    finally:
+    except BaseException:
         embedded.stop_all(children)
+        raise
+    # The measured work is over: they are asked to stop (a warm shutdown takes a couple of
+    # seconds) while the next regime starts; `finish_stopping` waits for them.
+    for child in children:
+        child.terminate()
+    _stopping.extend(children)
+
+
+_stopping: list[embedded.Child] = []
+"""Workers asked to stop whose exit is not waited for yet."""
+
+
+def finish_stopping() -> None:
+    """Wait for every worker asked to stop (killing those that take too long)."""
+    embedded.stop_all(_stopping)
+    _stopping.clear()
 
 
 def run_measured(
