@@ -19,7 +19,7 @@ from pipeline.synth_filings import write_filings
 from tests.conftest import claimed_redis_db, run_cli, running_simulator, running_workers
 from tests.servers import private_postgres
 
-OUTAGE_S = 8.0
+OUTAGE_S = 4.0
 """How long the LLM endpoint stays down: long enough for every thread's call to fail and retry."""
 WORK_TIMEOUT_S = 60.0
 WATCHDOG_IDLE_S = 6.0
