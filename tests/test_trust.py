@@ -189,3 +189,11 @@ def test_status_shows_grounding_rates_and_eval_scores_the_run(trust_run: dict[st
     assert strict["risks_extracted"] < overall["risks_extracted"]
     table = run_cli("eval", run_id[:8], "--truth", truth, env=env)
     assert table.returncode == 0 and "overall (21 of 21 found)" in table.stdout
+
+
+def test_the_simulator_refuses_a_share_it_cannot_use(sim_url: str) -> None:
+    config = sim_url.removesuffix("/v1") + "/sim/config"
+    for body in ({"ungrounded_rate": 1.5}, {"ungrounded_rate": "x"}, {"seed": 1}, []):
+        answer = httpx.post(config, json=body)
+        assert answer.status_code == 400, body
+    assert sim_stats(sim_url)["ungrounded_rate"] == 0.0
