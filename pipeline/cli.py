@@ -355,9 +355,12 @@ def status(run: str | None, as_json: bool) -> None:
         columns = [
             "model",
             "key_slot",
+            "limits_from",
             "rpm",
+            "learned_rpm",
             "effective_rpm",
             "tpm",
+            "learned_tpm",
             "effective_tpm",
             "requests_in_window",
             "tokens_in_window",
@@ -575,6 +578,12 @@ def flower(address: str | None, port: int | None, unauthenticated: bool) -> None
 @click.option("--rpm", default=0, show_default=True, help="Provider requests/min limit (0: none).")
 @click.option("--tpm", default=0, show_default=True, help="Provider tokens/min limit (0: none).")
 @click.option("--window-s", default=60.0, show_default=True, help="The provider's sliding window, seconds.")
+@click.option(
+    "--quantize/--no-quantize",
+    default=True,
+    show_default=True,
+    help="Also enforce limit/window per second, as providers do (OpenAI's rate-limit guide).",
+)
 @click.option("--error-rate", default=0.0, show_default=True)
 @click.option("--drop-rate", default=0.0, show_default=True)
 @click.option("--hang-rate", default=0.0, show_default=True)
@@ -602,6 +611,7 @@ def sim(
     rpm: int,
     tpm: int,
     window_s: float,
+    quantize: bool,
     error_rate: float,
     drop_rate: float,
     hang_rate: float,
@@ -620,6 +630,7 @@ def sim(
         rpm=rpm,
         tpm=tpm,
         window_s=window_s,
+        quantize=quantize,
         error_rate=error_rate,
         drop_rate=drop_rate,
         hang_rate=hang_rate,

@@ -41,6 +41,12 @@ DEFAULT_RATE_LIMIT_MARGIN_S = 0.5
 """Our window is the provider's plus this: a call admitted at t reaches the provider a little
 later, by a delay that varies, so a slot freed at exactly t + window could still be counted
 in the provider's window. Costs 0.8 % of a 60 s window's throughput."""
+DEFAULT_RATE_LIMIT_BURST_S = 0.0
+"""Seconds of quota that may go at once. Providers enforce a per-minute quota per second as
+well (OpenAI: 60,000 requests/minute may be enforced as 1,000/second), so a second that starts
+with a burst and then carries the paced rate holds more than its share: 0 paces every call."""
+LIMITER_LEARNED_TTL_MS = 10 * 60 * 1000
+"""What the provider's headers said is kept this long after the last answer that said it."""
 LIMITER_KEY_PREFIX = "pipeline:rl"
 LIMITER_LEASE_EXTRA_S = 30.0
 """An in-flight lease outlives the call's timeout by this much, then expires by itself."""
@@ -48,7 +54,9 @@ LIMITER_KEY_TTL_EXTRA_MS = 60_000
 LIMITER_INFLIGHT_POLL_S = 0.05
 CONSERVATIVE_CHARS_PER_TOKEN = 3
 """For rate-limit reservations without a tokenizer: over-estimating is the safe side."""
-AIMD_DECREASE = 0.7
+AIMD_DECREASE = 0.8
+"""A 429 against a paced limit means the limit is too high (another client shares the key, or
+the provider lowered it): a gentle cut, with the rate back within about one window."""
 AIMD_COOLDOWN_MS = 5_000
 """One cut per congestion event: 429s within this time of a cut do not cut again."""
 DEFAULT_PAUSE_S = 1.0

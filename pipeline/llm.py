@@ -8,6 +8,7 @@ the shared pause that every worker honours. The SDK's own retries are off
 
 from __future__ import annotations
 
+import logging
 import random
 import re
 import time
@@ -23,12 +24,13 @@ from pipeline import constants as c
 from pipeline import errors, prompts
 from pipeline.cost import call_cost
 from pipeline.ratelimit import Permit, RedisLimiter, Scope
-from pipeline.ratelimit.policy import provider_wait_s
+from pipeline.ratelimit.policy import ProviderLimits, provider_limits, provider_wait_s
 from pipeline.retry import backoff_s
 from pipeline.schemas import response_format
 from pipeline.settings import Settings
 from pipeline.tokens import estimate_prompt
 
+log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
 _SECRET_PATTERN = re.compile(r"sk-[A-Za-z0-9_\-*.]{3,}")
 MAX_ERROR_CHARS = 500
@@ -96,6 +98,7 @@ class LLMClient:
         self.model = settings.llm_model
         self.limiter = limiter
         self._rng = rng or random.Random()
+        self._warned_limits: set[tuple[str, int]] = set()
         self._keys = settings.api_keys()
         self._extract_models = settings.extract_models()
         self._prices = settings.prices()
@@ -252,17 +255,20 @@ class LLMClient:
         kwargs: dict[str, Any] = {"response_format": fmt} if fmt else {}
         started = time.monotonic()
         try:
-            response = self._clients[permit.scope.key_slot].chat.completions.create(
+            raw = self._clients[permit.scope.key_slot].chat.completions.with_raw_response.create(
                 model=model,
                 messages=messages,  # type: ignore[arg-type]
                 max_tokens=max_tokens,
                 temperature=0,
                 **kwargs,
             )
+            told = provider_limits(raw.headers)
+            response = raw.parse()
         except openai.APIError as exc:
-            if self.limiter and permit.id:
-                # Keep the reservation: the provider may have counted the tokens.
-                self.limiter.release(permit, None)
+            self._settle(
+                permit,
+                provider_limits(exc.response.headers) if isinstance(exc, openai.APIStatusError) else None,
+            )
             error = self._map_error(exc)
             latency_ms = int((time.monotonic() - started) * 1000)
             status = _STATUS_OF[type(error)]
@@ -270,10 +276,9 @@ class LLMClient:
             raise _Failure(
                 error, replace(record, status=status, latency_ms=latency_ms, error=str(error), cost_usd=cost)
             ) from None
+        self._settle(permit, told)
         choice = response.choices[0]
         usage = response.usage
-        if self.limiter and permit.id:
-            self.limiter.release(permit, usage.total_tokens if usage else None)
         return Completion(
             content=choice.message.content or "",
             finish_reason=choice.finish_reason or "stop",
@@ -290,6 +295,29 @@ class LLMClient:
                 ),
             ),
         )
+
+    def _settle(self, permit: Permit, told: ProviderLimits | None) -> None:
+        """End the permit and hand the limiter what the provider said of its limits."""
+        if told is not None:
+            self._warn_above_provider(told)
+        if self.limiter and permit.id:
+            self.limiter.release(permit, told)
+
+    def _warn_above_provider(self, told: ProviderLimits) -> None:
+        """A configured limit above the provider's own figure: the provider's is used."""
+        for kind, configured, stated in (
+            ("PIPELINE_RATE_LIMIT_RPM", self.settings.rate_limit_rpm, told.limit_requests),
+            ("PIPELINE_RATE_LIMIT_TPM", self.settings.rate_limit_tpm, told.limit_tokens),
+        ):
+            if stated and configured > stated and (kind, stated) not in self._warned_limits:
+                self._warned_limits.add((kind, stated))
+                log.warning(
+                    "%s=%d is above the provider's own limit (%d, from its x-ratelimit headers): "
+                    "using the provider's",
+                    kind,
+                    configured,
+                    stated,
+                )
 
     def _map_error(self, exc: openai.APIError) -> errors.PipelineError:
         message = redact(f"{type(exc).__name__}: {exc}", *self._keys)

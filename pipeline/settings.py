@@ -106,9 +106,21 @@ class Settings(BaseSettings):
         ge=0,
         description="wait in place for the limiter up to this; longer waits requeue the task",
     )
+    rate_limit_burst_s: float = Field(
+        default=c.DEFAULT_RATE_LIMIT_BURST_S,
+        ge=0,
+        description="seconds of quota that may go at once; calls are otherwise spread at the quota's rate",
+    )
+    rate_limit_pacing: bool = Field(
+        default=True, description="spread calls at the quota's rate (off: the sliding window alone)"
+    )
+    rate_limit_learn: bool = Field(
+        default=True,
+        description="with no RPM/TPM configured, take the limits from the provider's x-ratelimit-* headers",
+    )
     rate_limit_min_factor: float = Field(default=0.2, gt=0, le=1)
-    rate_limit_recovery_s: float = Field(
-        default=300.0, gt=0, description="AIMD: time to climb back from a cut to the full rate"
+    rate_limit_recovery_s: float | None = Field(
+        default=None, gt=0, description="time to climb back from a cut to the full rate (default: one window)"
     )
 
     # Cost: prices per model, a budget per run, size caps.

@@ -187,6 +187,20 @@ def _iso(moment: datetime) -> str:
     return _aware(moment).isoformat(timespec="seconds")
 
 
+def limits_source(rpm: int, tpm: int, learned_rpm: int, learned_tpm: int) -> str:
+    """Where the limits in force come from, in words for `pipeline status`."""
+    configured = bool(rpm or tpm)
+    learned = bool(learned_rpm or learned_tpm)
+    lowered = (learned_rpm and rpm > learned_rpm) or (learned_tpm and tpm > learned_tpm)
+    if lowered:
+        return "configured, lowered to the provider's headers"
+    if configured and ((learned_rpm and not rpm) or (learned_tpm and not tpm)):
+        return "configured and learned from headers"
+    if configured:
+        return "configured"
+    return "learned from headers" if learned else "none"
+
+
 def limiter_views(settings: Settings) -> list[dict[str, Any]]:
     """The global limiter's state for every scope these settings call: configured and
     effective rates, use of the current window, calls in flight, any shared pause."""
@@ -211,6 +225,16 @@ def limiter_views(settings: Settings) -> list[dict[str, Any]]:
                         "rpm": settings.rate_limit_rpm,
                         "tpm": settings.rate_limit_tpm,
                         "max_inflight": settings.max_inflight,
+                        "learned_rpm": view.learned_rpm,
+                        "learned_tpm": view.learned_tpm,
+                        "limits_from": limits_source(
+                            settings.rate_limit_rpm,
+                            settings.rate_limit_tpm,
+                            view.learned_rpm,
+                            view.learned_tpm,
+                        ),
+                        "pacing": settings.rate_limit_pacing,
+                        "burst_s": settings.rate_limit_burst_s,
                         "effective_rpm": view.effective_rpm,
                         "effective_tpm": view.effective_tpm,
                         "factor": round(view.factor, 3),

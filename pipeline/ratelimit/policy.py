@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
 _UNIT_S = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
@@ -25,6 +26,13 @@ def cut(factor: float, decrease: float, floor: float) -> float:
 def scaled_limit(limit: int, factor: float) -> int:
     """The limit in force under `factor` (0 stays 'no limit'; never below 1)."""
     return 0 if limit <= 0 else max(1, math.floor(limit * factor))
+
+
+def limit_in_force(configured: int, told: int) -> int:
+    """The provider's figure when nothing is configured or the configured one is higher."""
+    if told > 0 and (configured <= 0 or told < configured):
+        return told
+    return configured
 
 
 def too_large(tokens: int, tpm: int) -> bool:
@@ -76,3 +84,61 @@ def provider_wait_s(headers: Mapping[str, str]) -> float | None:
             exhausted.append(reset)
     chosen = exhausted or resets
     return max(chosen) if chosen else None
+
+
+@dataclass(frozen=True)
+class ProviderLimits:
+    """What one answer's `x-ratelimit-*` headers said (None: the header was absent)."""
+
+    limit_requests: int | None = None
+    remaining_requests: int | None = None
+    reset_requests_s: float | None = None
+    limit_tokens: int | None = None
+    remaining_tokens: int | None = None
+    reset_tokens_s: float | None = None
+
+    @property
+    def any(self) -> bool:
+        return self.limit_requests is not None or self.limit_tokens is not None
+
+    def as_script_args(self) -> list[int]:
+        """The six values release.lua takes, in its order; -1 for an absent header, times in ms."""
+
+        def number(value: int | None) -> int:
+            return -1 if value is None else value
+
+        def millis(value: float | None) -> int:
+            return -1 if value is None else math.ceil(value * 1000)
+
+        return [
+            number(self.limit_requests),
+            number(self.remaining_requests),
+            millis(self.reset_requests_s),
+            number(self.limit_tokens),
+            number(self.remaining_tokens),
+            millis(self.reset_tokens_s),
+        ]
+
+
+def provider_limits(headers: Mapping[str, str]) -> ProviderLimits:
+    """The `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` headers of an answer; a value
+    that does not parse counts as absent (a provider's odd header never stops a call)."""
+
+    def count(name: str) -> int | None:
+        try:
+            value = int(float(headers.get(name, "").strip()))
+        except ValueError:
+            return None
+        return value if value >= 0 else None
+
+    def duration(name: str) -> float | None:
+        return parse_duration(headers[name]) if name in headers else None
+
+    return ProviderLimits(
+        limit_requests=count("x-ratelimit-limit-requests"),
+        remaining_requests=count("x-ratelimit-remaining-requests"),
+        reset_requests_s=duration("x-ratelimit-reset-requests"),
+        limit_tokens=count("x-ratelimit-limit-tokens"),
+        remaining_tokens=count("x-ratelimit-remaining-tokens"),
+        reset_tokens_s=duration("x-ratelimit-reset-tokens"),
+    )

@@ -1,23 +1,97 @@
--- release.lua: end a permit: free its in-flight lease and set its tokens to what the call used.
--- Time unit: milliseconds.
+-- release.lua: end a permit and take in what the provider's answer said of its limits.
+-- Time unit: milliseconds, from Redis TIME.
 --
--- KEYS[1] costs    HASH  permit id -> tokens reserved
--- KEYS[2] tokens   STRING sum of costs in the window
--- KEYS[3] inflight ZSET  permit id -> lease expiry
+-- KEYS[1] log      ZSET  permit id -> send time (ms)
+-- KEYS[2] inflight ZSET  permit id -> lease expiry (ms)
+-- KEYS[3] pace     HASH  requests, tokens = theoretical arrival times (ms)
+-- KEYS[4] learned  HASH  rpm, tpm, seen
+-- KEYS[5] aimd     HASH  factor, cut_at (ms)
+-- KEYS[6] costs    HASH  permit id -> tokens reserved
 --
--- ARGV[1] permit id     ARGV[2] tokens used (-1: unknown, keep the reservation)
+-- ARGV[1] permit id           ARGV[2] window (ms)        ARGV[3] recovery (ms)
+-- ARGV[4] configured rpm      ARGV[5] configured tpm
+-- ARGV[6] x-ratelimit-limit-requests    ARGV[7] x-ratelimit-remaining-requests
+-- ARGV[8] x-ratelimit-reset-requests (ms)
+-- ARGV[9] x-ratelimit-limit-tokens      ARGV[10] x-ratelimit-remaining-tokens
+-- ARGV[11] x-ratelimit-reset-tokens (ms)          (ARGV[6..11]: -1 when the header was absent)
+-- ARGV[12] answered: 1 when the provider answered (with or without limit headers)
+-- ARGV[13] TTL of what was learned (ms)
 --
--- Returns the tokens refunded (negative when the call used more than it reserved).
--- A permit already out of the window refunds nothing: its tokens no longer count.
+-- Returns {pushed requests (ms), pushed tokens (ms), factor * 1e6}.
+-- The provider wins: when it says fewer calls or tokens remain than our own window leaves, the
+-- pacing moves later by the difference (at most until its reset). After a cut, the factor
+-- never stays below the share of the quota the provider says is still free.
 
-local id, actual = ARGV[1], tonumber(ARGV[2])
-redis.call('ZREM', KEYS[3], id)
-if actual < 0 then return 0 end
-local reserved = tonumber(redis.call('HGET', KEYS[1], id) or '-1')
-if reserved < 0 then return 0 end
-local refund = reserved - actual
-if refund ~= 0 then
-  redis.call('HSET', KEYS[1], id, actual)
-  redis.call('DECRBY', KEYS[2], refund)
+local id, window, recovery = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local rpm, tpm = tonumber(ARGV[4]), tonumber(ARGV[5])
+local told = {
+  {limit = tonumber(ARGV[6]), remaining = tonumber(ARGV[7]), reset = tonumber(ARGV[8]), field = 'requests'},
+  {limit = tonumber(ARGV[9]), remaining = tonumber(ARGV[10]), reset = tonumber(ARGV[11]), field = 'tokens'},
+}
+local answered, learned_ttl = tonumber(ARGV[12]), tonumber(ARGV[13])
+
+redis.call('ZREM', KEYS[2], id)
+if answered ~= 1 then return {0, 0, -1} end
+
+if redis.replicate_commands then redis.replicate_commands() end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+-- What the provider says its limits are (nothing when it sends no headers: then `seen` alone
+-- ends the one-call-at-a-time probe).
+local learn = {'seen', 1}
+if told[1].limit > 0 then learn[#learn + 1] = 'rpm'; learn[#learn + 1] = told[1].limit end
+if told[2].limit > 0 then learn[#learn + 1] = 'tpm'; learn[#learn + 1] = told[2].limit end
+redis.call('HSET', KEYS[4], unpack(learn))
+redis.call('PEXPIRE', KEYS[4], learned_ttl)
+
+local factor = 1
+local state = redis.call('HMGET', KEYS[5], 'factor', 'cut_at')
+if state[1] then
+  factor = math.min(1, tonumber(state[1]) + (now - tonumber(state[2])) / recovery)
 end
-return refund
+
+local function in_force(configured, limit)
+  if limit > 0 and (configured <= 0 or limit < configured) then return limit end
+  return configured
+end
+local limits = {in_force(rpm, told[1].limit), in_force(tpm, told[2].limit)}
+local sent, used = nil, nil
+local pushed = {0, 0}
+local floor = nil
+for k = 1, 2 do
+  local h, limit = told[k], limits[k]
+  if limit > 0 and h.remaining >= 0 then
+    local ours
+    if k == 1 then
+      sent = sent or redis.call('ZCOUNT', KEYS[1], now - window, now)
+      ours = limit * factor - sent
+    else
+      if not used then
+        used = 0
+        local ids = redis.call('ZRANGEBYSCORE', KEYS[1], now - window, now)
+        for i = 1, #ids, 500 do
+          local batch = {unpack(ids, i, math.min(i + 499, #ids))}
+          for _, c in ipairs(redis.call('HMGET', KEYS[6], unpack(batch))) do
+            used = used + (tonumber(c) or 0)
+          end
+        end
+      end
+      ours = limit * factor - used
+    end
+    if h.remaining < ours then
+      local push = (ours - h.remaining) * window / limit
+      if h.reset >= 0 then push = math.min(push, h.reset) end
+      local tat = math.max(tonumber(redis.call('HGET', KEYS[3], h.field) or now), now)
+      redis.call('HSET', KEYS[3], h.field, tat + push)
+      redis.call('PEXPIRE', KEYS[3], math.ceil(tat + push - now) + window)
+      pushed[k] = math.ceil(push)
+    end
+    if h.limit > 0 then floor = math.min(floor or 1, h.remaining / h.limit) end
+  end
+end
+if state[1] and floor and floor > factor then
+  redis.call('HSET', KEYS[5], 'factor', floor, 'cut_at', now)
+  factor = floor
+end
+return {pushed[1], pushed[2], math.floor(factor * 1000000)}

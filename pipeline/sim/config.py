@@ -20,6 +20,7 @@ class SimConfig:
     rpm: int = 0
     tpm: int = 0
     window_s: float = 60.0  # the provider's sliding window; shorter windows make tests quick
+    quantize: bool = True  # also enforce limit/window per second, as providers do
     error_rate: float = 0.0
     drop_rate: float = 0.0
     hang_rate: float = 0.0

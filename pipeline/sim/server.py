@@ -73,6 +73,11 @@ def _rate_limited(decision: Decision, model: str, tokens: int) -> web.Response:
             f"Request too large for {model} on tokens per min (TPM): "
             f"Limit {decision.limit_tokens}, Requested {tokens}."
         )
+    elif decision.per_second:
+        message = (
+            f"Rate limit reached for {model}: the per-minute quota is also enforced per second "
+            f"(RPM {decision.limit_requests}, TPM {decision.limit_tokens}). Please try again in {wait}."
+        )
     elif decision.limit_requests and decision.remaining_requests == 0:
         message = (
             f"Rate limit reached for {model} on requests per min (RPM): "
@@ -127,11 +132,16 @@ async def _chat(request: web.Request, state: SimState) -> web.StreamResponse:
         presented = request.headers.get("Authorization", "").removeprefix("Bearer ")
         message = f"Incorrect API key provided: {presented}. You can find your API key in your account."
         return error_response(401, message, "invalid_request_error", "invalid_api_key")
-    decision = state.limiter.check(time.monotonic(), charge)
+    now = time.monotonic()
+    decision = state.limiter.check(now, charge)
     if not decision.admitted:
         state.counters.rejected_429 += 1
+        state.counters.rejected_per_second += decision.per_second
         state.record(chat.model, chat.messages, chat.format_type, 429)
         return _rate_limited(decision, chat.model, charge)
+    state.counters.charged_tokens += charge
+    state.counters.first_admitted_s = state.counters.first_admitted_s or now
+    state.counters.last_admitted_s = now
     draw = faults.draw(state.rng, state.config)
     outcome = "error" if "error" in chat.hooks else draw.outcome
     status = draw.error_status if "error" not in chat.hooks else 500

@@ -23,6 +23,7 @@ class Counters:
     bad_request_400: int = 0
     admitted: int = 0  # answered 200
     rejected_429: int = 0
+    rejected_per_second: int = 0  # of those, by the per-second quantum (the minute had room)
     errors_5xx: int = 0
     dropped: int = 0
     hung: int = 0
@@ -31,12 +32,16 @@ class Counters:
     truncated: int = 0
     prompt_tokens: int = 0  # of the 200 answers
     completion_tokens: int = 0
+    charged_tokens: int = 0  # what the quota was charged for the admitted requests (prompt + max_tokens)
     quotes: int = 0  # quote fields in intact JSON answers
     ungrounded_quotes: int = 0  # of those, replaced by text not in the document (--ungrounded-rate)
 
+    first_admitted_s: float = 0.0  # monotonic times of the first and last admission
+    last_admitted_s: float = 0.0
+
     def reset(self) -> None:
         for item in fields(self):
-            setattr(self, item.name, 0)
+            setattr(self, item.name, type(getattr(self, item.name))())
 
 
 class Recorder:
@@ -75,7 +80,7 @@ class SimState:
     def __init__(self, config: SimConfig) -> None:
         self.config = config
         self.rng = random.Random(config.seed)
-        self.limiter = SlidingWindowLimiter(config.rpm, config.tpm, config.window_s)
+        self.limiter = SlidingWindowLimiter(config.rpm, config.tpm, config.window_s, quantize=config.quantize)
         self.counters = Counters()
         self.models: set[str] = {"sim-1"}
         self.in_flight = 0
@@ -113,6 +118,7 @@ class SimState:
             "max_tokens_in_any_60s_window": self.limiter.max_tokens_in_window,
             "rpm": self.config.rpm,
             "tpm": self.config.tpm,
+            "quantized": self.limiter.quantum is not None,
             "ungrounded_rate": self.config.ungrounded_rate,
         }
 
