@@ -276,9 +276,10 @@ class LLMClient:
             raise _Failure(
                 error, replace(record, status=status, latency_ms=latency_ms, error=str(error), cost_usd=cost)
             ) from None
-        self._settle(permit, told)
         choice = response.choices[0]
         usage = response.usage
+        # The quota was charged the prompt and max_tokens, whatever the answer used.
+        self._settle(permit, told, usage.prompt_tokens + max_tokens if usage else None)
         return Completion(
             content=choice.message.content or "",
             finish_reason=choice.finish_reason or "stop",
@@ -296,12 +297,12 @@ class LLMClient:
             ),
         )
 
-    def _settle(self, permit: Permit, told: ProviderLimits | None) -> None:
+    def _settle(self, permit: Permit, told: ProviderLimits | None, charged_tokens: int | None = None) -> None:
         """End the permit and hand the limiter what the provider said of its limits."""
         if told is not None:
             self._warn_above_provider(told)
         if self.limiter and permit.id:
-            self.limiter.release(permit, told)
+            self.limiter.release(permit, told, charged_tokens)
 
     def _warn_above_provider(self, told: ProviderLimits) -> None:
         """A configured limit above the provider's own figure: the provider's is used."""

@@ -129,6 +129,15 @@ def test_tokens_are_paced_by_their_cost(client: redis.Redis, scope: Scope) -> No
     assert third.reason == "ok" and third.tokens_in_window == 700
 
 
+def test_a_reservation_above_what_the_provider_charged_is_refunded(client: redis.Redis, scope: Scope) -> None:
+    limiter = _limiter(client, tpm=1_000, window_s=1.0)
+    permit = limiter.acquire([scope], 500)  # the next 500 ms of token quota are reserved
+    limiter.release(permit, policy.ProviderLimits(), charged_tokens=200)
+    after = limiter.try_acquire(scope, 100, uuid.uuid4().hex, max_wait_s=1.0)
+    assert after.tokens_in_window == 300
+    assert after.wait_s <= 0.21, "the 300 tokens not charged are free again"
+
+
 def test_without_pacing_the_window_alone_admits_a_whole_windows_quota(
     client: redis.Redis, scope: Scope
 ) -> None:

@@ -249,17 +249,20 @@ class RedisLimiter:
             (seconds, micros), until_raw = pipe.execute()
         return max(0, int(until_raw or 0) - (int(seconds) * 1000 + int(micros) // 1000)) / 1000
 
-    def release(self, permit: Permit, told: policy.ProviderLimits | None) -> tuple[float, float]:
+    def release(
+        self, permit: Permit, told: policy.ProviderLimits | None, charged_tokens: int | None = None
+    ) -> tuple[float, float]:
         """Free the in-flight lease. `told`: what the provider's answer said of its limits
         (None: no answer came back). The provider wins: when it has less room than our own
         window leaves, the pacing moves later. Returns how much later (requests, tokens; s).
 
-        The tokens reserved stay charged: providers charge a request's prompt and max_tokens
-        against the quota when it arrives (OpenAI's guide), not what the answer used."""
-        log, costs, _, inflight, _, aimd, pace, learned = keys(permit.scope)
+        `charged_tokens`: what the provider charged the quota, when known; a reservation above it
+        is refunded. Providers charge a request's prompt and its max_tokens when it arrives
+        (OpenAI's guide), not what the answer used, so that is what the caller passes."""
+        log, costs, tokens, inflight, _, aimd, pace, learned = keys(permit.scope)
         headers = told or policy.ProviderLimits()
         pushed_requests, pushed_tokens, _ = self._release(
-            keys=[log, inflight, pace, learned, aimd, costs],
+            keys=[log, inflight, pace, learned, aimd, costs, tokens],
             args=[
                 permit.id,
                 self.window_ms,
@@ -269,6 +272,7 @@ class RedisLimiter:
                 *headers.as_script_args(),
                 int(told is not None),
                 c.LIMITER_LEARNED_TTL_MS,
+                -1 if charged_tokens is None else charged_tokens,
             ],
         )
         return int(pushed_requests) / 1000, int(pushed_tokens) / 1000

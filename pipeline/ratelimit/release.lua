@@ -7,6 +7,7 @@
 -- KEYS[4] learned  HASH  rpm, tpm, seen
 -- KEYS[5] aimd     HASH  factor, cut_at (ms)
 -- KEYS[6] costs    HASH  permit id -> tokens reserved
+-- KEYS[7] tokens   STRING sum of costs in the window
 --
 -- ARGV[1] permit id           ARGV[2] window (ms)        ARGV[3] recovery (ms)
 -- ARGV[4] configured rpm      ARGV[5] configured tpm
@@ -16,8 +17,11 @@
 -- ARGV[11] x-ratelimit-reset-tokens (ms)          (ARGV[6..11]: -1 when the header was absent)
 -- ARGV[12] answered: 1 when the provider answered (with or without limit headers)
 -- ARGV[13] TTL of what was learned (ms)
+-- ARGV[14] tokens the provider charged (-1: unknown, keep the reservation)
 --
 -- Returns {pushed requests (ms), pushed tokens (ms), factor * 1e6}.
+-- A reservation above what the provider charged (our prompt estimate errs high) is refunded,
+-- in the window and in the token pacing.
 -- The provider wins: when it says fewer calls or tokens remain than our own window leaves, the
 -- pacing moves later by the difference (at most until its reset). After a cut, the factor
 -- never stays below the share of the quota the provider says is still free.
@@ -28,7 +32,7 @@ local told = {
   {limit = tonumber(ARGV[6]), remaining = tonumber(ARGV[7]), reset = tonumber(ARGV[8]), field = 'requests'},
   {limit = tonumber(ARGV[9]), remaining = tonumber(ARGV[10]), reset = tonumber(ARGV[11]), field = 'tokens'},
 }
-local answered, learned_ttl = tonumber(ARGV[12]), tonumber(ARGV[13])
+local answered, learned_ttl, charged = tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
 
 redis.call('ZREM', KEYS[2], id)
 if answered ~= 1 then return {0, 0, -1} end
@@ -55,7 +59,19 @@ local function in_force(configured, limit)
   if limit > 0 and (configured <= 0 or limit < configured) then return limit end
   return configured
 end
-local limits = {in_force(rpm, told[1].limit), in_force(tpm, told[2].limit)}
+local heard = redis.call('HMGET', KEYS[4], 'rpm', 'tpm')
+local limits = {in_force(rpm, tonumber(heard[1]) or 0), in_force(tpm, tonumber(heard[2]) or 0)}
+
+local reserved = tonumber(redis.call('HGET', KEYS[6], id) or '-1')
+if charged >= 0 and reserved > charged then
+  redis.call('HSET', KEYS[6], id, charged)
+  redis.call('DECRBY', KEYS[7], reserved - charged)
+  local tat = tonumber(redis.call('HGET', KEYS[3], 'tokens') or '-1')
+  local eff_tpm = math.max(1, math.floor(limits[2] * factor))
+  if limits[2] > 0 and tat > now then
+    redis.call('HSET', KEYS[3], 'tokens', math.max(now, tat - (reserved - charged) * window / eff_tpm))
+  end
+end
 local sent, used = nil, nil
 local pushed = {0, 0}
 local floor = nil

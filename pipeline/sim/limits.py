@@ -40,11 +40,12 @@ class Decision:
 
 
 class PerSecondQuota:
-    """At most limit/window per second, for requests and for tokens (fixed one-second windows).
+    """limit/window per second, for requests and for tokens (fixed one-second windows): a request
+    is refused once its second's share is spent.
 
-    Every request counts against its second, refused ones included. A request that alone needs
-    more tokens than a second allows is admitted only into a second with no tokens yet, and
-    fills it (otherwise a big chunk could never pass; the minute window still bounds the rate).
+    Every request counts against its second, refused ones included. The request that spends a
+    second's share of tokens may overshoot it (a chunk bigger than a second's share could never
+    pass otherwise); the minute window bounds the rate over time.
     """
 
     def __init__(self, rpm: int, tpm: int, window_s: float) -> None:
@@ -52,16 +53,12 @@ class PerSecondQuota:
         self.requests = RateLimitItemPerSecond(math.ceil(rpm * QUANTUM_S / window_s)) if rpm else None
         self.tokens = RateLimitItemPerSecond(math.ceil(tpm * QUANTUM_S / window_s)) if tpm else None
 
-    def _cost(self, tokens: int) -> int:
-        assert self.tokens is not None
-        return max(1, min(tokens, self.tokens.amount))
-
     def wait_s(self, tokens: int) -> float:
         """0 when this second has room for one more request of `tokens`, else until it ends."""
         waits = [0.0]
         if self.requests is not None and not self._limiter.test(self.requests, "requests"):
             waits.append(self._limiter.get_window_stats(self.requests, "requests").reset_time)
-        if self.tokens is not None and not self._limiter.test(self.tokens, "tokens", cost=self._cost(tokens)):
+        if self.tokens is not None and not self._limiter.test(self.tokens, "tokens"):
             waits.append(self._limiter.get_window_stats(self.tokens, "tokens").reset_time)
         return max(0.0, max(waits) - time.time()) if len(waits) > 1 else 0.0
 
@@ -69,7 +66,7 @@ class PerSecondQuota:
         if self.requests is not None:
             self._limiter.hit(self.requests, "requests")
         if admitted and self.tokens is not None:
-            self._limiter.hit(self.tokens, "tokens", cost=self._cost(tokens))
+            self._limiter.hit(self.tokens, "tokens", cost=max(1, tokens))
 
     def reset(self) -> None:
         self._limiter.storage.reset()

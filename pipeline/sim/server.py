@@ -140,6 +140,7 @@ async def _chat(request: web.Request, state: SimState) -> web.StreamResponse:
         state.record(chat.model, chat.messages, chat.format_type, 429)
         return _rate_limited(decision, chat.model, charge)
     state.counters.charged_tokens += charge
+    state.admissions.append((now, charge))
     state.counters.first_admitted_s = state.counters.first_admitted_s or now
     state.counters.last_admitted_s = now
     draw = faults.draw(state.rng, state.config)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import queue
 import random
 import threading
@@ -13,6 +14,8 @@ from typing import Any
 
 from pipeline.sim.config import SimConfig
 from pipeline.sim.limits import SlidingWindowLimiter
+
+BUSY_SHARE = 0.9
 
 
 @dataclass
@@ -88,6 +91,7 @@ class SimState:
         self.shutdown = asyncio.Event()
         self.recorder: Recorder | None = None
         self.invented_quotes: list[str] = []  # GET /sim/invented
+        self.admissions: list[tuple[float, int]] = []  # (monotonic s, tokens charged) per admitted request
 
     def record(
         self,
@@ -119,11 +123,26 @@ class SimState:
             "rpm": self.config.rpm,
             "tpm": self.config.tpm,
             "quantized": self.limiter.quantum is not None,
+            **self._busy(),
             "ungrounded_rate": self.config.ungrounded_rate,
+        }
+
+    def _busy(self, share: float = BUSY_SHARE) -> dict[str, float]:
+        """The span in which the first `share` of admissions happened, and what it admitted: the
+        use of the quota while a run kept the provider busy, without its last stragglers."""
+        if len(self.admissions) < 2:
+            return {"busy_s": 0.0, "busy_admitted": 0, "busy_charged_tokens": 0}
+        last = max(1, math.ceil(len(self.admissions) * share) - 1)
+        busy = self.admissions[: last + 1]
+        return {
+            "busy_s": busy[-1][0] - busy[0][0],
+            "busy_admitted": len(busy) - 1,  # the first opens the span
+            "busy_charged_tokens": sum(tokens for _, tokens in busy[1:]),
         }
 
     def reset(self) -> None:
         """Zero the counters and forget the limiter's window (the RNG runs on)."""
+        self.admissions.clear()
         self.counters.reset()
         self.limiter.reset()
         self.invented_quotes.clear()
