@@ -32,8 +32,6 @@ from tests.conftest import claimed_redis_db, run_cli, running_simulator, running
 # of several thousand tokens make it token-bound.
 PROVIDER_RPM, PROVIDER_TPM = 1_200, 4_200_000
 PROVIDER_ARGS = [
-    "--record",
-    "/tmp/simrec.jsonl",
     "--rpm",
     str(PROVIDER_RPM),
     "--tpm",
