@@ -699,7 +699,7 @@ def _write_report_files(settings: Settings, run_id: str) -> None:
 
 
 @main.command()
-@click.option("--regimes", default="R1,R2,R3,R4,R5,R6,peer-R1,peer-R4", show_default=True)
+@click.option("--regimes", default="R1,R1t,R1z,R2,R3,R4,R5,R6,peer-R1,peer-R4", show_default=True)
 @click.option(
     "--out",
     "out_dir",
@@ -709,13 +709,28 @@ def _write_report_files(settings: Settings, run_id: str) -> None:
 )
 @click.option("--scale", default=1.0, show_default=True, help="Multiplies every regime's document count.")
 @click.option("--window-s", default=60.0, show_default=True, help="The simulated provider's window.")
-@click.option("--rpm", default=300, show_default=True, help="The simulated provider's requests per window.")
+@click.option("--rpm", default=600, show_default=True, help="The simulated provider's requests per window.")
+@click.option("--tpm", default=2_400_000, show_default=True, help="R1t's tokens per window.")
+@click.option(
+    "--pacing/--no-pacing",
+    default=True,
+    show_default=True,
+    help="Workers pace calls at the quota's rate (off: the sliding window alone, for comparison).",
+)
 @click.option(
     "--p50", default=1.42, show_default=True, help="Median latency of the rate- and latency-bound regimes."
 )
 @click.option("--p95", default=3.81, show_default=True, help="Their 95th percentile latency.")
 def bench(
-    regimes: str, out_dir: Path, scale: float, window_s: float, rpm: int, p50: float, p95: float
+    regimes: str,
+    out_dir: Path,
+    scale: float,
+    window_s: float,
+    rpm: int,
+    tpm: int,
+    pacing: bool,
+    p50: float,
+    p95: float,
 ) -> None:
     """Measure the pipeline against the provider's limit and against the peer, side by side.
 
@@ -732,6 +747,8 @@ def bench(
             scale=scale,
             window_s=window_s,
             rpm=rpm,
+            tpm=tpm,
+            pacing=pacing,
             p50_s=p50,
             p95_s=p95,
             say=lambda line: console.print(escape(line)),

@@ -22,6 +22,8 @@ def run_bench(
     scale: float,
     window_s: float,
     rpm: int,
+    tpm: int = 2_400_000,
+    pacing: bool = True,
     p50_s: float = 1.42,
     p95_s: float = 3.81,
     say: Callable[[str], None] = print,
@@ -43,6 +45,8 @@ def run_bench(
             scale=scale,
             window_s=window_s,
             rpm=rpm,
+            tpm=tpm,
+            pacing=pacing,
             p50_s=p50_s,
             p95_s=p95_s,
         )
@@ -57,6 +61,8 @@ def run_bench(
         "scale": scale,
         "window_s": window_s,
         "rpm": rpm,
+        "tpm": tpm,
+        "pacing": pacing,
         "work_dir": str(work),
     }
     (out_dir / "bench.json").write_text(json.dumps({"meta": meta, "results": cfg.results}, indent=2))

@@ -8,6 +8,8 @@ from typing import Any
 
 HEADLINE = {
     "R1": ("wall / quota minimum", "ratio_to_min"),
+    "R1t": ("wall / token quota minimum", "ratio_to_min"),
+    "R1z": ("wall / quota minimum (learned)", "ratio_to_min"),
     "R2": ("throughput / (C / mean latency)", "ratio"),
     "R3": ("docs/s / bare-chord tasks/s", "ratio"),
     "R4": ("extracted share; wall / R1", "extracted_share"),
