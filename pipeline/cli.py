@@ -16,12 +16,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from pipeline import __version__
-from pipeline.settings import Settings, get_settings
+from pipeline.core.settings import Settings, get_settings
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
-    from pipeline.status import RunStatusView
+    from pipeline.runs.status import RunStatusView
 
 console = Console(stderr=True, soft_wrap=True)
 STATUS_GROUNDING_ROWS = 20
@@ -125,12 +125,12 @@ def _submit_and_wait(
     check: Callable[[], str | None] | None = None,
 ) -> tuple[int, str]:
     """Store and enqueue the run; with `wait`, follow it. Returns the exit code and run id."""
-    from pipeline.producer import prepare_run
-    from pipeline.progress import WaitAborted, wait_for_run
+    from pipeline.ingest.producer import prepare_run
+    from pipeline.runs.progress import WaitAborted, wait_for_run
     from workers.canvas import enqueue_run
 
     if schema:
-        from pipeline.custom import load_schema
+        from pipeline.extraction.custom import load_schema
 
         try:
             load_schema(schema)
@@ -186,9 +186,9 @@ def _submit_and_wait(
 @click.option("--wait", is_flag=True, help="Show progress until the run ends.")
 def resume(run: str, stale_after_s: float, wait: bool) -> None:
     """Finish an interrupted run: enqueue its unfinished documents again, then finalize."""
-    from pipeline.progress import WaitAborted, wait_for_run
-    from pipeline.resume import plan_resume
-    from pipeline.status import UnknownRun, resolve_run_id
+    from pipeline.runs.progress import WaitAborted, wait_for_run
+    from pipeline.runs.resume import plan_resume
+    from pipeline.runs.status import UnknownRun, resolve_run_id
     from workers.canvas import enqueue_resume
 
     settings = _broker_settings()
@@ -312,7 +312,7 @@ def status(run: str | None, as_json: bool) -> None:
     global limiter's state."""
     from dataclasses import asdict
 
-    from pipeline.status import UnknownRun, document_grounding, limiter_views, resolve_run_id, run_status
+    from pipeline.runs.status import UnknownRun, document_grounding, limiter_views, resolve_run_id, run_status
 
     settings = get_settings()
     engine = _engine(settings)
@@ -375,7 +375,7 @@ def status(run: str | None, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
 def runs(limit: int, as_json: bool) -> None:
     """The newest runs."""
-    from pipeline.status import list_runs
+    from pipeline.runs.status import list_runs
 
     views = list_runs(_engine(get_settings()), limit)
     if as_json:
@@ -399,7 +399,7 @@ def report(run: str | None, fmt: str, output: Path | None) -> None:
     """Print or write the report of RUN (default: the newest)."""
     from sqlalchemy import select
 
-    from pipeline.status import UnknownRun, resolve_run_id
+    from pipeline.runs.status import UnknownRun, resolve_run_id
     from pipeline.storage.db import session_scope
     from pipeline.storage.models import Report
 
@@ -447,8 +447,8 @@ def eval_(
     grounded_only: bool,
 ) -> None:
     """Score RUN's extractions against a truth file, per filing (matched by file name) and overall."""
-    from pipeline.evaluate import evaluate, load_run, load_truth
-    from pipeline.status import UnknownRun, resolve_run_id
+    from pipeline.reporting.evaluate import evaluate, load_run, load_truth
+    from pipeline.runs.status import UnknownRun, resolve_run_id
 
     engine = _engine(get_settings())
     try:
@@ -537,8 +537,8 @@ def _print_eval(run_id: str, data: dict[str, Any]) -> None:
 def flower(address: str | None, port: int | None, unauthenticated: bool) -> None:
     """Start Flower, the web monitor of workers and tasks, with basic auth from
     PIPELINE_FLOWER_USER / PIPELINE_FLOWER_PASSWORD. Prometheus metrics at /metrics."""
-    from pipeline.errors import ConfigError
-    from pipeline.monitoring import BASIC_AUTH_ENV, METRICS_PATH, basic_auth, flower_argv
+    from pipeline.core.errors import ConfigError
+    from pipeline.runs.monitoring import BASIC_AUTH_ENV, METRICS_PATH, basic_auth, flower_argv
 
     settings = _broker_settings()
     try:
@@ -611,7 +611,7 @@ def sim(
     record_path: str | None,
 ) -> None:
     """Run the OpenAI-compatible LLM simulator (tests, dry runs, benchmarks)."""
-    from pipeline.sim import SimConfig, serve
+    from pipeline_dev.sim import SimConfig, serve
 
     config = SimConfig(
         p50_s=p50,
@@ -652,7 +652,7 @@ def run(
     schema: str | None,
 ) -> None:
     """Run a whole batch locally: embedded Redis, simulator and workers unless configured."""
-    from pipeline.local import local_stack
+    from pipeline.runtime.local import local_stack
 
     with local_stack(get_settings(), worker_count, console) as parts:
         code, run_id = _submit_and_wait(
@@ -710,7 +710,7 @@ def bench(
 
     Uses PIPELINE_DATABASE_URL when set (else a SQLite file), a private Redis, and the simulator.
     """
-    from pipeline.bench.main import run_bench
+    from pipeline_dev.bench.main import run_bench
 
     names = [r.strip() for r in regimes.split(",") if r.strip()]
     try:

@@ -15,11 +15,11 @@ import redis.exceptions
 from celery import Task, chord
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from pipeline import extract as extracting
-from pipeline import report as reporting
-from pipeline.errors import Deferred, PermanentError, RetryableError
-from pipeline.logs import log_context
-from pipeline.retry import backoff_s
+from pipeline.core.errors import Deferred, PermanentError, RetryableError
+from pipeline.core.logs import log_context
+from pipeline.core.retry import backoff_s
+from pipeline.extraction import extract as extracting
+from pipeline.reporting import synthesize as reporting
 from pipeline.storage import repo
 from pipeline.storage.db import session_scope
 from pipeline.storage.models import RunStatus
@@ -216,7 +216,7 @@ def nightly() -> str | None:
     Runs on a worker, so the inbox must be readable there (a shared volume or directory)."""
     from datetime import date
 
-    from pipeline.producer import prepare_run
+    from pipeline.ingest.producer import prepare_run
     from workers.canvas import enqueue_run
 
     ctx = worker_context()

@@ -14,11 +14,11 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from pipeline.chunking import ChunkSpan
-from pipeline.constants import PROMPT_VERSION
-from pipeline.errors import BudgetSpent
-from pipeline.grounding import GroundedExtraction
-from pipeline.llm import CallRecord
+from pipeline.core.constants import PROMPT_VERSION
+from pipeline.core.errors import BudgetSpent
+from pipeline.extraction.grounding import GroundedExtraction
+from pipeline.ingest.chunking import ChunkSpan
+from pipeline.llm.client import CallRecord
 from pipeline.storage.models import (
     TERMINAL_DOC_STATUSES,
     Base,
