@@ -11,7 +11,7 @@ from pipeline.core.settings import get_settings
 from pipeline.ingest.producer import prepare_run
 from pipeline.runs import watchdog
 from pipeline.runtime.embedded import Child
-from pipeline.storage import repo
+from pipeline.storage import documents as repo
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Chunk, Document, LLMCall, Run
 from pipeline_dev.synth_filings import write_filings

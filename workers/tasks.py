@@ -20,7 +20,7 @@ from pipeline.core.logs import log_context
 from pipeline.core.retry import backoff_s
 from pipeline.extraction import extract as extracting
 from pipeline.reporting import synthesize as reporting
-from pipeline.storage import repo
+from pipeline.storage import run_state
 from pipeline.storage.db import session_scope
 from pipeline.storage.models import RunStatus
 from workers.app import app
@@ -143,13 +143,13 @@ def _finalize(self: Task, run_id: str) -> str:
     ctx = worker_context()
     try:
         with session_scope(ctx.engine) as session:
-            if repo.report_exists(session, run_id):
+            if run_state.report_exists(session, run_id):
                 return "done"
-            if repo.run_status(session, run_id) == RunStatus.STALLED:
+            if run_state.run_status(session, run_id) == RunStatus.STALLED:
                 return "stalled"  # `pipeline resume` sends a new finalize
-            if repo.unfinished_count(session, run_id):
+            if run_state.unfinished_count(session, run_id):
                 raise self.retry(countdown=FINALIZE_POLL_S, max_retries=None)
-            document_ids = repo.extracted_ids(session, run_id, without_summary=True)
+            document_ids = run_state.extracted_ids(session, run_id, without_summary=True)
         if document_ids:
             chord(compress.si(d) for d in document_ids)(synthesize.si(run_id))
         else:

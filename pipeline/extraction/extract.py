@@ -20,7 +20,7 @@ from pipeline.extraction.schemas import FilingExtraction
 from pipeline.ingest import sections
 from pipeline.llm import prompts
 from pipeline.llm.client import CallRecord, LLMClient
-from pipeline.storage import repo
+from pipeline.storage import documents, llm_calls
 from pipeline.storage.db import session_scope
 from pipeline.storage.models import Chunk, Document, Run
 
@@ -45,17 +45,17 @@ def extract_document(ctx: Context, document_id: int, failed_attempts: int = 0) -
     """
     started = time.monotonic()
     with session_scope(ctx.engine) as session:
-        doc = repo.start_document(session, document_id, ctx.settings.document_max_attempts)
+        doc = documents.start_document(session, document_id, ctx.settings.document_max_attempts)
         if doc is None:
             return current_status(ctx, document_id)
         logs.bind(run_id=doc.run_id)
         failed_attempts = max(failed_attempts, doc.attempts - 1)  # earlier deliveries count too
-        text = repo.document_text(session, doc)
-        chunks = repo.chunks_of(session, document_id)
+        text = documents.document_text(session, doc)
+        chunks = documents.chunks_of(session, document_id)
         run = session.get(Run, doc.run_id)
         schema = run.schema if run is not None else None
         if run is not None and run.reuse_answers and not schema:
-            repo.reuse_answers(session, doc, chunks, ctx.llm.extract_model_names())
+            documents.reuse_answers(session, doc, chunks, ctx.llm.extract_model_names())
         capped = run is not None and run.budget_usd is not None
     try:
         answers = []
@@ -67,7 +67,7 @@ def extract_document(ctx: Context, document_id: int, failed_attempts: int = 0) -
         # Handed back to the task layer, which retries with backoff (or defers): not a lost
         # delivery. The stored count is for deliveries that never came back (a worker died).
         with session_scope(ctx.engine) as session:
-            repo.hand_back_attempt(session, document_id)
+            documents.hand_back_attempt(session, document_id)
         raise
     models = Counter(model for _, model in answers)
     source = Source(text)
@@ -76,7 +76,7 @@ def extract_document(ctx: Context, document_id: int, failed_attempts: int = 0) -
             custom.merge([p.model_dump(mode="json") for p, _ in answers]), source
         )
         with session_scope(ctx.engine) as session:
-            repo.save_custom_extraction(
+            documents.save_custom_extraction(
                 session,
                 doc,
                 data,
@@ -89,7 +89,7 @@ def extract_document(ctx: Context, document_id: int, failed_attempts: int = 0) -
     parts = [part for part, _ in answers if isinstance(part, FilingExtraction)]
     merged = merge_chunks(parts, lambda quote: source.find(quote) is not None)
     with session_scope(ctx.engine) as session:
-        repo.save_extraction(
+        documents.save_extraction(
             session,
             doc,
             ground(merged, source),
@@ -116,7 +116,7 @@ def _chunk_result(
         return answer_model.model_validate(chunk.result), chunk.model or ctx.llm.model
     if capped:
         with session_scope(ctx.engine) as session:
-            repo.check_budget(session, doc.run_id)
+            llm_calls.check_budget(session, doc.run_id)
     model = ctx.llm.pick_model("extract", failed_attempts)
     chunk_text = text[chunk.char_start : chunk.char_end]
     hint = sections.hint(chunk_text, chunk.section)
@@ -136,11 +136,11 @@ def _chunk_result(
         )
     except errors.PipelineError:
         with session_scope(ctx.engine) as session:
-            repo.record_calls(session, doc.run_id, doc.id, chunk.idx, calls)
+            llm_calls.record_calls(session, doc.run_id, doc.id, chunk.idx, calls)
         raise
     with session_scope(ctx.engine) as session:
-        repo.record_calls(session, doc.run_id, doc.id, chunk.idx, calls)
-        repo.save_chunk_result(session, chunk.id, result, model=model, prompt_version=version)
+        llm_calls.record_calls(session, doc.run_id, doc.id, chunk.idx, calls)
+        documents.save_chunk_result(session, chunk.id, result, model=model, prompt_version=version)
     return result, model
 
 
@@ -154,13 +154,13 @@ def prompt_version(schema: str | None) -> str:
 def note_retry(ctx: Context, document_id: int, reason: str) -> None:
     """Remember why an attempt failed; the document is retried."""
     with session_scope(ctx.engine) as session:
-        repo.note_attempt_error(session, document_id, reason)
+        documents.note_attempt_error(session, document_id, reason)
 
 
 def fail(ctx: Context, document_id: int, reason: str) -> str:
     """Record that the document cannot be extracted, and why."""
     with session_scope(ctx.engine) as session:
-        repo.fail_document(session, document_id, reason)
+        documents.fail_document(session, document_id, reason)
     return current_status(ctx, document_id)
 
 

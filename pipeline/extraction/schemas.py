@@ -6,8 +6,6 @@ forbidden, so the JSON schema is accepted by OpenAI's strict `json_schema` mode 
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BaseModel, ConfigDict, field_validator
 
 MIN_FISCAL_YEAR = 1950
@@ -58,11 +56,3 @@ class FilingExtraction(BaseModel):
         if value is not None and value < 0:
             raise ValueError("revenue cannot be negative")
         return value
-
-
-def response_format(model: type[BaseModel]) -> dict[str, Any]:
-    """The `response_format` argument asking for `model`'s JSON schema, strictly."""
-    return {
-        "type": "json_schema",
-        "json_schema": {"name": model.__name__, "schema": model.model_json_schema(), "strict": True},
-    }

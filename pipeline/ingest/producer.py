@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from pipeline.core.constants import PROMPT_VERSION
 from pipeline.core.settings import Settings
 from pipeline.ingest import chunking, injection, inputs, sections
-from pipeline.storage import repo
+from pipeline.storage import intake, run_state
 from pipeline.storage.db import session_scope
 from pipeline.storage.models import DocStatus, RunStatus
 
@@ -68,7 +68,7 @@ def prepare_run(
     content an earlier run extracted are left out, and no run is stored when nothing is new."""
     plan = SubmitPlan(new_run_id())
     with session_scope(engine) as session:
-        repo.create_run(
+        intake.create_run(
             session,
             plan.run_id,
             name=name,
@@ -89,13 +89,13 @@ def prepare_run(
                 loaded = inputs.load(candidate, settings.max_file_bytes)
                 if on_file:
                     on_file(loaded)
-                if only_new and loaded.sha256 and repo.content_extracted(session, loaded.sha256):
+                if only_new and loaded.sha256 and intake.content_extracted(session, loaded.sha256):
                     plan.already_processed.append(loaded.path)
                     continue
                 _add_file(session, settings, plan, loaded, first_path_of)
     if only_new and not plan.document_ids and not plan.rejected:
         with session_scope(engine) as session:
-            repo.delete_run(session, plan.run_id)
+            intake.delete_run(session, plan.run_id)
         plan.created = False
         return plan
     # Longest first: a document's chunks go one after another, so its chain of calls is as
@@ -104,9 +104,9 @@ def prepare_run(
     plan.document_ids.sort(key=lambda doc_id: -plan.chunk_counts[doc_id])
     with session_scope(engine) as session:
         if plan.document_ids:
-            repo.set_run_status(session, plan.run_id, RunStatus.RUNNING)
+            run_state.set_run_status(session, plan.run_id, RunStatus.RUNNING)
         else:
-            repo.set_run_status(session, plan.run_id, RunStatus.FAILED, error="no usable document")
+            run_state.set_run_status(session, plan.run_id, RunStatus.FAILED, error="no usable document")
     return plan
 
 
@@ -132,7 +132,7 @@ def _add_file(
         problem = _over_token_caps(settings, plan, tokens)
     if problem or loaded.text is None or loaded.sha256 is None:
         reason = problem or "unusable"
-        repo.add_document(
+        intake.add_document(
             session,
             plan.run_id,
             loaded.path,
@@ -144,10 +144,10 @@ def _add_file(
         plan.rejected.append((loaded.path, reason))
         return
     first_path_of[loaded.sha256] = loaded.path
-    repo.store_content(session, loaded.sha256, loaded.text, loaded.size_bytes)
+    intake.store_content(session, loaded.sha256, loaded.text, loaded.size_bytes)
     plan.tokens += tokens
     finding = injection.detect(loaded.text)
-    doc = repo.add_document(
+    doc = intake.add_document(
         session,
         plan.run_id,
         loaded.path,

@@ -24,8 +24,8 @@ from pipeline.core import errors
 from pipeline.core.cost import call_cost
 from pipeline.core.retry import backoff_s
 from pipeline.core.settings import Settings
-from pipeline.extraction.schemas import response_format
 from pipeline.llm import prompts
+from pipeline.llm.prompts import response_format
 from pipeline.llm.ratelimit import Permit, RedisLimiter, Scope
 from pipeline.llm.ratelimit.policy import provider_wait_s
 from pipeline.llm.tokens import estimate_prompt

@@ -1,9 +1,12 @@
-"""Prompt building. Filing text is untrusted data: it is delimited and never obeyed."""
+"""Prompt building, and the response format asking for a schema. Filing text is untrusted data:
+it is delimited and never obeyed."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
+
+from pydantic import BaseModel
 
 Message = dict[str, str]
 
@@ -89,3 +92,11 @@ def synthesize_messages(query: str, summaries: list[str]) -> list[Message]:
     body = "\n\n".join(f"- {summary}" for summary in summaries)
     user = f"Question: {query}\n<document>\n{body}\n</document>"
     return [{"role": "system", "content": SYNTHESIZE_SYSTEM}, {"role": "user", "content": user}]
+
+
+def response_format(model: type[BaseModel]) -> dict[str, Any]:
+    """The `response_format` argument asking for `model`'s JSON schema, strictly."""
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": model.__name__, "schema": model.model_json_schema(), "strict": True},
+    }

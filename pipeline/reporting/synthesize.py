@@ -15,7 +15,7 @@ from pipeline.llm.client import CallRecord
 from pipeline.reporting import render
 from pipeline.reporting.reduce import reduce_to_one
 from pipeline.runs.status import run_status
-from pipeline.storage import repo
+from pipeline.storage import llm_calls, reports
 from pipeline.storage.db import session_scope
 from pipeline.storage.models import Document, Extraction, RiskFactor, Run, RunStatus
 
@@ -48,7 +48,7 @@ def compress_document(ctx: Context, document_id: int, failed_attempts: int = 0) 
             facts = trusted_facts(extraction, [(title, quote) for title, quote in risks])
     if budget is not None:
         with session_scope(ctx.engine) as session:
-            repo.check_budget(session, extraction.run_id)
+            llm_calls.check_budget(session, extraction.run_id)
     calls: list[CallRecord] = []
     try:
         summary = ctx.llm.text(
@@ -60,7 +60,7 @@ def compress_document(ctx: Context, document_id: int, failed_attempts: int = 0) 
         )
     finally:
         with session_scope(ctx.engine) as session:
-            repo.record_calls(session, extraction.run_id, document_id, None, calls)
+            llm_calls.record_calls(session, extraction.run_id, document_id, None, calls)
     if not summary and schema:
         summary = json.dumps(facts, ensure_ascii=False)[:CUSTOM_FALLBACK_CHARS]
     elif not summary:
@@ -84,7 +84,7 @@ def trusted_facts(extraction: Extraction, grounded_risks: list[tuple[str, str]])
 
 def save_summary(ctx: Context, document_id: int, summary: str) -> None:
     with session_scope(ctx.engine) as session:
-        repo.save_summary(session, document_id, summary)
+        reports.save_summary(session, document_id, summary)
 
 
 def fallback_summary(
@@ -200,7 +200,7 @@ def synthesize_run(
     )
     status = RunStatus.FAILED if failure else RunStatus.COMPLETED
     with session_scope(ctx.engine) as session:
-        repo.save_report(session, run_id, render.markdown(report), render.as_json(report), status, failure)
+        reports.save_report(session, run_id, render.markdown(report), render.as_json(report), status, failure)
     return status
 
 
@@ -219,7 +219,7 @@ def _synthesize(ctx: Context, run: Run, summaries: list[str], model: str) -> tup
     def synthesize(batch: list[str]) -> str:
         if run.budget_usd is not None:
             with session_scope(ctx.engine) as session:
-                repo.check_budget(session, run.id)
+                llm_calls.check_budget(session, run.id)
         calls: list[CallRecord] = []
         try:
             return ctx.llm.text(
@@ -231,6 +231,6 @@ def _synthesize(ctx: Context, run: Run, summaries: list[str], model: str) -> tup
             )
         finally:
             with session_scope(ctx.engine) as session:
-                repo.record_calls(session, run.id, None, None, calls)
+                llm_calls.record_calls(session, run.id, None, None, calls)
 
     return reduce_to_one(summaries, max(budget, 200), synthesize)

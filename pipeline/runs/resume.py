@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from sqlalchemy import Engine, func, or_, select
 
-from pipeline.storage import repo
+from pipeline.storage import run_state
 from pipeline.storage.db import session_scope
 from pipeline.storage.models import Chunk, DocStatus, Document, Run, RunStatus, utcnow
 
@@ -31,7 +31,7 @@ def plan_resume(engine: Engine, run_id: str, stale_after_s: float = DEFAULT_STAL
     plan = ResumePlan(run_id)
     cutoff = utcnow() - timedelta(seconds=stale_after_s)
     with session_scope(engine) as session:
-        plan.has_report = repo.report_exists(session, run_id)
+        plan.has_report = run_state.report_exists(session, run_id)
         if plan.has_report:
             return plan
         last_answer = (
@@ -60,5 +60,5 @@ def plan_resume(engine: Engine, run_id: str, stale_after_s: float = DEFAULT_STAL
         plan.left_running = int(running or 0) - sum(1 for row in rows if row.status == DocStatus.RUNNING)
         run = session.get(Run, run_id)
         if run is not None and run.status != RunStatus.RUNNING:
-            repo.set_run_status(session, run_id, RunStatus.RUNNING)
+            run_state.set_run_status(session, run_id, RunStatus.RUNNING)
     return plan

@@ -10,7 +10,7 @@ from sqlalchemy import Engine, func, select
 
 from pipeline.core.settings import Settings
 from pipeline.extraction.grounding import rate
-from pipeline.storage import repo
+from pipeline.storage import run_state as repo
 from pipeline.storage.db import session_scope
 from pipeline.storage.models import (
     TERMINAL_DOC_STATUSES,

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from pipeline.core.settings import Settings
 from pipeline.runs.resume import ResumePlan, plan_resume
-from pipeline.storage import repo
+from pipeline.storage import run_state
 from pipeline.storage.db import session_scope
 from pipeline.storage.models import Chunk, Document, LLMCall, Run, RunStatus, utcnow
 
@@ -85,7 +85,7 @@ def check(engine: Engine, settings: Settings, run_ids: Sequence[str] | None = No
                 "(are workers consuming the queues?); `pipeline resume` enqueues it again"
             )
             with session_scope(engine) as session:
-                repo.set_run_status(session, run.id, RunStatus.STALLED, reason)
+                run_state.set_run_status(session, run.id, RunStatus.STALLED, reason)
             verdicts.append(Verdict(run.id, "stalled", idle_s))
             continue
         plan = plan_resume(engine, run.id, stale_after_s=settings.watchdog_idle_s)

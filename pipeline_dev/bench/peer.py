@@ -30,8 +30,8 @@ from typing import Any
 import httpx
 import openai
 
-from pipeline.extraction.schemas import FilingExtraction, response_format
-from pipeline.llm.prompts import extract_messages
+from pipeline.extraction.schemas import FilingExtraction
+from pipeline.llm.prompts import extract_messages, response_format
 
 CONCURRENCY = 25
 RATE_PER_S = 40.0

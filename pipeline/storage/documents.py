@@ -1,4 +1,4 @@
-"""Repository functions: every write the pipeline makes, each safe to repeat.
+"""Extract: a document's attempts, its chunks' answers, its extraction and risk factors.
 
 Delivery is at-least-once, so writes are upserts keyed on the document (and chunk), and
 status changes never move a document out of a final state.
@@ -6,162 +6,28 @@ status changes never move a document out of a final state.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
-from sqlalchemy import delete, func, select, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from pipeline.core.constants import PROMPT_VERSION
-from pipeline.core.errors import BudgetSpent
-from pipeline.extraction.grounding import GroundedExtraction
-from pipeline.ingest.chunking import ChunkSpan
-from pipeline.llm.client import CallRecord
 from pipeline.storage.models import (
     TERMINAL_DOC_STATUSES,
-    Base,
     Chunk,
     Content,
     DocStatus,
     Document,
     Extraction,
-    LLMCall,
-    Report,
     RiskFactor,
-    Run,
-    RunStatus,
     utcnow,
 )
+from pipeline.storage.upsert import upsert
 
-
-def upsert(
-    session: Session,
-    model: type[Base],
-    rows: Sequence[dict[str, Any]],
-    key: Sequence[str],
-    update_columns: Sequence[str] = (),
-) -> None:
-    """INSERT … ON CONFLICT (key) DO UPDATE/NOTHING, on Postgres and SQLite alike."""
-    if not rows:
-        return
-    dialect = session.get_bind().dialect.name
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    stmt = insert(model).values(list(rows))
-    if update_columns:
-        stmt = stmt.on_conflict_do_update(
-            index_elements=list(key),
-            set_={column: stmt.excluded[column] for column in update_columns},
-        )
-    else:
-        stmt = stmt.on_conflict_do_nothing(index_elements=list(key))
-    session.execute(stmt)
-
-
-# -- producer ----------------------------------------------------------------------------
-
-
-def create_run(
-    session: Session,
-    run_id: str,
-    *,
-    name: str | None,
-    query: str,
-    model: str,
-    prompt_version: str,
-    simulated: bool,
-    reuse_answers: bool = True,
-    budget_usd: float | None = None,
-    schema: str | None = None,
-) -> Run:
-    run = Run(
-        id=run_id,
-        name=name,
-        query=query,
-        model=model,
-        prompt_version=prompt_version,
-        simulated=simulated,
-        reuse_answers=reuse_answers,
-        budget_usd=budget_usd,
-        schema=schema,
-        status=RunStatus.PENDING,
-    )
-    session.add(run)
-    session.flush()
-    return run
-
-
-def delete_run(session: Session, run_id: str) -> None:
-    session.execute(delete(Document).where(Document.run_id == run_id))
-    session.execute(delete(Run).where(Run.id == run_id))
-
-
-def content_extracted(session: Session, sha256: str) -> bool:
-    """Whether some run already extracted this exact content."""
-    found = session.scalar(
-        select(Document.id).where(Document.sha256 == sha256, Document.status == DocStatus.EXTRACTED).limit(1)
-    )
-    return found is not None
-
-
-def store_content(session: Session, sha256: str, text: str, size_bytes: int) -> None:
-    upsert(session, Content, [{"sha256": sha256, "text": text, "bytes": size_bytes}], ["sha256"])
-
-
-def add_document(
-    session: Session,
-    run_id: str,
-    path: str,
-    *,
-    sha256: str | None,
-    size_bytes: int,
-    status: DocStatus = DocStatus.PENDING,
-    error: str | None = None,
-    spans: Sequence[ChunkSpan] = (),
-    injection_excerpt: str | None = None,
-) -> Document:
-    finished = utcnow() if status in TERMINAL_DOC_STATUSES else None
-    doc = Document(
-        run_id=run_id,
-        path=path,
-        sha256=sha256,
-        bytes=size_bytes,
-        status=status,
-        error=error,
-        chunk_count=len(spans),
-        finished_at=finished,
-        injection_flag=injection_excerpt is not None,
-        injection_excerpt=injection_excerpt,
-    )
-    session.add(doc)
-    session.flush()
-    session.add_all(
-        Chunk(
-            document_id=doc.id,
-            idx=s.idx,
-            char_start=s.char_start,
-            char_end=s.char_end,
-            token_estimate=s.token_estimate,
-            section=s.section,
-        )
-        for s in spans
-    )
-    return doc
-
-
-def set_run_status(session: Session, run_id: str, status: RunStatus, error: str | None = None) -> None:
-    values: dict[str, Any] = {"status": status}
-    if status == RunStatus.RUNNING:
-        values["started_at"] = utcnow()
-    if status in (RunStatus.COMPLETED, RunStatus.FAILED):
-        values["finished_at"] = utcnow()
-    if error is not None:
-        values["error"] = error
-    session.execute(update(Run).where(Run.id == run_id).values(**values))
-
-
-# -- extraction --------------------------------------------------------------------------
+if TYPE_CHECKING:
+    from pipeline.extraction.grounding import GroundedExtraction
 
 
 def document_text(session: Session, doc: Document) -> str:
@@ -355,93 +221,3 @@ def _finish_document(session: Session, document_id: int, status: DocStatus, erro
         .where(Document.id == document_id, Document.status.not_in(TERMINAL_DOC_STATUSES))
         .values(status=status, error=error, finished_at=utcnow())
     )
-
-
-def record_calls(
-    session: Session,
-    run_id: str,
-    document_id: int | None,
-    chunk_idx: int | None,
-    records: Iterable[CallRecord],
-) -> None:
-    session.add_all(
-        LLMCall(
-            run_id=run_id,
-            document_id=document_id,
-            chunk_idx=chunk_idx,
-            stage=r.stage,
-            model=r.model,
-            status=r.status,
-            prompt_tokens=r.prompt_tokens,
-            completion_tokens=r.completion_tokens,
-            latency_ms=r.latency_ms,
-            error=r.error,
-            key_slot=r.key_slot,
-            limiter_wait_ms=r.limiter_wait_ms,
-            cost_usd=r.cost_usd,
-        )
-        for r in records
-    )
-    spent = sum(r.cost_usd or 0.0 for r in records)
-    if spent:
-        session.execute(update(Run).where(Run.id == run_id).values(cost_usd=Run.cost_usd + spent))
-
-
-def check_budget(session: Session, run_id: str) -> None:
-    """Raise BudgetSpent once the run's recorded cost reached its budget."""
-    row = session.execute(select(Run.budget_usd, Run.cost_usd).where(Run.id == run_id)).one_or_none()
-    if row is not None and row.budget_usd is not None and row.cost_usd >= row.budget_usd:
-        raise BudgetSpent(f"budget: the run spent ${row.cost_usd:.4f} of its ${row.budget_usd:.4f}")
-
-
-# -- finalize ----------------------------------------------------------------------------
-
-
-def status_counts(session: Session, run_id: str) -> dict[str, int]:
-    rows = session.execute(
-        select(Document.status, func.count()).where(Document.run_id == run_id).group_by(Document.status)
-    )
-    return {str(status): int(count) for status, count in rows.tuples()}
-
-
-def unfinished_count(session: Session, run_id: str) -> int:
-    return (
-        session.scalar(
-            select(func.count()).where(
-                Document.run_id == run_id, Document.status.not_in(TERMINAL_DOC_STATUSES)
-            )
-        )
-        or 0
-    )
-
-
-def extracted_ids(session: Session, run_id: str, *, without_summary: bool = False) -> list[int]:
-    stmt = select(Extraction.document_id).where(Extraction.run_id == run_id)
-    if without_summary:
-        stmt = stmt.where(Extraction.summary.is_(None))
-    return list(session.scalars(stmt.order_by(Extraction.document_id)))
-
-
-def save_summary(session: Session, document_id: int, summary: str) -> None:
-    session.execute(update(Extraction).where(Extraction.document_id == document_id).values(summary=summary))
-
-
-def save_report(
-    session: Session,
-    run_id: str,
-    markdown: str,
-    data: dict[str, Any],
-    status: RunStatus,
-    error: str | None = None,
-) -> None:
-    row = {"run_id": run_id, "markdown": markdown, "json": data, "created_at": utcnow()}
-    upsert(session, Report, [row], ["run_id"], ["markdown", "json", "created_at"])
-    set_run_status(session, run_id, status, error)
-
-
-def run_status(session: Session, run_id: str) -> str | None:
-    return session.scalar(select(Run.status).where(Run.id == run_id))
-
-
-def report_exists(session: Session, run_id: str) -> bool:
-    return session.scalar(select(func.count()).where(Report.run_id == run_id)) == 1
