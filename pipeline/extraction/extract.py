@@ -44,59 +44,112 @@ def extract_document(ctx: Context, document_id: int, failed_attempts: int = 0) -
     document cannot be extracted; the caller records the latter with `fail`.
     """
     started = time.monotonic()
+    work = _start(ctx, document_id, failed_attempts)
+    if work is None:
+        return current_status(ctx, document_id)
+    answers = _answer_chunks(ctx, work, started)
+    model = Counter(model for _, model in answers).most_common(1)[0][0]
+    if work.schema:
+        _save_custom(ctx, work, [part for part, _ in answers], model)
+    else:
+        _save_filing(ctx, work, [part for part, _ in answers if isinstance(part, FilingExtraction)], model)
+    return "extracted"
+
+
+@dataclass
+class _Work:
+    """A started document: what its extraction needs, loaded in one transaction."""
+
+    doc: Document
+    text: str
+    chunks: list[Chunk]
+    schema: str | None
+    capped: bool
+    """The run has a budget: check it before each call."""
+    failed_attempts: int
+
+
+def _start(ctx: Context, document_id: int, failed_attempts: int) -> _Work | None:
+    """Count the attempt and load the document, its text and chunks (filling those an earlier
+    run answered for the same text); None when the document is final or out of attempts."""
     with session_scope(ctx.engine) as session:
         doc = documents.start_document(session, document_id, ctx.settings.document_max_attempts)
         if doc is None:
-            return current_status(ctx, document_id)
+            return None
         logs.bind(run_id=doc.run_id)
-        failed_attempts = max(failed_attempts, doc.attempts - 1)  # earlier deliveries count too
         text = documents.document_text(session, doc)
         chunks = documents.chunks_of(session, document_id)
         run = session.get(Run, doc.run_id)
         schema = run.schema if run is not None else None
         if run is not None and run.reuse_answers and not schema:
             documents.reuse_answers(session, doc, chunks, ctx.llm.extract_model_names())
-        capped = run is not None and run.budget_usd is not None
+        return _Work(
+            doc=doc,
+            text=text,
+            chunks=chunks,
+            schema=schema,
+            capped=run is not None and run.budget_usd is not None,
+            failed_attempts=max(failed_attempts, doc.attempts - 1),  # earlier deliveries count too
+        )
+
+
+def _answer_chunks(ctx: Context, work: _Work, started: float) -> list[tuple[BaseModel, str]]:
+    """Each chunk's answer and model, in order, within the task's time budget."""
     try:
         answers = []
-        for chunk in chunks:
+        for chunk in work.chunks:
             if time.monotonic() - started > ctx.settings.task_time_budget_s:
                 raise errors.Deferred("the task ran past its time budget; answered chunks kept", 0.0)
-            answers.append(_chunk_result(ctx, doc, chunk, text, len(chunks), failed_attempts, capped, schema))
+            answers.append(
+                _chunk_result(
+                    ctx,
+                    work.doc,
+                    chunk,
+                    work.text,
+                    len(work.chunks),
+                    work.failed_attempts,
+                    work.capped,
+                    work.schema,
+                )
+            )
     except errors.RetryableError:
         # Handed back to the task layer, which retries with backoff (or defers): not a lost
         # delivery. The stored count is for deliveries that never came back (a worker died).
         with session_scope(ctx.engine) as session:
-            documents.hand_back_attempt(session, document_id)
+            documents.hand_back_attempt(session, work.doc.id)
         raise
-    models = Counter(model for _, model in answers)
-    source = Source(text)
-    if schema:
-        data, total, grounded = custom.ground(
-            custom.merge([p.model_dump(mode="json") for p, _ in answers]), source
+    return answers
+
+
+def _save_custom(ctx: Context, work: _Work, parts: list[BaseModel], model: str) -> None:
+    """A user's schema: answers merged generically, quote fields grounded, stored as JSON."""
+    data, total, grounded = custom.ground(
+        custom.merge([p.model_dump(mode="json") for p in parts]), Source(work.text)
+    )
+    with session_scope(ctx.engine) as session:
+        documents.save_custom_extraction(
+            session,
+            work.doc,
+            data,
+            quotes_total=total,
+            quotes_grounded=grounded,
+            model=model,
+            prompt_version=prompt_version(work.schema),
         )
-        with session_scope(ctx.engine) as session:
-            documents.save_custom_extraction(
-                session,
-                doc,
-                data,
-                quotes_total=total,
-                quotes_grounded=grounded,
-                model=models.most_common(1)[0][0],
-                prompt_version=prompt_version(schema),
-            )
-        return "extracted"
-    parts = [part for part, _ in answers if isinstance(part, FilingExtraction)]
+
+
+def _save_filing(ctx: Context, work: _Work, parts: list[FilingExtraction], model: str) -> None:
+    """The 10-K schema: answers merged (preferring found quotes), grounded, stored as facts."""
+    source = Source(work.text)
     merged = merge_chunks(parts, lambda quote: source.find(quote) is not None)
     with session_scope(ctx.engine) as session:
         documents.save_extraction(
             session,
-            doc,
+            work.doc,
             ground(merged, source),
-            model=models.most_common(1)[0][0],
+            model=model,
             prompt_version=PROMPT_VERSION,
         )
-    return "extracted"
 
 
 def _chunk_result(

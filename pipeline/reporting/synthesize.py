@@ -1,101 +1,27 @@
-"""The reduce side: compress each extraction, synthesize the run's report, store it."""
+"""Synthesize: the run's report from its summaries (a reduce tree when they exceed the
+context budget), with the per-filing table and totals, stored; it closes the run."""
 
 from __future__ import annotations
 
-import json
+from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Row, select
 
-from pipeline.core.constants import DEFAULT_COMPRESS_MAX_TOKENS, DEFAULT_SYNTHESIZE_MAX_TOKENS
-from pipeline.extraction import custom, grounding
+from pipeline.core.constants import DEFAULT_SYNTHESIZE_MAX_TOKENS
+from pipeline.extraction import grounding
 from pipeline.extraction.extract import Context
 from pipeline.llm import prompts
 from pipeline.llm.client import CallRecord
 from pipeline.reporting import render
+from pipeline.reporting.compress import fallback_summary
 from pipeline.reporting.reduce import reduce_to_one
-from pipeline.runs.status import run_status
+from pipeline.runs.status import RunStatusView, run_status
 from pipeline.storage import llm_calls, reports
 from pipeline.storage.db import session_scope
 from pipeline.storage.models import Document, Extraction, RiskFactor, Run, RunStatus
 
 PROMPT_OVERHEAD_TOKENS = 400
-CUSTOM_FALLBACK_CHARS = 600
-"""A custom schema's stored JSON, cut to this, stands in for a summary the LLM did not give."""
-
-
-def compress_document(ctx: Context, document_id: int, failed_attempts: int = 0) -> str:
-    """Store a short summary of the document's extraction, by the LLM; idempotent."""
-    with session_scope(ctx.engine) as session:
-        row = session.execute(
-            select(Extraction, Run.query, Run.budget_usd, Run.schema)
-            .join(Run, Run.id == Extraction.run_id)
-            .where(Extraction.document_id == document_id)
-        ).one_or_none()
-        if row is None:
-            return "missing"
-        extraction, query, budget, schema = row
-        if extraction.summary:
-            return "done"
-        if schema:  # a user's schema: its JSON, ungrounded quotes removed
-            facts = custom.without_ungrounded(extraction.data)
-        else:
-            risks = session.execute(
-                select(RiskFactor.title, RiskFactor.quote)
-                .where(RiskFactor.document_id == document_id, RiskFactor.grounded)
-                .order_by(RiskFactor.position)
-            ).all()
-            facts = trusted_facts(extraction, [(title, quote) for title, quote in risks])
-    if budget is not None:
-        with session_scope(ctx.engine) as session:
-            llm_calls.check_budget(session, extraction.run_id)
-    calls: list[CallRecord] = []
-    try:
-        summary = ctx.llm.text(
-            prompts.compress_messages(query, facts),
-            stage="compress",
-            max_tokens=DEFAULT_COMPRESS_MAX_TOKENS,
-            sink=calls.append,
-            model=ctx.llm.pick_model("compress", failed_attempts),
-        )
-    finally:
-        with session_scope(ctx.engine) as session:
-            llm_calls.record_calls(session, extraction.run_id, document_id, None, calls)
-    if not summary and schema:
-        summary = json.dumps(facts, ensure_ascii=False)[:CUSTOM_FALLBACK_CHARS]
-    elif not summary:
-        titles = [r["title"] for r in facts["risk_factors"]]
-        summary = fallback_summary(extraction.company, extraction.fiscal_year, facts["revenue_usd"], titles)
-    save_summary(ctx, document_id, summary)
-    return "done"
-
-
-def trusted_facts(extraction: Extraction, grounded_risks: list[tuple[str, str]]) -> dict[str, Any]:
-    """What the summary may state as fact: only facts whose quote was found in the filing."""
-    revenue_ok = extraction.revenue_grounded is not False
-    return {
-        "company": extraction.company,
-        "fiscal_year": extraction.fiscal_year,
-        "revenue_usd": extraction.revenue_usd if revenue_ok else None,
-        "revenue_quote": extraction.revenue_quote if revenue_ok else None,
-        "risk_factors": [{"title": title, "quote": quote} for title, quote in grounded_risks],
-    }
-
-
-def save_summary(ctx: Context, document_id: int, summary: str) -> None:
-    with session_scope(ctx.engine) as session:
-        reports.save_summary(session, document_id, summary)
-
-
-def fallback_summary(
-    company: str | None, fiscal_year: int | None, revenue_usd: float | None, risk_titles: list[str]
-) -> str:
-    """A summary built from the stored fields, for when the LLM cannot give one."""
-    risks = "; ".join(risk_titles[:3])
-    return (
-        f"{company or 'Unknown company'}, fiscal {fiscal_year or '?'}: "
-        f"revenue {render.money(revenue_usd) or 'not stated'}; risks: {risks or 'none stated'}."
-    )
 
 
 def synthesize_run(
@@ -106,6 +32,41 @@ def synthesize_run(
     The answer is synthesized from the stored summaries, hierarchically when they exceed
     the context budget. Passing `answer` skips the LLM (used when synthesis failed for good).
     """
+    run, rows, risks = _load(ctx, run_id)
+    titles, unverified = _risk_titles(risks)
+    levels = 0
+    if answer is None:
+        model = ctx.llm.pick_model("synthesize", failed_attempts)
+        answer, levels = _synthesize(ctx, run, _summaries(rows, titles), model)
+    view = run_status(ctx.engine, run_id)
+    failure = run_failure(view.documents, ctx.settings.run_failure_threshold)
+    report = render.ReportInput(
+        run_id=run.id,
+        name=run.name,
+        query=run.query,
+        model=run.model,
+        simulated=run.simulated,
+        answer=answer,
+        synthesis_levels=levels,
+        documents=_document_rows(rows, titles, unverified),
+        totals=_totals(view),
+        failure=failure,
+    )
+    status = RunStatus.FAILED if failure else RunStatus.COMPLETED
+    with session_scope(ctx.engine) as session:
+        reports.save_report(session, run_id, render.markdown(report), render.as_json(report), status, failure)
+    return status
+
+
+def synthesize_without_answer(ctx: Context, run_id: str, reason: str) -> RunStatus:
+    """The report when synthesis failed for good: the reason instead of an answer, and the
+    per-filing table, which does not need the LLM."""
+    answer = f"(The synthesis failed: {reason}. The per-filing table below is complete.)"
+    return synthesize_run(ctx, run_id, answer=answer)
+
+
+def _load(ctx: Context, run_id: str) -> tuple[Run, Sequence[Row[Any]], Sequence[Row[Any]]]:
+    """The run, one row per document (with its extraction's columns), and its risk factors."""
     with session_scope(ctx.engine) as session:
         run = session.get(Run, run_id)
         if run is None:
@@ -136,25 +97,37 @@ def synthesize_run(
             .where(RiskFactor.run_id == run_id)
             .order_by(RiskFactor.document_id, RiskFactor.position)
         ).all()
+    return run, rows, risks
+
+
+def _risk_titles(risks: Sequence[Row[Any]]) -> tuple[dict[int, list[str]], dict[int, list[str]]]:
+    """Risk-factor titles per document: those whose quote was found, and the unverified."""
     titles: dict[int, list[str]] = {}
     unverified: dict[int, list[str]] = {}
     for document_id, title, grounded in risks:
         (titles if grounded else unverified).setdefault(document_id, []).append(title)
-    levels = 0
-    if answer is None:
-        summaries = [
-            r.summary
-            or fallback_summary(
-                r.company,
-                r.fiscal_year,
-                r.revenue_usd if r.revenue_grounded is not False else None,
-                titles.get(r.id, []),
-            )
-            for r in rows
-            if r.document_id is not None
-        ]
-        answer, levels = _synthesize(ctx, run, summaries, ctx.llm.pick_model("synthesize", failed_attempts))
-    documents = [
+    return titles, unverified
+
+
+def _summaries(rows: Sequence[Row[Any]], titles: dict[int, list[str]]) -> list[str]:
+    """One summary per extracted document: the stored one, or one built from its fields."""
+    return [
+        r.summary
+        or fallback_summary(
+            r.company,
+            r.fiscal_year,
+            r.revenue_usd if r.revenue_grounded is not False else None,
+            titles.get(r.id, []),
+        )
+        for r in rows
+        if r.document_id is not None
+    ]
+
+
+def _document_rows(
+    rows: Sequence[Row[Any]], titles: dict[int, list[str]], unverified: dict[int, list[str]]
+) -> list[render.DocumentRow]:
+    return [
         render.DocumentRow(
             path=r.path,
             status=r.status,
@@ -171,9 +144,10 @@ def synthesize_run(
         )
         for r in rows
     ]
-    view = run_status(ctx.engine, run_id)
-    failure = run_failure(view.documents, ctx.settings.run_failure_threshold)
-    totals = {
+
+
+def _totals(view: RunStatusView) -> dict[str, Any]:
+    return {
         "documents": view.documents,
         "llm_calls": view.llm_calls,
         "tokens": view.prompt_tokens + view.completion_tokens,
@@ -186,22 +160,6 @@ def synthesize_run(
         },
         "injection_flagged": view.injection_flagged,
     }
-    report = render.ReportInput(
-        run_id=run.id,
-        name=run.name,
-        query=run.query,
-        model=run.model,
-        simulated=run.simulated,
-        answer=answer,
-        synthesis_levels=levels,
-        documents=documents,
-        totals=totals,
-        failure=failure,
-    )
-    status = RunStatus.FAILED if failure else RunStatus.COMPLETED
-    with session_scope(ctx.engine) as session:
-        reports.save_report(session, run_id, render.markdown(report), render.as_json(report), status, failure)
-    return status
 
 
 def run_failure(documents: dict[str, int], threshold: float) -> str | None:
