@@ -22,7 +22,7 @@ import redis
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from pipeline import embedded
+from pipeline.runtime import embedded
 
 LOCAL_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 LOCAL_REDIS = "redis://127.0.0.1:6379"
@@ -142,7 +142,7 @@ def pipeline_env(
     }
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
-    from pipeline.settings import get_settings
+    from pipeline.core.settings import get_settings
     from pipeline.storage.db import upgrade
 
     get_settings.cache_clear()

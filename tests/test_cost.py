@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select, text
 
-from pipeline.cost import Price, call_cost, parse_prices
-from pipeline.producer import prepare_run
-from pipeline.settings import Settings
+from pipeline.core.cost import Price, call_cost, parse_prices
+from pipeline.core.settings import Settings
+from pipeline.ingest.producer import prepare_run
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Document, LLMCall, Run
-from pipeline.synth_filings import write_filings
+from pipeline_dev.synth_filings import write_filings
 from tests.conftest import claimed_redis_db, run_cli, running_workers
 
 README = Path(__file__).resolve().parents[1] / "README.md"

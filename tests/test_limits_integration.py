@@ -17,14 +17,14 @@ import pytest
 import redis
 from sqlalchemy import select
 
-from pipeline.bench.procs import sim_stats
-from pipeline.llm import CallRecord, LLMClient
-from pipeline.ratelimit import RedisLimiter, Scope, keys
-from pipeline.settings import Settings
-from pipeline.sim import SimConfig, SimServer
+from pipeline.core.settings import Settings
+from pipeline.llm.client import CallRecord, LLMClient
+from pipeline.llm.ratelimit import RedisLimiter, Scope, keys
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Document, LLMCall
-from pipeline.synth_filings import write_filings
+from pipeline_dev.bench.procs import sim_stats
+from pipeline_dev.sim import SimConfig, SimServer
+from pipeline_dev.synth_filings import write_filings
 from tests.conftest import claimed_redis_db, run_cli, running_simulator, running_workers
 
 # A provider like OpenAI's: a per-minute quota, enforced per second as well (the simulator's
@@ -260,9 +260,9 @@ def test_routing_weights_models_falls_back_and_spreads_keys() -> None:
 
 
 def test_answers_that_are_not_json_twice_are_retried_later_not_failed() -> None:
-    from pipeline.errors import MalformedAnswer, SchemaViolation
-    from pipeline.prompts import extract_messages
-    from pipeline.schemas import FilingExtraction
+    from pipeline.core.errors import MalformedAnswer, SchemaViolation
+    from pipeline.extraction.schemas import FilingExtraction
+    from pipeline.llm.prompts import extract_messages
 
     with SimServer(SimConfig(p50_s=0, p95_s=0)) as sim:
         client = LLMClient(Settings(_env_file=None, llm_base_url=sim.base_url), pool_size=2)  # type: ignore[call-arg]

@@ -12,8 +12,8 @@ from multiprocessing import get_context
 import pytest
 import redis
 
-from pipeline.errors import Deferred, RequestTooLarge
-from pipeline.ratelimit import Decision, Limits, RedisLimiter, Scope, keys, policy
+from pipeline.core.errors import Deferred, RequestTooLarge
+from pipeline.llm.ratelimit import Decision, Limits, RedisLimiter, Scope, keys, policy
 
 # -- the arithmetic ----------------------------------------------------------------------
 

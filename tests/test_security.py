@@ -16,9 +16,9 @@ import redis
 from celery import Celery
 from sqlalchemy import MetaData, select
 
-from pipeline.constants import REPORT_QUEUE
+from pipeline.core.constants import REPORT_QUEUE
 from pipeline.storage.db import get_engine
-from pipeline.synth_filings import generate_filing
+from pipeline_dev.synth_filings import generate_filing
 from tests.conftest import claimed_redis_db, run_cli, running_workers
 
 CANARY = f"sk-canary-{uuid.uuid4().hex}"

@@ -16,13 +16,13 @@ import openai
 import pytest
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from pipeline.schemas import FilingExtraction
-from pipeline.sim import SimConfig, SimServer, build_app
-from pipeline.sim.answers import build_json_answer
-from pipeline.sim.faults import draw, latency
-from pipeline.sim.limits import PerSecondQuota, SlidingWindowLimiter, openai_duration
-from pipeline.sim.replies import build_text_answer, malformed_json, violate_schema
-from pipeline.sim.request import document_text
+from pipeline.extraction.schemas import FilingExtraction
+from pipeline_dev.sim import SimConfig, SimServer, build_app
+from pipeline_dev.sim.answers import build_json_answer
+from pipeline_dev.sim.faults import draw, latency
+from pipeline_dev.sim.limits import PerSecondQuota, SlidingWindowLimiter, openai_duration
+from pipeline_dev.sim.replies import build_text_answer, malformed_json, violate_schema
+from pipeline_dev.sim.request import document_text
 
 SCHEMA = FilingExtraction.model_json_schema()
 RESPONSE_FORMAT: Any = {
@@ -251,7 +251,7 @@ def _quotes(answer: FilingExtraction) -> list[str]:
 
 
 def test_ungrounded_quotes_are_not_in_the_document_and_seeded() -> None:
-    from pipeline.sim.ungrounded import replace_quotes
+    from pipeline_dev.sim.ungrounded import replace_quotes
 
     flat = " ".join(FILING.lower().split())
     invented_all: list[str] = []
@@ -484,7 +484,7 @@ def test_record_file(tmp_path: Path) -> None:
 
 
 def test_serve_prints_its_address() -> None:
-    code = "from pipeline.sim import SimConfig, serve; serve('127.0.0.1', 0, SimConfig(p50_s=0))"
+    code = "from pipeline_dev.sim import SimConfig, serve; serve('127.0.0.1', 0, SimConfig(p50_s=0))"
     process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None

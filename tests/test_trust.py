@@ -18,10 +18,10 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from pipeline.bench.procs import sim_stats
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Content, Document, Extraction, Report, RiskFactor
-from pipeline.synth_filings import generate_filing
+from pipeline_dev.bench.procs import sim_stats
+from pipeline_dev.synth_filings import generate_filing
 from tests.conftest import claimed_redis_db, run_cli, running_simulator, running_workers
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
