@@ -55,8 +55,11 @@ LIMITER_INFLIGHT_POLL_S = 0.05
 CONSERVATIVE_CHARS_PER_TOKEN = 3
 """For rate-limit reservations without a tokenizer: over-estimating is the safe side."""
 AIMD_DECREASE = 0.8
-"""A 429 against a paced limit means the limit is too high (another client shares the key, or
-the provider lowered it): a gentle cut, with the rate back within about one window."""
+"""After a 429 whose headers say the provider's window is spent: our limit is too high (another
+client shares the key, or the provider lowered it). The rate is back within about one window."""
+AIMD_BURST_DECREASE = 0.95
+"""After a 429 while the provider's window still had room: a second's share was exceeded because
+calls bunched on their way (delivery jitter), not because the rate is wrong; 5 % of slack."""
 AIMD_COOLDOWN_MS = 5_000
 """One cut per congestion event: 429s within this time of a cut do not cut again."""
 DEFAULT_PAUSE_S = 1.0

@@ -39,7 +39,12 @@ class RetryableError(PipelineError):
 
 
 class RateLimited(RetryableError):
-    """The provider refused the call for rate (HTTP 429)."""
+    """The provider refused the call for rate (HTTP 429). `quota_spent`: its headers said no
+    requests or no tokens remain in its window (otherwise a burst within the window was refused)."""
+
+    def __init__(self, message: str, retry_after_s: float | None = None, *, quota_spent: bool = True) -> None:
+        super().__init__(message, retry_after_s)
+        self.quota_spent = quota_spent
 
 
 class UpstreamUnavailable(RetryableError):

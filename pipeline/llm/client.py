@@ -215,7 +215,12 @@ class LLMClient:
                 error = failure.error
                 if isinstance(error, errors.RateLimited) and self.limiter:
                     # First the pause, so that no worker sends into the refusal meanwhile.
-                    self.limiter.pause(permit.scope, error.retry_after_s or c.DEFAULT_PAUSE_S)
+                    # A burst refused while the window had room asks for a small cut, a spent quota
+                    # (our limit is above the provider's) for a large one.
+                    decrease = c.AIMD_DECREASE if error.quota_spent else c.AIMD_BURST_DECREASE
+                    self.limiter.pause(
+                        permit.scope, error.retry_after_s or c.DEFAULT_PAUSE_S, decrease=decrease
+                    )
                 sink(failure.record)
             if isinstance(error, errors.RateLimited):
                 refusals += 1
@@ -324,7 +329,9 @@ class LLMClient:
     def _map_error(self, exc: openai.APIError) -> errors.PipelineError:
         message = redact(f"{type(exc).__name__}: {exc}", *self._keys)
         if isinstance(exc, openai.RateLimitError):
-            return errors.RateLimited(message, provider_wait_s(exc.response.headers))
+            headers = exc.response.headers
+            spent = provider_limits(headers).spent
+            return errors.RateLimited(message, provider_wait_s(headers), quota_spent=spent)
         if isinstance(exc, openai.APIStatusError) and exc.status_code < 500:
             return errors.ProviderRejected(message)
         # 5xx, timeouts, dropped connections, bodies that are not JSON at all

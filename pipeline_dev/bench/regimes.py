@@ -128,6 +128,7 @@ def run_pipeline(
         "share_429": stats["rejected_429"] / max(1, stats["requests_total"]),
         "refused_per_second": stats["rejected_per_second"],
         "charged_tokens": stats["charged_tokens"],
+        "llm_span_s": round(stats["last_admitted_s"] - stats["first_admitted_s"], 2),
         "busy_requests_quota_used": _per_s(stats["busy_admitted"], stats["busy_s"]),
         "busy_tokens_quota_used": _per_s(stats["busy_charged_tokens"], stats["busy_s"]),
         "max_admitted_in_window": stats["max_admitted_in_any_60s_window"],

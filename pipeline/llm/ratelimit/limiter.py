@@ -277,15 +277,17 @@ class RedisLimiter:
         )
         return int(pushed_requests) / 1000, int(pushed_tokens) / 1000
 
-    def pause(self, scope: Scope, seconds: float, *, cut: bool = True) -> tuple[float, float]:
-        """Make every worker of `scope` wait `seconds`; with `cut`, lower the adaptive factor.
-        Returns (pause until, unix s; factor now)."""
+    def pause(
+        self, scope: Scope, seconds: float, *, cut: bool = True, decrease: float = c.AIMD_DECREASE
+    ) -> tuple[float, float]:
+        """Make every worker of `scope` wait `seconds`; with `cut`, multiply the adaptive factor
+        by `decrease`. Returns (pause until, unix s; factor now)."""
         k = keys(scope)
         until_ms, factor = self._pause(
             keys=[k[4], k[5]],
             args=[
                 max(1, int(seconds * 1000)),
-                c.AIMD_DECREASE if cut else 1,
+                decrease if cut else 1,
                 self.min_factor,
                 self.recovery_ms,
                 c.AIMD_COOLDOWN_MS,

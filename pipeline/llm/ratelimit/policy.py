@@ -101,6 +101,12 @@ class ProviderLimits:
     def any(self) -> bool:
         return self.limit_requests is not None or self.limit_tokens is not None
 
+    @property
+    def spent(self) -> bool:
+        """No requests or no tokens remain in the provider's window (or it did not say)."""
+        said = [r for r in (self.remaining_requests, self.remaining_tokens) if r is not None]
+        return not said or 0 in said
+
     def as_script_args(self) -> list[int]:
         """The six values release.lua takes, in its order; -1 for an absent header, times in ms."""
 
