@@ -72,25 +72,28 @@ if charged >= 0 and reserved > charged then
     redis.call('HSET', KEYS[3], 'tokens', math.max(now, tat - (reserved - charged) * window / eff_tpm))
   end
 end
-local sent, used = nil, nil
+-- Our own count to hold against the provider's is the one at this call's send time (its
+-- headers describe the window it arrived in), taken over everything sent or reserved since
+-- that window began: later calls included, so we never think we have more room than we had.
+-- (Comparing stale headers with the current window would push the pacing later whenever the
+-- rate fell, and so make it fall further.)
+local sent_at = tonumber(redis.call('ZSCORE', KEYS[1], id) or '-1')
 local pushed = {0, 0}
 local floor = nil
 for k = 1, 2 do
   local h, limit = told[k], limits[k]
-  if limit > 0 and h.remaining >= 0 then
+  if limit > 0 and h.remaining >= 0 and sent_at >= 0 then
+    local since = sent_at - window
     local ours
     if k == 1 then
-      sent = sent or redis.call('ZCOUNT', KEYS[1], now - window, now)
-      ours = limit * factor - sent
+      ours = limit * factor - redis.call('ZCOUNT', KEYS[1], '(' .. since, '+inf')
     else
-      if not used then
-        used = 0
-        local ids = redis.call('ZRANGEBYSCORE', KEYS[1], now - window, now)
-        for i = 1, #ids, 500 do
-          local batch = {unpack(ids, i, math.min(i + 499, #ids))}
-          for _, c in ipairs(redis.call('HMGET', KEYS[6], unpack(batch))) do
-            used = used + (tonumber(c) or 0)
-          end
+      local used = tonumber(redis.call('GET', KEYS[7]) or '0')
+      local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', since)
+      for i = 1, #gone, 500 do
+        local batch = {unpack(gone, i, math.min(i + 499, #gone))}
+        for _, c in ipairs(redis.call('HMGET', KEYS[6], unpack(batch))) do
+          used = used - (tonumber(c) or 0)
         end
       end
       ours = limit * factor - used
@@ -103,8 +106,8 @@ for k = 1, 2 do
       redis.call('PEXPIRE', KEYS[3], math.ceil(tat + push - now) + window)
       pushed[k] = math.ceil(push)
     end
-    if h.limit > 0 then floor = math.min(floor or 1, h.remaining / h.limit) end
   end
+  if limit > 0 and h.remaining >= 0 and h.limit > 0 then floor = math.min(floor or 1, h.remaining / h.limit) end
 end
 if state[1] and floor and floor > factor then
   redis.call('HSET', KEYS[5], 'factor', floor, 'cut_at', now)
