@@ -111,6 +111,18 @@ def test_calls_are_spread_at_the_quotas_rate_not_admitted_at_once(client: redis.
     assert _try(limiter, scope).requests_in_window == 10
 
 
+def test_headers_that_arrive_late_are_held_against_the_window_they_describe(
+    client: redis.Redis, scope: Scope
+) -> None:
+    limiter = _limiter(client, rpm=10, window_s=1.0, burst_s=1.0)
+    permits = [limiter.acquire([scope], 1) for _ in range(5)]
+    time.sleep(0.7)  # a slow answer: our window has moved on, the provider's count is from then
+    told = policy.ProviderLimits(limit_requests=10, remaining_requests=5, reset_requests_s=0.5)
+    assert limiter.release(permits[0], told) == (0.0, 0.0), "5 of 10 left then: exactly what we used"
+    time.sleep(0.4)  # now past the window those 5 calls were in
+    assert limiter.release(permits[1], told) == (0.0, 0.0)
+
+
 def test_a_burst_allowance_lets_that_many_seconds_of_quota_go_at_once(
     client: redis.Redis, scope: Scope
 ) -> None:

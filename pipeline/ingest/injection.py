@@ -19,36 +19,46 @@ _PREVIOUS = (
     r"(?:all\s+|any\s+|the\s+|your\s+|of\s+)*(?:previous|prior|above|earlier|preceding|foregoing|original)"
 )
 _RULES = r"(?:instructions?|prompts?|directions?|directives?|rules|guidelines|context|messages?)"
-PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (name, re.compile(pattern, re.IGNORECASE | re.MULTILINE))
-    for name, pattern in (
-        ("ignore previous instructions", rf"\b(?:ignore|forget|override|bypass)\s+{_PREVIOUS}\s+{_RULES}"),
-        ("disregard the above", rf"\bdisregard\s+{_PREVIOUS}\b"),
-        (
-            "ignore your instructions",
-            rf"\b(?:ignore|disregard|forget)\s+(?:all\s+)?(?:your|these|those)\s+{_RULES}",
-        ),
-        (
-            "addresses a model",
-            r"\byou\s+are\s+(?:now\s+)?(?:chatgpt|gpt-?\d|claude|gemini|llama|an?\s+(?:ai|large\s+language\s+model|language\s+model|llm|chatbot|ai\s+assistant))\b",
-        ),
-        (
-            "addresses a model",
-            r"\b(?:as|dear)\s+an?\s+(?:ai|language\s+model|llm)\b(?:\s+(?:assistant|model))?\s*,",
-        ),
-        ("system prompt", r"\bsystem\s+prompt\b"),
-        ("new instructions", r"\b(?:new|updated|real|actual|important)\s+instructions?\s*:"),
-        (
-            "respond with",
-            r"\b(?:respond|reply|answer|output)\s+(?:only\s+)?with\s+(?:the\s+following|exactly|only|json|[\"'{])",
-        ),
-        ("respond with", r"^\s*(?:respond|reply|answer)\s+(?:only\s+)?with\b"),
-        ("role tag", r"<\|?\s*/?\s*(?:system|assistant|user|im_start|im_end|endoftext)\s*\|?>"),
-        ("role tag", r"\[/?INST\]|<</?SYS>>"),
-        ("role tag", r"^\s*#{0,3}\s*(?:system|assistant)\s*:\s*\S"),
-        ("jailbreak", r"\b(?:developer|dan|jailbreak)\s+mode\b|\bdo\s+anything\s+now\b"),
-        ("close the data block", r"</\s*document\s*>"),
-    )
+# (kind, pattern, words): a pattern can only match text holding one of its words (lower case),
+# and `in` on the case-folded text is far cheaper than a case-insensitive regex scan of 50 KB.
+_RAW: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    (
+        "ignore previous instructions",
+        rf"\b(?:ignore|forget|override|bypass)\s+{_PREVIOUS}\s+{_RULES}",
+        ("ignore", "forget", "override", "bypass"),
+    ),
+    ("disregard the above", rf"\bdisregard\s+{_PREVIOUS}\b", ("disregard",)),
+    (
+        "ignore your instructions",
+        rf"\b(?:ignore|disregard|forget)\s+(?:all\s+)?(?:your|these|those)\s+{_RULES}",
+        ("ignore", "disregard", "forget"),
+    ),
+    (
+        "addresses a model",
+        r"\byou\s+are\s+(?:now\s+)?(?:chatgpt|gpt-?\d|claude|gemini|llama|an?\s+(?:ai|large\s+language\s+model|language\s+model|llm|chatbot|ai\s+assistant))\b",
+        ("you",),
+    ),
+    (
+        "addresses a model",
+        r"\b(?:as|dear)\s+an?\s+(?:ai|language\s+model|llm)\b(?:\s+(?:assistant|model))?\s*,",
+        ("ai", "language", "llm"),
+    ),
+    ("system prompt", r"\bsystem\s+prompt\b", ("prompt",)),
+    ("new instructions", r"\b(?:new|updated|real|actual|important)\s+instructions?\s*:", ("instruction",)),
+    (
+        "respond with",
+        r"\b(?:respond|reply|answer|output)\s+(?:only\s+)?with\s+(?:the\s+following|exactly|only|json|[\"'{])",
+        ("respond", "reply", "answer", "output"),
+    ),
+    ("respond with", r"^\s*(?:respond|reply|answer)\s+(?:only\s+)?with\b", ("respond", "reply", "answer")),
+    ("role tag", r"<\|?\s*/?\s*(?:system|assistant|user|im_start|im_end|endoftext)\s*\|?>", ("<",)),
+    ("role tag", r"\[/?INST\]|<</?SYS>>", ("inst]", "sys>>")),
+    ("role tag", r"^\s*#{0,3}\s*(?:system|assistant)\s*:\s*\S", ("system", "assistant")),
+    ("jailbreak", r"\b(?:developer|dan|jailbreak)\s+mode\b|\bdo\s+anything\s+now\b", ("mode", "anything")),
+    ("close the data block", r"</\s*document\s*>", ("</",)),
+)
+PATTERNS: tuple[tuple[str, re.Pattern[str], tuple[str, ...]], ...] = tuple(
+    (kind, re.compile(pattern, re.IGNORECASE | re.MULTILINE), words) for kind, pattern, words in _RAW
 )
 
 
@@ -65,7 +75,10 @@ class Finding:
 def detect(text: str) -> Finding | None:
     """The earliest instruction-like passage in `text`, or None."""
     best: tuple[int, int, str] | None = None
-    for kind, pattern in PATTERNS:
+    lowered = text.casefold()
+    for kind, pattern, words in PATTERNS:
+        if not any(word in lowered for word in words):
+            continue
         match = pattern.search(text)
         if match and (best is None or match.start() < best[0]):
             best = (match.start(), match.end(), kind)
