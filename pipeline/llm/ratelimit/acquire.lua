@@ -107,15 +107,19 @@ if burst >= 0 then
   if eff_tpm > 0 and tat_tokens - burst > at then at, reason = tat_tokens - burst, 'tpm' end
 end
 
--- The window: no `window` ms ever holds more than the limits, whatever the pacing allowed.
-if eff_rpm > 0 and count + 1 > eff_rpm then
-  -- The (count - eff_rpm + 1)-th oldest admission must leave the window first.
-  local e = redis.call('ZRANGE', KEYS[1], count - eff_rpm, count - eff_rpm, 'WITHSCORES')
+-- The window: no `window` ms ever holds more than the limits, whatever the pacing allowed. It
+-- holds the limits themselves: a cut slows the pacing, it does not stall calls until a fuller
+-- window drains. Without pacing the window is all there is, and a cut lowers it.
+local win_rpm, win_tpm = rpm, tpm
+if burst < 0 then win_rpm, win_tpm = eff_rpm, eff_tpm end
+if win_rpm > 0 and count + 1 > win_rpm then
+  -- The (count - win_rpm + 1)-th oldest admission must leave the window first.
+  local e = redis.call('ZRANGE', KEYS[1], count - win_rpm, count - win_rpm, 'WITHSCORES')
   local free_at = tonumber(e[2]) + window
   if free_at > at then at, reason = free_at, 'rpm' end
 end
-local token_cap = math.max(eff_tpm, cost)  -- a cut may leave one big call alone in a window
-if eff_tpm > 0 and used + cost > token_cap then
+local token_cap = math.max(win_tpm, cost)  -- a cut may leave one big call alone in a window
+if win_tpm > 0 and used + cost > token_cap then
   local excess, free_at, start = used + cost - token_cap, now + window, 0
   while excess > 0 and start < count do
     local batch = redis.call('ZRANGE', KEYS[1], start, start + 199, 'WITHSCORES')
