@@ -286,21 +286,22 @@ def test_short_waits_are_slept_and_long_ones_handed_back(client: redis.Redis, sc
 def test_a_call_whose_turn_comes_during_a_pause_waits_for_the_pause_then_asks_again(
     client: redis.Redis, scope: Scope
 ) -> None:
-    limiter = RedisLimiter(client, Limits(rpm=10, window_s=1.0), lease_s=5, max_wait_s=2.0)
+    limits = Limits(rpm=2, window_s=1.0)
+    limiter = RedisLimiter(client, limits, lease_s=5, max_wait_s=3.0)
     limiter.acquire([scope], 1)
-    pauser = RedisLimiter(client, Limits(rpm=10, window_s=1.0), lease_s=5, max_wait_s=2.0)
+    pauser = RedisLimiter(client, limits, lease_s=5, max_wait_s=3.0)
     paused: list[float] = []
 
     def sleep(seconds: float) -> None:
-        # The next turn is 100 ms away; a 429 elsewhere pauses everyone for 300 ms meanwhile.
+        # The next turn is 500 ms away; a 429 elsewhere pauses everyone for 800 ms meanwhile.
         if not paused:
-            paused.append(pauser.pause(scope, 0.3, cut=False)[0])
+            paused.append(pauser.pause(scope, 0.8, cut=False)[0])
         time.sleep(seconds)
 
     limiter._sleep = sleep
-    started = time.monotonic()
     permit = limiter.acquire([scope], 1)
-    assert time.monotonic() - started >= 0.3 and permit.waited_s >= 0.3
+    assert paused, "its turn was ahead: it slept"
+    assert time.time() >= paused[0] and permit.waited_s >= 0.8
 
 
 def test_calls_are_spread_over_the_key_slots(client: redis.Redis) -> None:
