@@ -42,13 +42,13 @@ def example_sizes(count: int) -> list[int]:
 
 
 def _synth() -> ModuleType:
-    """``pipeline.synth_filings``, from the installed project or else from this checkout."""
+    """``pipeline_dev.synth_filings``, from the installed project or else from this checkout."""
     try:
-        from pipeline import synth_filings
+        from pipeline_dev import synth_filings
     except ImportError:
         sys.modules.pop("pipeline", None)
         sys.path.insert(0, str(REPO_ROOT))
-        from pipeline import synth_filings
+        from pipeline_dev import synth_filings
     return synth_filings
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection
 
-from pipeline.settings import get_settings
+from pipeline.core.settings import get_settings
 from pipeline.storage.db import get_engine
 from pipeline.storage.models import Base
 

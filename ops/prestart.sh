@@ -10,7 +10,7 @@ delay="${PIPELINE_DB_WAIT_DELAY_S:-2}"
 
 # Through the settings, so the URL is normalised exactly as the pipeline itself will read it.
 probe='from sqlalchemy import create_engine
-from pipeline.settings import get_settings
+from pipeline.core.settings import get_settings
 create_engine(get_settings().resolved_database_url).connect().close()'
 
 n=1

@@ -29,7 +29,7 @@ import redis
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from pipeline import embedded
+from pipeline.runtime import embedded
 
 pytest_plugins = ("celery.contrib.pytest",)
 
@@ -193,7 +193,7 @@ def pipeline_env(
     }
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
-    from pipeline.settings import get_settings
+    from pipeline.core.settings import get_settings
     from pipeline.storage.db import upgrade
 
     get_settings.cache_clear()

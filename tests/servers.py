@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.embedded import free_port
+from pipeline.runtime.embedded import free_port
 
 
 def _postgres_bindir() -> Path | None:

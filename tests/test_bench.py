@@ -21,6 +21,8 @@ def test_the_benchmark_runs_every_regime_at_tiny_sizes(tmp_path: Path) -> None:
         "3",
         "--rpm",
         "30",
+        "--tpm",
+        "100000",
         "--p50",
         "0.05",
         "--p95",
@@ -32,10 +34,11 @@ def test_the_benchmark_runs_every_regime_at_tiny_sizes(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr[-3000:]
     data = json.loads((out / "bench.json").read_text())
-    assert list(data["results"]) == ["R1", "R2", "R3", "R4", "R6", "R5", "peer-R1", "peer-R4"]
+    assert list(data["results"]) == ["R1", "R1t", "R1z", "R2", "R3", "R4", "R6", "R5", "peer-R1", "peer-R4"]
     for name, regime in data["results"].items():
         assert regime["lost"] == 0 or name == "peer-R4", name
     assert data["results"]["R1"]["theoretical_min_s"] > 0
+    assert data["results"]["R1t"]["charged_tokens"] > 0 and data["results"]["R1t"]["theoretical_min_s"] > 0
     assert data["results"]["R3"]["bare_chord_tasks_per_s"] > 0
     assert data["results"]["R5"]["worker_peak_mb"] > 0
     assert data["results"]["peer-R1"]["text_share"] < 1

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.bench.peer import run_peer
-from pipeline.sim import SimConfig, SimServer
-from pipeline.synth_filings import write_filings
+from pipeline_dev.bench.peer import run_peer
+from pipeline_dev.sim import SimConfig, SimServer
+from pipeline_dev.synth_filings import write_filings
 
 
 def filings(directory: Path) -> list[Path]:

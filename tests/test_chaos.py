@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, func, select
 
-from pipeline.bench.procs import sim_stats
-from pipeline.embedded import Child, child_env, free_port, start_redis, wait_for_port
+from pipeline.runtime.embedded import Child, child_env, free_port, start_redis, wait_for_port
 from pipeline.storage.db import get_engine, session_scope, upgrade
 from pipeline.storage.models import Chunk, Document, Extraction, LLMCall, Report, Run
-from pipeline.synth_filings import write_filings
+from pipeline_dev.bench.procs import sim_stats
+from pipeline_dev.synth_filings import write_filings
 from tests.conftest import claimed_redis_db, run_cli, running_simulator, running_workers
 from tests.servers import private_postgres
 

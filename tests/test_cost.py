@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select, text
 
-from pipeline.cost import Price, call_cost, parse_prices
-from pipeline.embedded import Child
-from pipeline.producer import prepare_run
-from pipeline.settings import Settings
+from pipeline.core.cost import Price, call_cost, parse_prices
+from pipeline.core.settings import Settings
+from pipeline.ingest.producer import prepare_run
+from pipeline.runtime.embedded import Child
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Document, LLMCall, Run
-from pipeline.synth_filings import write_filings
+from pipeline_dev.synth_filings import write_filings
 from tests.conftest import PRICES, run_cli
 
 README = Path(__file__).resolve().parents[1] / "README.md"

@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from pipeline import custom
-from pipeline.embedded import Child
-from pipeline.grounding import Source
+from pipeline.extraction import custom
+from pipeline.extraction.grounding import Source
+from pipeline.runtime.embedded import Child
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Content, Document, Extraction, Report, Run
-from pipeline.synth_filings import write_filings
+from pipeline_dev.synth_filings import write_filings
 from tests.conftest import run_cli
 
 SCHEMA = "tests.custom_schema:SegmentFacts"

@@ -24,10 +24,10 @@ from urllib.parse import urlsplit
 import click
 import pytest
 
-from pipeline import constants
 from pipeline.cli import main
-from pipeline.monitoring import METRICS_PATH
-from pipeline.settings import Settings
+from pipeline.core import constants
+from pipeline.core.settings import Settings
+from pipeline.runs.monitoring import METRICS_PATH
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"

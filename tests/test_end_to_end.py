@@ -11,7 +11,7 @@ from sqlalchemy import func, select
 
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Chunk, Content, Document, Extraction, LLMCall, Report, RiskFactor, Run
-from pipeline.synth_filings import generate_filing
+from pipeline_dev.synth_filings import generate_filing
 from tests.conftest import run_cli
 
 pytestmark = pytest.mark.usefixtures("workers")

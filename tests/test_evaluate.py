@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from pipeline.evaluate import ExtractedFiling, TruthFiling, evaluate, normalise_company, titles_match
+from pipeline.reporting.evaluate import (
+    ExtractedFiling,
+    TruthFiling,
+    evaluate,
+    normalise_company,
+    titles_match,
+)
 
 TRUTH = [
     TruthFiling(

@@ -22,13 +22,13 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from pipeline import embedded
-from pipeline.errors import ConfigError
-from pipeline.monitoring import UNAUTHENTICATED_API_ENV, basic_auth, flower_argv
-from pipeline.settings import Settings
+from pipeline.core.errors import ConfigError
+from pipeline.core.settings import Settings
+from pipeline.runs.monitoring import UNAUTHENTICATED_API_ENV, basic_auth, flower_argv
+from pipeline.runtime import embedded
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Document
-from pipeline.synth_filings import generate_filing
+from pipeline_dev.synth_filings import generate_filing
 from tests.conftest import run_cli
 
 USER = "ops"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline import render
-from pipeline.grounding import Source, ground, rate
-from pipeline.merge import merge_chunks
-from pipeline.schemas import FilingExtraction, RiskFactor
+from pipeline.extraction.grounding import Source, ground, rate
+from pipeline.extraction.merge import merge_chunks
+from pipeline.extraction.schemas import FilingExtraction, RiskFactor
+from pipeline.reporting import render
 
 FILING = (
     "Item 7. Management's Discussion\n\n"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.injection import EXCERPT_CHARS, detect
-from pipeline.synth_filings import generate_filing
+from pipeline.ingest.injection import EXCERPT_CHARS, detect
+from pipeline_dev.synth_filings import generate_filing
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "filings"
 

@@ -7,14 +7,14 @@ from pathlib import Path
 
 from sqlalchemy import func, select
 
-from pipeline import watchdog
-from pipeline.embedded import Child
-from pipeline.producer import prepare_run
-from pipeline.settings import get_settings
-from pipeline.storage import repo
+from pipeline.core.settings import get_settings
+from pipeline.ingest.producer import prepare_run
+from pipeline.runs import watchdog
+from pipeline.runtime.embedded import Child
+from pipeline.storage import documents as repo
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Chunk, Document, LLMCall, Run
-from pipeline.synth_filings import write_filings
+from pipeline_dev.synth_filings import write_filings
 from tests.conftest import claimed_redis_db, run_cli
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from pipeline.producer import prepare_run
-from pipeline.settings import Settings
+from pipeline.core.settings import Settings
+from pipeline.ingest.producer import prepare_run
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Chunk, Content, Document, Run
 from tests.conftest import run_cli

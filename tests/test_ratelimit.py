@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 import uuid
 from collections.abc import Iterator
@@ -11,8 +12,8 @@ from multiprocessing import get_context
 import pytest
 import redis
 
-from pipeline.errors import Deferred, RequestTooLarge
-from pipeline.ratelimit import Decision, Limits, RedisLimiter, Scope, keys, policy
+from pipeline.core.errors import Deferred, RequestTooLarge
+from pipeline.llm.ratelimit import Decision, Limits, RedisLimiter, Scope, keys, policy
 
 # -- the arithmetic ----------------------------------------------------------------------
 
@@ -94,47 +95,139 @@ def _try(limiter: RedisLimiter, scope: Scope, tokens: int = 1) -> Decision:
     return limiter.try_acquire(scope, tokens, uuid.uuid4().hex)
 
 
-def test_requests_are_admitted_up_to_the_limit_then_told_when_a_slot_frees(
+def _send_ms(decision: Decision) -> int:
+    assert decision.admitted, decision
+    return decision.at_ms + round(decision.wait_s * 1000)
+
+
+def test_calls_are_spread_at_the_quotas_rate_not_admitted_at_once(client: redis.Redis, scope: Scope) -> None:
+    limiter = _limiter(client, rpm=60, window_s=1.0)  # one call per 16.7 ms
+    sends = [_send_ms(limiter.try_acquire(scope, 1, uuid.uuid4().hex, max_wait_s=1.0)) for _ in range(10)]
+    gaps = [b - a for a, b in itertools.pairwise(sends)]
+    assert all(15 <= g <= 19 for g in gaps), gaps
+    # A send time beyond the longest wait is refused, not reserved.
+    refused = _try(limiter, scope)
+    assert not refused.admitted and refused.reason == "rpm" and 0.1 < refused.wait_s <= 0.2
+    assert _try(limiter, scope).requests_in_window == 10
+
+
+def test_headers_that_arrive_late_are_held_against_the_window_they_describe(
     client: redis.Redis, scope: Scope
 ) -> None:
-    limiter = _limiter(client, rpm=3, window_s=1.0)
+    limiter = _limiter(client, rpm=10, window_s=1.0, burst_s=1.0)
+    permits = [limiter.acquire([scope], 1) for _ in range(5)]
+    time.sleep(0.7)  # a slow answer: our window has moved on, the provider's count is from then
+    told = policy.ProviderLimits(limit_requests=10, remaining_requests=5, reset_requests_s=0.5)
+    assert limiter.release(permits[0], told) == (0.0, 0.0), "5 of 10 left then: exactly what we used"
+    time.sleep(0.4)  # now past the window those 5 calls were in
+    assert limiter.release(permits[1], told) == (0.0, 0.0)
+
+
+def test_a_burst_allowance_lets_that_many_seconds_of_quota_go_at_once(
+    client: redis.Redis, scope: Scope
+) -> None:
+    limiter = _limiter(client, rpm=60, window_s=1.0, burst_s=0.04)  # 40 ms: 2 calls beyond the first
+    decisions = [_try(limiter, scope) for _ in range(5)]
+    assert [d.admitted for d in decisions] == [True, True, True, False, False]
+
+
+def test_tokens_are_paced_by_their_cost(client: redis.Redis, scope: Scope) -> None:
+    limiter = _limiter(client, tpm=1_000, window_s=1.0)
+    first = limiter.try_acquire(scope, 500, uuid.uuid4().hex, max_wait_s=2.0)
+    second = limiter.try_acquire(scope, 100, uuid.uuid4().hex, max_wait_s=2.0)
+    third = limiter.try_acquire(scope, 100, uuid.uuid4().hex, max_wait_s=2.0)
+    assert 495 <= _send_ms(second) - _send_ms(first) <= 505  # the 500 tokens take half a window
+    assert 95 <= _send_ms(third) - _send_ms(second) <= 105
+    assert third.reason == "ok" and third.tokens_in_window == 700
+
+
+def test_a_reservation_above_what_the_provider_charged_is_refunded(client: redis.Redis, scope: Scope) -> None:
+    limiter = _limiter(client, tpm=1_000, window_s=1.0)
+    permit = limiter.acquire([scope], 500)  # the next 500 ms of token quota are reserved
+    limiter.release(permit, policy.ProviderLimits(), charged_tokens=200)
+    after = limiter.try_acquire(scope, 100, uuid.uuid4().hex, max_wait_s=1.0)
+    assert after.tokens_in_window == 300
+    assert after.wait_s <= 0.21, "the 300 tokens not charged are free again"
+
+
+def test_without_pacing_the_window_alone_admits_a_whole_windows_quota(
+    client: redis.Redis, scope: Scope
+) -> None:
+    limiter = _limiter(client, rpm=3, window_s=1.0, pacing=False)
     first = _try(limiter, scope)
     assert [_try(limiter, scope).admitted for _ in range(2)] == [True, True]
     refused = _try(limiter, scope)
     assert not refused.admitted and refused.reason == "rpm"
-    assert 0 < refused.wait_s <= 1.0
-    assert refused.at_ms - first.at_ms + refused.wait_s * 1000 == pytest.approx(1000, abs=5)
+    assert refused.requests_in_window == 3
+    # The oldest admission leaves the window one window after it was made.
+    assert 0.9 < refused.wait_s + (refused.at_ms - first.at_ms) / 1000 <= 1.01
     time.sleep(refused.wait_s + 0.01)
     assert _try(limiter, scope).admitted
 
 
-def test_tokens_are_reserved_and_refunded_to_what_the_call_used(client: redis.Redis, scope: Scope) -> None:
-    limiter = _limiter(client, tpm=1_000, window_s=10.0)
-    permit = limiter.acquire([scope], 800)
-    refused = _try(limiter, scope, 300)
-    assert not refused.admitted and refused.reason == "tpm"
-    limiter.release(permit, 200)
-    assert _try(limiter, scope, 300).tokens_in_window == 500
-    assert limiter.view(scope).tokens_in_window == 500
-
-
-def test_a_call_refused_for_tokens_takes_no_request_slot(client: redis.Redis, scope: Scope) -> None:
-    limiter = _limiter(client, rpm=2, tpm=100, window_s=10.0)
+def test_the_window_still_bounds_what_the_burst_allows(client: redis.Redis, scope: Scope) -> None:
+    limiter = _limiter(client, rpm=2, tpm=100, window_s=10.0, burst_s=60.0)
     assert _try(limiter, scope, 90).admitted
     assert not _try(limiter, scope, 50).admitted
     decision = _try(limiter, scope, 10)
-    assert decision.admitted and decision.requests_in_window == 2
+    assert decision.admitted and decision.tokens_in_window == 100
+    assert _try(limiter, scope, 1).reason == "rpm"
 
 
-def test_in_flight_leases_are_freed_by_release_or_by_expiry(client: redis.Redis, scope: Scope) -> None:
-    limiter = RedisLimiter(client, Limits(max_inflight=2), lease_s=0.3, max_wait_s=0)
+def test_calls_in_flight_are_capped_and_leases_expire(client: redis.Redis, scope: Scope) -> None:
+    limiter = RedisLimiter(client, Limits(max_inflight=2, learn=False), lease_s=0.3, max_wait_s=0)
     held = [limiter.acquire([scope], 1) for _ in range(2)]
     assert _try(limiter, scope).reason == "inflight"
-    limiter.release(held[0], 1)
+    limiter.release(held[0], None)
     assert _try(limiter, scope).admitted  # the freed slot, taken again
     assert _try(limiter, scope).reason == "inflight"
-    time.sleep(0.35)  # the workers holding them "died": their leases expire
+    time.sleep(0.35)  # the leases of calls that never came back expire by themselves
     assert _try(limiter, scope).admitted
+
+
+def test_with_nothing_configured_the_limits_are_learned_from_the_first_answer(
+    client: redis.Redis, scope: Scope
+) -> None:
+    limiter = _limiter(client, window_s=1.0)
+    probe = limiter.acquire([scope], 10)
+    assert _try(limiter, scope).reason == "inflight", "one call at a time until the provider has spoken"
+    limiter.release(
+        probe, policy.ProviderLimits(limit_requests=60, remaining_requests=59, limit_tokens=10_000)
+    )
+    learned = _try(limiter, scope)
+    assert learned.admitted and (learned.rpm, learned.tpm) == (60, 10_000)
+    assert not _try(limiter, scope).admitted, "paced at the learned 60 per window"
+    view = limiter.view(scope)
+    assert (view.learned_rpm, view.rpm_in_force, view.effective_rpm) == (60, 60, 60)
+
+
+def test_a_provider_without_limit_headers_ends_the_probe(client: redis.Redis, scope: Scope) -> None:
+    limiter = _limiter(client, window_s=1.0)
+    limiter.release(limiter.acquire([scope], 10), policy.ProviderLimits())
+    assert all(_try(limiter, scope).admitted for _ in range(5))
+
+
+def test_a_configured_limit_above_the_providers_is_lowered_to_it(client: redis.Redis, scope: Scope) -> None:
+    limiter = _limiter(client, rpm=600, window_s=1.0)
+    limiter.release(
+        limiter.acquire([scope], 1), policy.ProviderLimits(limit_requests=120, remaining_requests=119)
+    )
+    decision = _try(limiter, scope)
+    assert decision.rpm == 120
+    view = limiter.view(scope)
+    assert (view.rpm_in_force, view.learned_rpm) == (120, 120)
+
+
+def test_when_the_provider_has_less_room_than_we_believe_the_provider_wins(
+    client: redis.Redis, scope: Scope
+) -> None:
+    limiter = _limiter(client, rpm=600, window_s=1.0)  # we believe 599 calls remain after one
+    permit = limiter.acquire([scope], 1)
+    told = policy.ProviderLimits(limit_requests=600, remaining_requests=0, reset_requests_s=0.4)
+    pushed_requests, _ = limiter.release(permit, told)
+    assert pushed_requests == pytest.approx(0.4, abs=0.01), "at most until the provider's reset"
+    refused = _try(limiter, scope)
+    assert not refused.admitted and 0.3 < refused.wait_s <= 0.41
 
 
 def test_a_pause_after_a_429_holds_every_worker(client: redis.Redis, scope: Scope) -> None:
@@ -152,14 +245,26 @@ def test_refusals_the_limiter_admitted_lower_the_rate_once_per_event(
 ) -> None:
     limiter = _limiter(client, rpm=100, window_s=10.0)
     _, factor = limiter.pause(scope, 0.001)
-    assert factor == pytest.approx(0.7, abs=0.01)
+    assert factor == pytest.approx(0.8, abs=0.01)
     _, again = limiter.pause(scope, 0.001)  # the same burst of 429s: no second cut
     assert again == pytest.approx(factor, abs=0.01)
     time.sleep(0.01)
     assert _try(limiter, scope).factor < 1
-    assert limiter.view(scope).effective_rpm in (70, 71)
-    time.sleep(0.7)  # recovery_s=2: +0.35 in 0.7 s
+    assert limiter.view(scope).effective_rpm in (80, 81)
+    time.sleep(0.45)  # recovery_s=2: +0.225 in 0.45 s
     assert limiter.view(scope).factor == 1.0
+
+
+def test_after_a_cut_the_rate_never_stays_below_what_the_provider_says_is_free(
+    client: redis.Redis, scope: Scope
+) -> None:
+    limiter = RedisLimiter(client, Limits(rpm=100, window_s=10.0), lease_s=5, recovery_s=600, max_wait_s=0)
+    _, factor = limiter.pause(scope, 0.001)
+    assert factor == pytest.approx(0.8, abs=0.01)
+    time.sleep(0.01)
+    permit = limiter.acquire([scope], 1)
+    limiter.release(permit, policy.ProviderLimits(limit_requests=100, remaining_requests=95))
+    assert limiter.view(scope).factor == pytest.approx(0.95, abs=0.01)
 
 
 def test_a_call_larger_than_the_quota_fails_at_once(client: redis.Redis, scope: Scope) -> None:
@@ -169,18 +274,39 @@ def test_a_call_larger_than_the_quota_fails_at_once(client: redis.Redis, scope: 
 
 def test_short_waits_are_slept_and_long_ones_handed_back(client: redis.Redis, scope: Scope) -> None:
     slept: list[float] = []
-    limiter = RedisLimiter(client, Limits(rpm=1, window_s=0.2), lease_s=5, max_wait_s=1.0, sleep=slept.append)
+    limits = Limits(rpm=1, window_s=0.2)
+    limiter = RedisLimiter(client, limits, lease_s=5, max_wait_s=1.0, sleep=slept.append)
     limiter.acquire([scope], 1)
-    with pytest.raises(Deferred):  # the injected sleep does not pass time: it keeps waiting
-        limiter.acquire([scope], 1)
-    assert slept and all(0 < s <= 0.25 for s in slept) and sum(slept) <= 1.0
-    patient = RedisLimiter(client, Limits(rpm=1, window_s=0.2), lease_s=5, max_wait_s=1.0)
-    assert patient.acquire([scope], 1).waited_s > 0
+    second = limiter.acquire([scope], 1)  # its turn is reserved, then slept until
+    assert len(slept) == 1 and 0.15 < slept[0] <= 0.2 and second.waited_s == slept[0]
+    with pytest.raises(Deferred):  # a turn further away than max_wait_s goes back to the queue
+        RedisLimiter(client, limits, lease_s=5, max_wait_s=0.1).acquire([scope], 1)
+
+
+def test_a_call_whose_turn_comes_during_a_pause_waits_for_the_pause_then_asks_again(
+    client: redis.Redis, scope: Scope
+) -> None:
+    limits = Limits(rpm=2, window_s=1.0)
+    limiter = RedisLimiter(client, limits, lease_s=5, max_wait_s=3.0)
+    limiter.acquire([scope], 1)
+    pauser = RedisLimiter(client, limits, lease_s=5, max_wait_s=3.0)
+    paused: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        # The next turn is 500 ms away; a 429 elsewhere pauses everyone for 800 ms meanwhile.
+        if not paused:
+            paused.append(pauser.pause(scope, 0.8, cut=False)[0])
+        time.sleep(seconds)
+
+    limiter._sleep = sleep
+    permit = limiter.acquire([scope], 1)
+    assert paused, "its turn was ahead: it slept"
+    assert time.time() >= paused[0] and permit.waited_s >= 0.8
 
 
 def test_calls_are_spread_over_the_key_slots(client: redis.Redis) -> None:
     scopes = [Scope("http://127.0.0.1:1/v1", f"m-{uuid.uuid4().hex[:6]}", slot) for slot in range(3)]
-    limiter = _limiter(client, rpm=2, window_s=10.0)
+    limiter = _limiter(client, rpm=2, window_s=10.0, burst_s=5.0)
     try:
         slots = [limiter.acquire(scopes, 1).scope.key_slot for _ in range(6)]
         assert sorted(slots) == [0, 0, 1, 1, 2, 2]
@@ -191,29 +317,35 @@ def test_calls_are_spread_over_the_key_slots(client: redis.Redis) -> None:
 
 
 def test_every_key_is_prefixed_and_expires(client: redis.Redis, scope: Scope) -> None:
-    limiter = RedisLimiter(client, Limits(rpm=5, tpm=100, max_inflight=3, window_s=1.0), lease_s=1)
-    limiter.acquire([scope], 10)
+    limits = Limits(rpm=5, tpm=100, max_inflight=3, window_s=1.0, burst_s=1.0)
+    limiter = RedisLimiter(client, limits, lease_s=1)
+    limiter.acquire([scope], 10)  # held: its lease stays
+    limiter.release(limiter.acquire([scope], 10), policy.ProviderLimits(limit_requests=5))
     limiter.pause(scope, 0.1)
     present = [k for k in keys(scope) if client.exists(k)]
-    assert len(present) == 6
+    assert len(present) == 8
     assert all(k.startswith("pipeline:rl:{") for k in present)
     assert all(client.pttl(k) > 0 for k in present)
 
 
-def _hammer(redis_url: str, scope: Scope, limit: int, window_s: float, seconds: float) -> list[int]:
-    """One OS process of callers: returns the Redis times of its admissions."""
+def _hammer(
+    redis_url: str, scope: Scope, limit: int, window_s: float, seconds: float, pacing: bool
+) -> list[int]:
+    """One OS process of callers: returns the Redis times of its admissions (their send times)."""
     from concurrent.futures import ThreadPoolExecutor
 
     client: redis.Redis = redis.Redis.from_url(redis_url)
-    limiter = RedisLimiter(client, Limits(rpm=limit, window_s=window_s), lease_s=5, max_wait_s=0)
+    limits = Limits(rpm=limit, window_s=window_s, pacing=pacing, burst_s=0.0)
+    limiter = RedisLimiter(client, limits, lease_s=5, max_wait_s=0)
     deadline = time.monotonic() + seconds
 
     def caller() -> list[int]:
         admitted = []
         while time.monotonic() < deadline:
-            decision = limiter.try_acquire(scope, 1, uuid.uuid4().hex)
+            decision = limiter.try_acquire(scope, 1, uuid.uuid4().hex, max_wait_s=0.05)
             if decision.admitted:
-                admitted.append(decision.at_ms)
+                admitted.append(decision.at_ms + round(decision.wait_s * 1000))
+                time.sleep(decision.wait_s)
             else:
                 time.sleep(min(decision.wait_s, 0.01))
         return admitted
@@ -222,14 +354,23 @@ def _hammer(redis_url: str, scope: Scope, limit: int, window_s: float, seconds: 
         return [t for result in pool.map(lambda _: caller(), range(4)) for t in result]
 
 
+@pytest.mark.parametrize("pacing", [True, False], ids=["paced", "window-only"])
 def test_no_window_ever_holds_more_admissions_than_the_limit_across_processes(
-    redis_url: str, scope: Scope
+    redis_url: str, scope: Scope, pacing: bool
 ) -> None:
     limit, window_ms = 25, 500
     with ProcessPoolExecutor(4, mp_context=get_context("spawn")) as pool:
-        runs = [pool.submit(_hammer, redis_url, scope, limit, window_ms / 1000, 2.5) for _ in range(4)]
+        runs = [
+            pool.submit(_hammer, redis_url, scope, limit, window_ms / 1000, 2.5, pacing) for _ in range(4)
+        ]
         stamps = sorted(t for run in runs for t in run.result())
     assert len(stamps) >= 4 * limit, "the callers kept the limiter busy"
     for i, start in enumerate(stamps):
         in_window = sum(1 for t in stamps[i : i + limit + 1] if t < start + window_ms)
         assert in_window <= limit, f"{in_window} admissions in the window from {start}"
+    # Paced, no tenth of the window holds more than a tenth of the quota (+1 for the edges);
+    # the window alone lets a whole window's quota through at once.
+    tenth = max(
+        sum(1 for t in stamps[i : i + limit] if t < start + window_ms / 10) for i, start in enumerate(stamps)
+    )
+    assert tenth <= limit / 10 + 1 if pacing else tenth >= limit / 2

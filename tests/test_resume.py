@@ -7,13 +7,13 @@ from pathlib import Path
 
 from sqlalchemy import func, select, update
 
-from pipeline.embedded import Child
-from pipeline.producer import prepare_run
-from pipeline.resume import plan_resume
-from pipeline.settings import get_settings
+from pipeline.core.settings import get_settings
+from pipeline.ingest.producer import prepare_run
+from pipeline.runs.resume import plan_resume
+from pipeline.runtime.embedded import Child
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Document, Report, utcnow
-from pipeline.synth_filings import write_filings
+from pipeline_dev.synth_filings import write_filings
 from tests.conftest import run_cli
 
 

@@ -12,12 +12,12 @@ from celery import Celery
 from celery.schedules import crontab
 from sqlalchemy import Engine, select
 
-from pipeline.constants import REPORT_QUEUE
-from pipeline.embedded import Child, child_env
-from pipeline.settings import Settings
+from pipeline.core.constants import REPORT_QUEUE
+from pipeline.core.settings import Settings
+from pipeline.runtime.embedded import Child, child_env
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Document, Run
-from pipeline.synth_filings import write_filings
+from pipeline_dev.synth_filings import write_filings
 from tests.conftest import run_cli
 from workers.app import beat_schedule
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import prompts
-from pipeline.constants import CHARS_PER_TOKEN
-from pipeline.sections import find_sections, hint, split_by_section
-from pipeline.settings import Settings
-from pipeline.synth_filings import generate_filing
+from pipeline.core.constants import CHARS_PER_TOKEN
+from pipeline.core.settings import Settings
+from pipeline.ingest.sections import find_sections, hint, split_by_section
+from pipeline.llm import prompts
+from pipeline_dev.synth_filings import generate_filing
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples" / "filings").glob("*.txt"))
 

@@ -17,10 +17,10 @@ import redis
 from celery import Celery
 from sqlalchemy import MetaData, select
 
-from pipeline.constants import REPORT_QUEUE
-from pipeline.embedded import Child
+from pipeline.core.constants import REPORT_QUEUE
+from pipeline.runtime.embedded import Child
 from pipeline.storage.db import get_engine
-from pipeline.synth_filings import generate_filing
+from pipeline_dev.synth_filings import generate_filing
 from tests.conftest import claimed_redis_db, run_cli
 
 

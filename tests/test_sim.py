@@ -16,13 +16,13 @@ import openai
 import pytest
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from pipeline.schemas import FilingExtraction
-from pipeline.sim import SimConfig, SimServer, build_app
-from pipeline.sim.answers import build_json_answer
-from pipeline.sim.faults import draw, latency
-from pipeline.sim.limits import SlidingWindowLimiter, openai_duration
-from pipeline.sim.replies import build_text_answer, malformed_json, violate_schema
-from pipeline.sim.request import document_text
+from pipeline.extraction.schemas import FilingExtraction
+from pipeline_dev.sim import SimConfig, SimServer, build_app
+from pipeline_dev.sim.answers import build_json_answer
+from pipeline_dev.sim.faults import draw, latency
+from pipeline_dev.sim.limits import PerSecondQuota, SlidingWindowLimiter, openai_duration
+from pipeline_dev.sim.replies import build_text_answer, malformed_json, violate_schema
+from pipeline_dev.sim.request import document_text
 
 SCHEMA = FilingExtraction.model_json_schema()
 RESPONSE_FORMAT: Any = {
@@ -181,7 +181,7 @@ def test_broken_answers_are_broken() -> None:
 
 
 def test_sliding_window_rpm() -> None:
-    limiter = SlidingWindowLimiter(rpm=3, tpm=0)
+    limiter = SlidingWindowLimiter(rpm=3, tpm=0, quantize=False)
     assert [limiter.check(t, 10).admitted for t in (0.0, 1.0, 2.0, 3.0)] == [True, True, True, False]
     refused = limiter.check(30.0, 10)
     assert not refused.admitted and refused.retry_after_s == pytest.approx(30.0)
@@ -190,13 +190,35 @@ def test_sliding_window_rpm() -> None:
 
 
 def test_sliding_window_tpm() -> None:
-    limiter = SlidingWindowLimiter(rpm=0, tpm=100)
+    limiter = SlidingWindowLimiter(rpm=0, tpm=100, quantize=False)
     assert limiter.check(0.0, 60).admitted
     refused = limiter.check(10.0, 60)
     assert not refused.admitted and refused.retry_after_s == pytest.approx(50.0)
     assert limiter.check(10.0, 40).remaining_tokens == 0
     assert limiter.check(0.0, 101).too_large
     assert limiter.max_tokens_in_window == 100
+
+
+def test_headers_say_when_the_quota_is_whole_again_as_openai_writes_it() -> None:
+    limiter = SlidingWindowLimiter(rpm=60, tpm=150_000, quantize=False)
+    decision = limiter.check(0.0, 16)
+    # OpenAI's own example: 59 of 60 requests remaining, reset in 1s.
+    assert (decision.remaining_requests, openai_duration(decision.reset_requests_s)) == (59, "1s")
+    assert (decision.remaining_tokens, openai_duration(decision.reset_tokens_s)) == (149_984, "7ms")
+
+
+def test_the_quantum_holds_a_second_to_its_share_of_the_minute() -> None:
+    quantum = PerSecondQuota(rpm=180, tpm=6_000, window_s=60.0)  # 3 requests, 100 tokens a second
+    assert quantum.wait_s(60) == 0.0
+    quantum.count(60, admitted=True)
+    assert quantum.wait_s(70) == 0.0, "the second's share is not spent yet: this one may overshoot it"
+    quantum.count(70, admitted=True)
+    assert 0 < quantum.wait_s(1) <= 1.0, "130 tokens: the second's 100 are spent"
+    quantum.reset()
+    quantum.count(1, admitted=True)
+    quantum.count(1, admitted=False)  # a refused request still counts as a request
+    quantum.count(1, admitted=True)
+    assert 0 < quantum.wait_s(1) <= 1.0, "three requests already this second"
 
 
 def test_openai_durations() -> None:
@@ -229,7 +251,7 @@ def _quotes(answer: FilingExtraction) -> list[str]:
 
 
 def test_ungrounded_quotes_are_not_in_the_document_and_seeded() -> None:
-    from pipeline.sim.ungrounded import replace_quotes
+    from pipeline_dev.sim.ungrounded import replace_quotes
 
     flat = " ".join(FILING.lower().split())
     invented_all: list[str] = []
@@ -294,7 +316,7 @@ def test_text_answer_and_max_tokens() -> None:
 
 
 def test_rpm_limit_answers_429_with_retry_after() -> None:
-    with SimServer(SimConfig(p50_s=0, rpm=5, seed=1)) as sim:
+    with SimServer(SimConfig(p50_s=0, rpm=5, seed=1, quantize=False)) as sim:
         sdk = client(sim)
         ok = sdk.chat.completions.with_raw_response.create(model="sim-1", messages=messages("Hi."))
         assert ok.headers["x-ratelimit-limit-requests"] == "5"
@@ -421,12 +443,34 @@ def test_rpm_holds_under_a_concurrent_burst() -> None:
         finally:
             await sdk.close()
 
-    with SimServer(SimConfig(p50_s=0.01, p95_s=0.05, rpm=10)) as sim:
+    with SimServer(SimConfig(p50_s=0.01, p95_s=0.05, rpm=10, quantize=False)) as sim:
         results = asyncio.run(burst(sim.base_url))
         stats = sim.stats()
     refused = [r for r in results if isinstance(r, openai.RateLimitError)]
     assert len(refused) == 30 and len(results) - len(refused) == 10
     assert stats["max_admitted_in_any_60s_window"] == 10 and stats["rejected_429"] == 30
+
+
+def test_by_default_a_minutes_quota_is_also_enforced_per_second() -> None:
+    """OpenAI: 60,000 requests/minute may be enforced as 1,000 requests/second."""
+
+    async def burst(base_url: str) -> list[Any]:
+        sdk = openai.AsyncOpenAI(base_url=base_url, api_key="sk-test", max_retries=0)
+        try:
+            calls = (sdk.chat.completions.create(model="sim-1", messages=messages("Hi.")) for _ in range(40))
+            return await asyncio.gather(*calls, return_exceptions=True)
+        finally:
+            await sdk.close()
+
+    with SimServer(SimConfig(p50_s=0.01, p95_s=0.05, rpm=600)) as sim:
+        results = asyncio.run(burst(sim.base_url))
+        stats = sim.stats()
+    refused = [r for r in results if isinstance(r, openai.RateLimitError)]
+    # The minute has room for all 40 at once; the second, for 10 (a slow machine: a few more).
+    assert 10 <= len(results) - len(refused) <= 20
+    assert stats["rejected_per_second"] == stats["rejected_429"] == len(refused)
+    refusal = refused[0].response.headers
+    assert int(refusal["retry-after-ms"]) <= 1000 and refusal["x-ratelimit-limit-requests"] == "600"
 
 
 def test_record_file(tmp_path: Path) -> None:
@@ -440,7 +484,7 @@ def test_record_file(tmp_path: Path) -> None:
 
 
 def test_serve_prints_its_address() -> None:
-    code = "from pipeline.sim import SimConfig, serve; serve('127.0.0.1', 0, SimConfig(p50_s=0))"
+    code = "from pipeline_dev.sim import SimConfig, serve; serve('127.0.0.1', 0, SimConfig(p50_s=0))"
     process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None

@@ -11,7 +11,7 @@ from types import ModuleType
 
 import pytest
 
-from pipeline.synth_filings import (
+from pipeline_dev.synth_filings import (
     FilingTruth,
     company_name,
     generate_filing,

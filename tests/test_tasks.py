@@ -16,11 +16,11 @@ import pytest
 from celery import Celery
 from sqlalchemy import Engine, func, select
 
-from pipeline.producer import prepare_run
-from pipeline.settings import get_settings
+from pipeline.core.settings import get_settings
+from pipeline.ingest.producer import prepare_run
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Document, LLMCall, Report, Run
-from pipeline.synth_filings import write_filings
+from pipeline_dev.synth_filings import write_filings
 from tests.conftest import claimed_redis_db
 
 WAIT_S = 60.0
@@ -50,7 +50,7 @@ def celery_app(task_broker: str) -> Iterator[Celery]:
 def celery_worker_parameters() -> dict[str, object]:
     """Both of the project's queues. No ping check: Celery's test `ping` task is registered on
     its own test apps only; start-up waits for the consumer all the same."""
-    from pipeline.constants import EXTRACT_QUEUE, REPORT_QUEUE
+    from pipeline.core.constants import EXTRACT_QUEUE, REPORT_QUEUE
 
     return {"queues": (EXTRACT_QUEUE, REPORT_QUEUE), "perform_ping_check": False, "shutdown_timeout": 30.0}
 

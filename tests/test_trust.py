@@ -18,11 +18,11 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from pipeline.bench.procs import sim_stats
-from pipeline.embedded import Child
+from pipeline.runtime.embedded import Child
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Content, Document, Extraction, Report, RiskFactor
-from pipeline.synth_filings import generate_filing
+from pipeline_dev.bench.procs import sim_stats
+from pipeline_dev.synth_filings import generate_filing
 from tests.conftest import run_cli
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

@@ -10,13 +10,14 @@ import sys
 import pytest
 from pydantic import ValidationError
 
-from pipeline import chunking, render
-from pipeline.llm import redact
-from pipeline.merge import merge_chunks
-from pipeline.reduce import pack, reduce_to_one
-from pipeline.retry import backoff_s
-from pipeline.schemas import FilingExtraction, RiskFactor
-from pipeline.settings import Settings
+from pipeline.core.retry import backoff_s
+from pipeline.core.settings import Settings
+from pipeline.extraction.merge import merge_chunks
+from pipeline.extraction.schemas import FilingExtraction, RiskFactor
+from pipeline.ingest import chunking
+from pipeline.llm.client import redact
+from pipeline.reporting import render
+from pipeline.reporting.reduce import pack, reduce_to_one
 
 
 def _text(chars: int) -> str:
@@ -172,7 +173,7 @@ def test_the_domain_package_never_imports_celery() -> None:
 
 
 def test_a_run_fails_when_more_than_the_threshold_of_its_documents_failed() -> None:
-    from pipeline.report import run_failure
+    from pipeline.reporting.synthesize import run_failure
 
     assert run_failure({"extracted": 9, "failed": 1}, 0.10) is None
     assert run_failure({"extracted": 8, "failed": 2, "skipped": 0}, 0.10) == (

@@ -15,15 +15,15 @@ from typing import Any
 from celery import Celery, signals
 from celery.schedules import crontab
 
-from pipeline import logs
-from pipeline.constants import (
+from pipeline.core import logs
+from pipeline.core.constants import (
     EXTRACT_QUEUE,
     REPORT_QUEUE,
     TASK_HARD_TIME_LIMIT_S,
     TASK_SOFT_TIME_LIMIT_S,
     VISIBILITY_TIMEOUT_S,
 )
-from pipeline.settings import Settings, get_settings
+from pipeline.core.settings import Settings, get_settings
 from workers.backend import backend_url
 
 RESULT_EXPIRES_S = 7 * 24 * 3600

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from celery import chord
 from sqlalchemy import Engine
 
-from pipeline import watchdog
-from pipeline.resume import ResumePlan
-from pipeline.settings import Settings
-from pipeline.watchdog import Verdict
+from pipeline.core.settings import Settings
+from pipeline.runs import watchdog
+from pipeline.runs.resume import ResumePlan
+from pipeline.runs.watchdog import Verdict
 from workers.tasks import extract, finalize
 
 

@@ -6,10 +6,10 @@ import threading
 
 from celery.signals import worker_process_init
 
-from pipeline.extract import Context
-from pipeline.llm import LLMClient
-from pipeline.ratelimit import RedisLimiter
-from pipeline.settings import get_settings
+from pipeline.core.settings import get_settings
+from pipeline.extraction.extract import Context
+from pipeline.llm.client import LLMClient
+from pipeline.llm.ratelimit import RedisLimiter
 from pipeline.storage.db import dispose_engines, get_engine
 
 _lock = threading.Lock()

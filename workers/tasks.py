@@ -15,14 +15,13 @@ import redis.exceptions
 from celery import Task, chord
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from pipeline import extract as extracting
-from pipeline import report as reporting
-from pipeline.errors import Deferred, PermanentError, RetryableError
-from pipeline.logs import log_context
-from pipeline.retry import backoff_s
-from pipeline.storage import repo
-from pipeline.storage.db import session_scope
-from pipeline.storage.models import RunStatus
+from pipeline.core.errors import Deferred, PermanentError, RetryableError
+from pipeline.core.logs import log_context
+from pipeline.core.retry import backoff_s
+from pipeline.extraction import extract as extracting
+from pipeline.reporting import compress as compressing
+from pipeline.reporting import synthesize as reporting
+from pipeline.runs import finalize as finalizing
 from workers.app import app
 from workers.context import worker_context
 
@@ -123,7 +122,7 @@ def _compress_now(document_id: int) -> None:
     the calls fill threads that the end of the extraction phase leaves idle. Best effort:
     whatever is not compressed here, finalize compresses."""
     try:
-        reporting.compress_document(worker_context(), document_id)
+        compressing.compress_document(worker_context(), document_id)
     except Exception as exc:  # never out of the chord's header; finalize retries it
         log.info("compress of %s left to finalize: %s", document_id, exc)
 
@@ -142,16 +141,13 @@ def finalize(self: Task, run_id: str) -> str:
 def _finalize(self: Task, run_id: str) -> str:
     ctx = worker_context()
     try:
-        with session_scope(ctx.engine) as session:
-            if repo.report_exists(session, run_id):
-                return "done"
-            if repo.run_status(session, run_id) == RunStatus.STALLED:
-                return "stalled"  # `pipeline resume` sends a new finalize
-            if repo.unfinished_count(session, run_id):
-                raise self.retry(countdown=FINALIZE_POLL_S, max_retries=None)
-            document_ids = repo.extracted_ids(session, run_id, without_summary=True)
-        if document_ids:
-            chord(compress.si(d) for d in document_ids)(synthesize.si(run_id))
+        step = finalizing.next_step(ctx.engine, run_id)
+        if step.action == "wait":
+            raise self.retry(countdown=FINALIZE_POLL_S, max_retries=None)
+        if step.action != "report":
+            return step.action
+        if step.compress_ids:
+            chord(compress.si(d) for d in step.compress_ids)(synthesize.si(run_id))
         else:
             synthesize.delay(run_id)
     except TRANSIENT as exc:
@@ -173,7 +169,7 @@ def _compress(self: Task, document_id: int) -> str:
         log.warning("compress %s: %s; using the stored fields", document_id, reason)
         return "fallback"
 
-    return _retry_or(self, lambda failed: reporting.compress_document(ctx, document_id, failed), fallback)
+    return _retry_or(self, lambda failed: compressing.compress_document(ctx, document_id, failed), fallback)
 
 
 @app.task(bind=True, name="pipeline.synthesize", max_retries=None)
@@ -185,14 +181,10 @@ def synthesize(self: Task, run_id: str, deferrals: int = 0) -> str:
 def _synthesize(self: Task, run_id: str) -> str:
     ctx = worker_context()
 
-    def without_answer(reason: str) -> str:
-        answer = f"(The synthesis failed: {reason}. The per-filing table below is complete.)"
-        return str(reporting.synthesize_run(ctx, run_id, answer=answer))
-
     return _retry_or(
         self,
         lambda failed: str(reporting.synthesize_run(ctx, run_id, failed_attempts=failed)),
-        without_answer,
+        lambda reason: str(reporting.synthesize_without_answer(ctx, run_id, reason)),
     )
 
 
@@ -214,23 +206,13 @@ def nightly() -> str | None:
     """Periodic (beat, PIPELINE_INBOX_SCHEDULE): submit the inbox's new content as a run.
 
     Runs on a worker, so the inbox must be readable there (a shared volume or directory)."""
-    from datetime import date
-
-    from pipeline.producer import prepare_run
+    from pipeline.runs.nightly import prepare_nightly
     from workers.canvas import enqueue_run
 
     ctx = worker_context()
-    inbox = ctx.settings.inbox
-    if not inbox:
+    plan = prepare_nightly(ctx.engine, ctx.settings)
+    if plan is None:
         return None
-    plan = prepare_run(
-        ctx.engine,
-        ctx.settings,
-        [inbox],
-        query=ctx.settings.inbox_query,
-        name=f"nightly-{date.today().isoformat()}",
-        only_new=True,
-    )
     log.info(
         "nightly: %d new, %d skipped, %d processed before",
         len(plan.document_ids),

@@ -116,7 +116,7 @@ class Document(Base):
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
     injection_flag: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
-    """The text holds instruction-like passages aimed at a model (`pipeline.injection`)."""
+    """The text holds instruction-like passages aimed at a model (`pipeline.ingest.injection`)."""
     injection_excerpt: Mapped[str | None] = mapped_column(Text)
     """The first such passage, short, whitespace collapsed, control characters escaped."""
 

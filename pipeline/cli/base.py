@@ -1,0 +1,72 @@
+"""What every command group shares: the `main` group, the console, settings and engine helpers,
+and how a followed run's outcome is printed."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, NoReturn
+
+import click
+from rich.console import Console
+from rich.markup import escape
+
+from pipeline import __version__
+from pipeline.core.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from pipeline.runs.status import RunStatusView
+
+console = Console(stderr=True, soft_wrap=True)
+
+
+def open_engine(settings: Settings) -> Engine:
+    from pipeline.storage.db import ensure_schema
+
+    return ensure_schema(settings.resolved_database_url)
+
+
+def broker_settings(hint: str = "") -> Settings:
+    """The settings, for a command that needs the broker: exits 2 when none is configured."""
+    settings = get_settings()
+    if not settings.redis_url:
+        fail(f"PIPELINE_REDIS_URL is not set: point it at the broker{hint}")
+    return settings
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    console.print(f"[bold red]error:[/] {escape(message)}")
+    sys.exit(code)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__)
+def main() -> None:
+    """Batch LLM extraction over filings: submit, work, report."""
+
+
+def outcome(view: RunStatusView) -> int:
+    """Print how a followed run ended; its exit code: 0 only for a completed run with its report."""
+    print_status(view)
+    if view.error:
+        console.print(f"[bold red]run failed:[/] {escape(view.error)}")
+    return 0 if view.has_report and view.status == "completed" else 1
+
+
+def print_status(view: RunStatusView) -> None:
+    docs = ", ".join(f"{n} {s}" for s, n in sorted(view.documents.items())) or "no documents"
+    console.print(
+        f"run {view.run_id} [bold]{view.status}[/]{' (simulated)' if view.simulated else ''}: {docs}; "
+        f"{view.llm_calls} LLM calls, {view.prompt_tokens + view.completion_tokens:,} tokens, "
+        f"{cost_text(view)}, {view.elapsed_s:.1f} s"
+    )
+
+
+def cost_text(view: RunStatusView) -> str:
+    cost = "cost unknown" if view.cost_usd is None else f"${view.cost_usd:,.4f}"
+    if view.cost_usd is not None and view.unpriced_calls:
+        cost += f" (+{view.unpriced_calls} calls without a price)"
+    if view.budget_usd is not None:
+        cost += f" of a ${view.budget_usd:,.2f} budget"
+    return cost

@@ -1,0 +1,148 @@
+"""Development tools on the command line: `pipeline sim` and `pipeline bench`.
+
+They live in `pipeline_dev`, imported here inside the commands: the one place production code
+reaches the dev tools (import-linter allows exactly these edges).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.markup import escape
+
+from pipeline.cli.base import console, fail, main
+from pipeline.core.settings import get_settings
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8900, show_default=True, help="0 picks a free port.")
+@click.option("--p50", default=0.05, show_default=True, help="Median latency, seconds.")
+@click.option("--p95", default=0.2, show_default=True, help="95th percentile latency, seconds.")
+@click.option("--seed", type=int, default=None)
+@click.option("--rpm", default=0, show_default=True, help="Provider requests/min limit (0: none).")
+@click.option("--tpm", default=0, show_default=True, help="Provider tokens/min limit (0: none).")
+@click.option("--window-s", default=60.0, show_default=True, help="The provider's sliding window, seconds.")
+@click.option(
+    "--quantize/--no-quantize",
+    default=True,
+    show_default=True,
+    help="Also enforce limit/window per second, as providers do (OpenAI's rate-limit guide).",
+)
+@click.option("--error-rate", default=0.0, show_default=True)
+@click.option("--drop-rate", default=0.0, show_default=True)
+@click.option("--hang-rate", default=0.0, show_default=True)
+@click.option("--bad-json-rate", default=0.0, show_default=True)
+@click.option("--truncate-rate", default=0.0, show_default=True)
+@click.option(
+    "--ungrounded-rate",
+    default=0.0,
+    show_default=True,
+    help="Share of quotes replaced by text not in the document (deterministic with --seed).",
+)
+@click.option(
+    "--record",
+    "record_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Append every request as a JSON line to this file.",
+)
+def sim(
+    host: str,
+    port: int,
+    p50: float,
+    p95: float,
+    seed: int | None,
+    rpm: int,
+    tpm: int,
+    window_s: float,
+    quantize: bool,
+    error_rate: float,
+    drop_rate: float,
+    hang_rate: float,
+    bad_json_rate: float,
+    truncate_rate: float,
+    ungrounded_rate: float,
+    record_path: str | None,
+) -> None:
+    """Run the OpenAI-compatible LLM simulator (tests, dry runs, benchmarks)."""
+    from pipeline_dev.sim import SimConfig, serve
+
+    config = SimConfig(
+        p50_s=p50,
+        p95_s=p95,
+        seed=seed,
+        rpm=rpm,
+        tpm=tpm,
+        window_s=window_s,
+        quantize=quantize,
+        error_rate=error_rate,
+        drop_rate=drop_rate,
+        hang_rate=hang_rate,
+        bad_json_rate=bad_json_rate,
+        truncate_rate=truncate_rate,
+        ungrounded_rate=ungrounded_rate,
+        record_path=record_path,
+    )
+    serve(host, port, config)
+
+
+@main.command()
+@click.option("--regimes", default="R1,R1t,R1z,R2,R3,R4,R5,R6,peer-R1,peer-R4", show_default=True)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path(".pipeline/bench"),
+    show_default=True,
+)
+@click.option("--scale", default=1.0, show_default=True, help="Multiplies every regime's document count.")
+@click.option("--window-s", default=60.0, show_default=True, help="The simulated provider's window.")
+@click.option("--rpm", default=600, show_default=True, help="The simulated provider's requests per window.")
+@click.option("--tpm", default=2_400_000, show_default=True, help="R1t's tokens per window.")
+@click.option(
+    "--pacing/--no-pacing",
+    default=True,
+    show_default=True,
+    help="Workers pace calls at the quota's rate (off: the sliding window alone, for comparison).",
+)
+@click.option(
+    "--p50", default=1.42, show_default=True, help="Median latency of the rate- and latency-bound regimes."
+)
+@click.option("--p95", default=3.81, show_default=True, help="Their 95th percentile latency.")
+def bench(
+    regimes: str,
+    out_dir: Path,
+    scale: float,
+    window_s: float,
+    rpm: int,
+    tpm: int,
+    pacing: bool,
+    p50: float,
+    p95: float,
+) -> None:
+    """Measure the pipeline against the provider's limit and against the peer, side by side.
+
+    Uses PIPELINE_DATABASE_URL when set (else a SQLite file), a private Redis, and the simulator.
+    """
+    from pipeline_dev.bench.main import run_bench
+
+    names = [r.strip() for r in regimes.split(",") if r.strip()]
+    try:
+        run_bench(
+            names,
+            out_dir=out_dir,
+            database_url=get_settings().database_url,
+            scale=scale,
+            window_s=window_s,
+            rpm=rpm,
+            tpm=tpm,
+            pacing=pacing,
+            p50_s=p50,
+            p95_s=p95,
+            say=lambda line: console.print(escape(line)),
+        )
+    except ValueError as exc:
+        fail(str(exc))
+    click.echo((out_dir / "bench.md").read_text())

@@ -1,0 +1,128 @@
+"""Operating a deployment: `pipeline db upgrade`, `worker`, `beat`, `watchdog`, `flower`."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import click
+from rich.markup import escape
+
+from pipeline.cli.base import broker_settings, console, fail, main, open_engine
+from pipeline.core.settings import get_settings
+
+
+@main.group()
+def db() -> None:
+    """Database schema."""
+
+
+@db.command("upgrade")
+@click.option("--revision", default="head", show_default=True)
+def db_upgrade(revision: str) -> None:
+    """Apply pending migrations."""
+    from pipeline.storage.db import upgrade
+
+    url = get_settings().resolved_database_url
+    upgrade(url, revision)
+    click.echo(f"database at revision {revision}")
+
+
+@main.command()
+@click.option("--concurrency", "-c", type=int, help="Threads (default PIPELINE_WORKER_CONCURRENCY).")
+@click.option("--queues", "-Q", default="extract,report", show_default=True)
+@click.option("--pool", default="threads", show_default=True, help="threads, prefork or solo")
+@click.option("--name", "-n", default=None, help="Worker node name (default pipeline-PID@host).")
+@click.option("--loglevel", "-l", default="INFO", show_default=True)
+def worker(concurrency: int | None, queues: str, pool: str, name: str | None, loglevel: str) -> None:
+    """Start a Celery worker (I/O-bound: a thread pool by default)."""
+    settings = broker_settings()
+    if not settings.llm_base_url:
+        fail("PIPELINE_LLM_BASE_URL (or OPENAI_BASE_URL) is not set: point it at the LLM endpoint")
+    n = concurrency or settings.worker_concurrency
+    # One INFO line per HTTP request drowns the task log; failures are logged by the tasks.
+    for noisy in ("httpx", "openai"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    os.environ["PIPELINE_WORKER_CONCURRENCY"] = str(n)  # sizes the per-process pools
+    get_settings.cache_clear()
+    open_engine(get_settings())
+    from pipeline.cli import celery_app
+
+    celery_app.worker_main(
+        [
+            "worker",
+            f"--pool={pool}",
+            f"--concurrency={n}",
+            f"--queues={queues}",
+            f"--hostname={name or f'pipeline-{os.getpid()}@%h'}",
+            f"--loglevel={loglevel}",
+            "--without-gossip",
+            "--without-mingle",
+        ]
+    )
+
+
+@main.command()
+@click.option("--loglevel", "-l", default="INFO", show_default=True)
+def beat(loglevel: str) -> None:
+    """Start Celery beat: the periodic watchdog (run exactly one beat per deployment)."""
+    settings = broker_settings()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    from pipeline.cli import celery_app
+
+    schedule = settings.data_dir / "celerybeat-schedule"
+    celery_app.start(["beat", f"--schedule={schedule}", f"--loglevel={loglevel}"])
+
+
+@main.command()
+def watchdog() -> None:
+    """One watchdog pass (what beat runs periodically): resume runs without activity for
+    PIPELINE_WATCHDOG_IDLE_S, mark stalled those that resuming did not help."""
+    from pipeline.cli.celery_app import resume_idle_runs
+
+    settings = broker_settings()
+    verdicts = resume_idle_runs(open_engine(settings), settings)
+    for verdict in verdicts:
+        console.print(f"run {verdict.run_id}: idle {verdict.idle_s:.0f} s, {verdict.action}")
+    if not verdicts:
+        console.print("no idle runs")
+
+
+@main.command()
+@click.option("--address", default=None, help="Interface to listen on (default PIPELINE_FLOWER_ADDRESS).")
+@click.option(
+    "--port", type=click.IntRange(1, 65535), default=None, help="Port (default PIPELINE_FLOWER_PORT)."
+)
+@click.option(
+    "--unauthenticated",
+    is_flag=True,
+    help="Start without basic auth: anyone who can reach the port sees every worker and task.",
+)
+def flower(address: str | None, port: int | None, unauthenticated: bool) -> None:
+    """Start Flower, the web monitor of workers and tasks, with basic auth from
+    PIPELINE_FLOWER_USER / PIPELINE_FLOWER_PASSWORD. Prometheus metrics at /metrics."""
+    from pipeline.core.errors import ConfigError
+    from pipeline.runs.monitoring import BASIC_AUTH_ENV, METRICS_PATH, basic_auth, flower_argv
+
+    settings = broker_settings()
+    try:
+        credentials = basic_auth(settings, unauthenticated=unauthenticated)
+    except ConfigError as exc:
+        fail(str(exc))
+    address = address or settings.flower_address
+    port = port or settings.flower_port
+    if credentials is None:
+        os.environ.pop(BASIC_AUTH_ENV, None)
+        console.print(
+            f"[bold red]WARNING: Flower starts WITHOUT authentication on {escape(address)}:{port}: "
+            "anyone who can reach it sees every worker and task.[/] Set PIPELINE_FLOWER_USER and "
+            "PIPELINE_FLOWER_PASSWORD to require a login."
+        )
+    else:
+        # Flower reads it from its environment: not on a command line `ps` shows, nor in a log.
+        os.environ[BASIC_AUTH_ENV] = credentials
+    console.print(f"Flower on http://{escape(address)}:{port}/ (Prometheus metrics at {METRICS_PATH})")
+    from pipeline.cli import celery_app
+
+    sys.exit(celery_app.start(flower_argv(address, port)) or 0)

@@ -1,0 +1,237 @@
+"""Reading results: `pipeline status`, `runs`, `report`, `eval`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from pipeline.cli.base import console, cost_text, fail, main, open_engine
+from pipeline.core.settings import get_settings
+
+STATUS_GROUNDING_ROWS = 20
+
+
+@main.command()
+@click.argument("run", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+def status(run: str | None, as_json: bool) -> None:
+    """Documents by status, tokens and elapsed time of RUN (default: the newest), and the
+    global limiter's state."""
+    from dataclasses import asdict
+
+    from pipeline.runs.status import UnknownRun, document_grounding, limiter_views, resolve_run_id, run_status
+
+    settings = get_settings()
+    engine = open_engine(settings)
+    try:
+        view = run_status(engine, resolve_run_id(engine, run))
+    except UnknownRun as exc:
+        fail(str(exc))
+    limiter = limiter_views(settings)
+    grounding = document_grounding(engine, view.run_id)
+    if as_json:
+        documents = [asdict(d) for d in grounding]
+        click.echo(json.dumps({**view.as_dict(), "grounding": documents, "limiter": limiter}, indent=2))
+        return
+    out = Console()
+    table = Table(title=f"run {view.run_id}", show_header=False)
+    for key, value in view.as_dict().items():
+        if key in ("cost_usd", "unpriced_calls", "budget_usd"):
+            continue
+        table.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
+    table.add_row("cost", cost_text(view))
+    out.print(table)
+    if grounding:
+        shown = grounding[:STATUS_GROUNDING_ROWS]
+        title = f"quotes found in the filing, per document (lowest {len(shown)} of {len(grounding)})"
+        rows = Table("quotes", "found", "rate", "revenue quote", "injection", title=title)
+        rows.add_column("document", overflow="fold")
+        for d in shown:
+            revenue = {True: "found", False: "NOT FOUND", None: ""}[d.revenue_grounded]
+            share = "" if d.grounding_rate is None else f"{d.grounding_rate:.0%}"
+            rows.add_row(
+                str(d.quotes_total),
+                str(d.quotes_grounded),
+                share,
+                revenue,
+                "FLAGGED" if d.injection_flag else "",
+                escape(d.path),
+            )
+        out.print(rows)
+    if limiter:
+        columns = [
+            "model",
+            "key_slot",
+            "limits_from",
+            "rpm",
+            "learned_rpm",
+            "effective_rpm",
+            "tpm",
+            "learned_tpm",
+            "effective_tpm",
+            "requests_in_window",
+            "tokens_in_window",
+            "inflight",
+            "paused_for_s",
+        ]
+        limits = Table(*columns, title=f"global limiter (window {settings.rate_limit_window_s:g} s)")
+        for scope in limiter:
+            limits.add_row(*(str(scope[c]) for c in columns))
+        out.print(limits)
+
+
+@main.command()
+@click.option("--limit", default=20, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+def runs(limit: int, as_json: bool) -> None:
+    """The newest runs."""
+    from pipeline.runs.status import list_runs
+
+    views = list_runs(open_engine(get_settings()), limit)
+    if as_json:
+        click.echo(json.dumps([v.as_dict() for v in views], indent=2))
+        return
+    table = Table("name", "status", "documents", "created", "elapsed s")
+    table.add_column("run", no_wrap=True)
+    for view in views:
+        docs = ", ".join(f"{n} {s}" for s, n in sorted(view.documents.items()))
+        table.add_row(
+            view.name or "", view.status, docs, view.created_at, f"{view.elapsed_s:.1f}", view.run_id
+        )
+    Console(width=200).print(table)
+
+
+@main.command()
+@click.argument("run", required=False)
+@click.option("--format", "fmt", type=click.Choice(["md", "json"]), default="md", show_default=True)
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path))
+def report(run: str | None, fmt: str, output: Path | None) -> None:
+    """Print or write the report of RUN (default: the newest)."""
+    from sqlalchemy import select
+
+    from pipeline.runs.status import UnknownRun, resolve_run_id
+    from pipeline.storage.db import session_scope
+    from pipeline.storage.models import Report
+
+    engine = open_engine(get_settings())
+    try:
+        run_id = resolve_run_id(engine, run)
+    except UnknownRun as exc:
+        fail(str(exc))
+    with session_scope(engine) as session:
+        row = session.scalar(select(Report).where(Report.run_id == run_id))
+        if row is None:
+            fail(f"run {run_id} has no report yet (see `pipeline status {run_id}`)")
+        text = row.markdown if fmt == "md" else json.dumps(row.json, indent=2)
+    if output:
+        output.write_text(text, encoding="utf-8")
+        console.print(f"wrote {output}")
+    else:
+        click.echo(text)
+
+
+@main.command("eval")
+@click.argument("run")
+@click.option(
+    "--truth",
+    "truth_path",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Truth file in the format of examples/truth.json.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@click.option("--revenue-tolerance", default=0.01, show_default=True, help="Relative tolerance of revenue.")
+@click.option(
+    "--title-threshold",
+    default=0.85,
+    show_default=True,
+    help="difflib ratio at which two risk-factor titles match (after normalising).",
+)
+@click.option("--grounded-only", is_flag=True, help="Count only facts whose quote was found in the filing.")
+def eval_(
+    run: str,
+    truth_path: Path,
+    as_json: bool,
+    revenue_tolerance: float,
+    title_threshold: float,
+    grounded_only: bool,
+) -> None:
+    """Score RUN's extractions against a truth file, per filing (matched by file name) and overall."""
+    from pipeline.reporting.evaluate import evaluate, load_run, load_truth
+    from pipeline.runs.status import UnknownRun, resolve_run_id
+
+    engine = open_engine(get_settings())
+    try:
+        run_id = resolve_run_id(engine, run)
+    except UnknownRun as exc:
+        fail(str(exc))
+    try:
+        truths = load_truth(truth_path)
+    except (ValueError, KeyError, TypeError) as exc:
+        fail(f"cannot read the truth file {truth_path}: {exc!r}")
+    result = evaluate(
+        truths,
+        load_run(engine, run_id),
+        revenue_tolerance=revenue_tolerance,
+        title_threshold=title_threshold,
+        grounded_only=grounded_only,
+    )
+    if as_json:
+        click.echo(json.dumps({"run_id": run_id, **result.as_dict()}, indent=2))
+        return
+    _print_eval(run_id, result.as_dict())
+
+
+def _print_eval(run_id: str, data: dict[str, Any]) -> None:
+    def mark(value: object) -> str:
+        return "yes" if value is True else "no" if value is False else "" if value is None else f"{value:.2f}"
+
+    columns = [
+        "filing",
+        "company",
+        "company (norm.)",
+        "fiscal year",
+        "revenue",
+        "risk recall",
+        "risk precision",
+    ]
+    title = f"eval of run {run_id} (revenue within {data['revenue_tolerance']:.1%}" + (
+        ", grounded facts only)" if data["grounded_only"] else ")"
+    )
+    table = Table(*columns, title=title)
+    for f in data["filings"]:
+        name = escape(f["filename"]) + ("" if f["found"] else " (not in run)")
+        keys = [
+            "company_exact",
+            "company_normalised",
+            "fiscal_year",
+            "revenue",
+            "risk_recall",
+            "risk_precision",
+        ]
+        table.add_row(name, *(mark(f[k]) for k in keys))
+    overall = data["overall"]
+    table.add_section()
+    table.add_row(
+        f"overall ({overall['found']} of {overall['filings']} found)",
+        *(
+            mark(overall[k])
+            for k in [
+                "company_exact",
+                "company_normalised",
+                "fiscal_year",
+                "revenue",
+                "risk_recall",
+                "risk_precision",
+            ]
+        ),
+    )
+    Console(width=160).print(table)
+    if data["unscored"]:
+        console.print(f"not in the truth file, not scored: {escape(', '.join(data['unscored']))}")

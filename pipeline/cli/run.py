@@ -1,0 +1,235 @@
+"""Submitting and following runs: `pipeline submit`, `resume`, and the all-in-one `run`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import click
+from rich.markup import escape
+
+from pipeline.cli.base import broker_settings, console, fail, main, open_engine, outcome
+from pipeline.core.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from pipeline.ingest.producer import SubmitPlan
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--query", help="The question the run's report answers.")
+@click.option("--name", help="A name for the run.")
+@click.option("--wait", is_flag=True, help="Show progress until the run ends.")
+@click.option("--fresh", is_flag=True, help="Ask the LLM again for filings answered by earlier runs.")
+@click.option(
+    "--schema",
+    "schema",
+    metavar="MODULE:MODEL",
+    help="Extract with this pydantic model instead of the 10-K schema.",
+)
+@click.option("--new-only", is_flag=True, help="Leave out files whose content an earlier run extracted.")
+def submit(
+    paths: tuple[str, ...],
+    query: str | None,
+    name: str | None,
+    wait: bool,
+    fresh: bool,
+    schema: str | None,
+    new_only: bool,
+) -> None:
+    """Submit files (paths, globs, directories) as one run; prints the run id."""
+    settings = broker_settings(", or use `pipeline run` for the embedded all-in-one")
+    code, _ = submit_and_wait(
+        settings,
+        list(paths),
+        query=query,
+        name=name,
+        wait=wait,
+        fresh=fresh,
+        new_only=new_only,
+        schema=schema,
+    )
+    sys.exit(code)
+
+
+def submit_and_wait(
+    settings: Settings,
+    paths: list[str],
+    *,
+    query: str | None,
+    name: str | None,
+    wait: bool,
+    fresh: bool = False,
+    new_only: bool = False,
+    schema: str | None = None,
+    simulated: bool = False,
+    check: Callable[[], str | None] | None = None,
+) -> tuple[int, str]:
+    """Store and enqueue the run; with `wait`, follow it. Returns the exit code and run id."""
+    from pipeline.cli.celery_app import enqueue_run
+    from pipeline.ingest.producer import prepare_run
+
+    if schema:
+        _check_schema(schema)
+    engine = open_engine(settings)
+    plan = prepare_run(
+        engine,
+        settings,
+        paths,
+        query=query,
+        name=name,
+        simulated=simulated,
+        reuse_answers=not fresh,
+        only_new=new_only,
+        schema=schema,
+    )
+    refused = _refused(plan, paths)
+    if refused is not None:
+        return refused
+    enqueue_run(plan.run_id, plan.document_ids)
+    console.print(f"submitted {len(plan.document_ids)} documents")
+    click.echo(plan.run_id)
+    if not wait:
+        return 0, plan.run_id
+    return follow(engine, plan.run_id, check), plan.run_id
+
+
+def _check_schema(schema: str) -> None:
+    """Exit 2 with the reason when `--schema` names a model that cannot be used."""
+    from pipeline.extraction.custom import load_schema
+
+    try:
+        load_schema(schema)
+    except ValueError as exc:
+        fail(str(exc))
+
+
+def _refused(plan: SubmitPlan, paths: list[str]) -> tuple[int, str] | None:
+    """Say what the plan left out; the exit code and run id when there is nothing to enqueue."""
+    if plan.already_processed:
+        console.print(f"{len(plan.already_processed)} files left out: an earlier run extracted them")
+    if not plan.created:
+        console.print("nothing new to submit")
+        return 0, ""
+    for path, reason in plan.rejected:
+        console.print(f"[yellow]skipped[/] {escape(path)}: {escape(reason)}")
+    if not plan.document_ids:
+        console.print(f"[bold red]error:[/] no usable document in {escape(' '.join(paths))}")
+        click.echo(plan.run_id)
+        return 1, plan.run_id
+    return None
+
+
+def follow(engine: Engine, run_id: str, check: Callable[[], str | None] | None = None) -> int:
+    """Show the run's progress until it ends (or the user stops waiting); the exit code."""
+    from pipeline.runs.progress import WaitAborted, wait_for_run
+
+    try:
+        view = wait_for_run(engine, run_id, console, check=check)
+    except WaitAborted as exc:
+        console.print(f"[bold red]error:[/] {escape(str(exc))}")
+        return 1
+    except KeyboardInterrupt:
+        console.print(f"stopped waiting; the run goes on: pipeline status {run_id}")
+        return 130
+    return outcome(view)
+
+
+@main.command()
+@click.argument("run")
+@click.option(
+    "--stale-after-s",
+    default=600.0,
+    show_default=True,
+    help="Re-enqueue running documents without progress for this long.",
+)
+@click.option("--wait", is_flag=True, help="Show progress until the run ends.")
+def resume(run: str, stale_after_s: float, wait: bool) -> None:
+    """Finish an interrupted run: enqueue its unfinished documents again, then finalize."""
+    from pipeline.cli.celery_app import enqueue_resume
+    from pipeline.runs.progress import WaitAborted, wait_for_run
+    from pipeline.runs.resume import plan_resume
+    from pipeline.runs.status import UnknownRun, resolve_run_id
+
+    settings = broker_settings()
+    engine = open_engine(settings)
+    try:
+        run_id = resolve_run_id(engine, run)
+    except UnknownRun as exc:
+        fail(str(exc))
+    plan = plan_resume(engine, run_id, stale_after_s)
+    if plan.has_report:
+        console.print(f"run {run_id} has its report: nothing to resume")
+        sys.exit(0)
+    enqueue_resume(plan)
+    console.print(
+        f"resumed {run_id}: {len(plan.document_ids)} documents enqueued again"
+        + (f", {plan.left_running} still running elsewhere" if plan.left_running else "")
+    )
+    if not wait:
+        sys.exit(0)
+    try:
+        view = wait_for_run(engine, run_id, console)
+    except WaitAborted as exc:
+        fail(str(exc), 1)
+    sys.exit(outcome(view))
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--query", help="The question the run's report answers.")
+@click.option("--name", help="A name for the run.")
+@click.option("--workers", "worker_count", default=2, show_default=True, help="Local worker processes.")
+@click.option("--fresh", is_flag=True, help="Ask the LLM again for filings answered by earlier runs.")
+@click.option(
+    "--schema",
+    "schema",
+    metavar="MODULE:MODEL",
+    help="Extract with this pydantic model instead of the 10-K schema.",
+)
+def run(
+    paths: tuple[str, ...],
+    query: str | None,
+    name: str | None,
+    worker_count: int,
+    fresh: bool,
+    schema: str | None,
+) -> None:
+    """Run a whole batch locally: embedded Redis, simulator and workers unless configured."""
+    from pipeline.runtime.local import local_stack
+
+    with local_stack(get_settings(), worker_count, console) as parts:
+        code, run_id = submit_and_wait(
+            parts.settings,
+            list(paths),
+            query=query,
+            name=name,
+            wait=True,
+            fresh=fresh,
+            schema=schema,
+            simulated=parts.simulated,
+            check=parts.stack.problem,
+        )
+        _write_report_files(parts.settings, run_id)
+    sys.exit(code)
+
+
+def _write_report_files(settings: Settings, run_id: str) -> None:
+    from sqlalchemy import select
+
+    from pipeline.storage.db import session_scope
+    from pipeline.storage.models import Report
+
+    with session_scope(open_engine(settings)) as session:
+        row = session.scalar(select(Report).where(Report.run_id == run_id))
+        if row is None:
+            return
+        out = settings.data_dir.resolve() / "reports"
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"{run_id}.md").write_text(row.markdown, encoding="utf-8")
+        (out / f"{run_id}.json").write_text(json.dumps(row.json, indent=2), encoding="utf-8")
+    console.print(f"report: {out / f'{run_id}.md'} (and .json)")

@@ -1,0 +1,1 @@
+"""What every layer uses: settings, constants, the error hierarchy, logging, retry delays, prices."""

@@ -1,0 +1,72 @@
+"""Defaults and fixed names, with their units in their names."""
+
+PROMPT_VERSION = "extract-v2"
+"""Bump when a prompt changes: stored answers are keyed on it."""
+
+DEFAULT_MODEL = "gpt-4o-mini"
+SIMULATED_MODEL = "sim-1"
+
+CHARS_PER_TOKEN = 4
+"""Conservative estimate for English filing text when no tokenizer is known."""
+
+DEFAULT_CHUNK_TOKENS = 6_000
+DEFAULT_CHUNK_OVERLAP_TOKENS = 200
+DEFAULT_MODEL_CONTEXT_TOKENS = 128_000
+EXTRACT_PROMPT_RESERVE_TOKENS = 600
+"""The extraction prompt's instructions, section hint and JSON schema, around the chunk."""
+MIN_CHUNK_TOKENS = 400
+DEFAULT_EXTRACT_MAX_TOKENS = 1_500
+DEFAULT_COMPRESS_MAX_TOKENS = 300
+DEFAULT_SYNTHESIZE_MAX_TOKENS = 1_200
+DEFAULT_CONTEXT_BUDGET_TOKENS = 12_000
+MAX_RISK_FACTORS_PER_DOCUMENT = 12
+
+DEFAULT_MAX_FILE_BYTES = 8 * 1024 * 1024
+DEFAULT_LLM_TIMEOUT_S = 60.0
+DEFAULT_TASK_MAX_RETRIES = 8
+DEFAULT_DOCUMENT_MAX_ATTEMPTS = 5
+DEFAULT_TASK_TIME_BUDGET_S = 3600.0
+"""Checked between chunks: a task past it requeues itself, keeping its answered chunks. Far
+below the visibility timeout, with room for the chunk in progress (its calls time out)."""
+TASK_SOFT_TIME_LIMIT_S = 2 * 60 * 60
+TASK_HARD_TIME_LIMIT_S = 2 * 60 * 60 + 15 * 60
+"""Celery's own limits, enforced by the prefork pool only (threads cannot be interrupted);
+both below the visibility timeout so a task is never redelivered while it still runs."""
+DEFAULT_WATCHDOG_IDLE_S = 1800.0
+RETRY_BASE_DELAY_S = 2.0
+RETRY_MAX_DELAY_S = 120.0
+
+DEFAULT_LIMITER_MAX_WAIT_S = 30.0
+DEFAULT_RATE_LIMIT_MARGIN_S = 0.5
+"""Our window is the provider's plus this: a call admitted at t reaches the provider a little
+later, by a delay that varies, so a slot freed at exactly t + window could still be counted
+in the provider's window. Costs 0.8 % of a 60 s window's throughput."""
+DEFAULT_RATE_LIMIT_BURST_S = 0.0
+"""Seconds of quota that may go at once. Providers enforce a per-minute quota per second as
+well (OpenAI: 60,000 requests/minute may be enforced as 1,000/second), so a second that starts
+with a burst and then carries the paced rate holds more than its share: 0 paces every call."""
+LIMITER_LEARNED_TTL_MS = 10 * 60 * 1000
+"""What the provider's headers said is kept this long after the last answer that said it."""
+LIMITER_KEY_PREFIX = "pipeline:rl"
+LIMITER_LEASE_EXTRA_S = 30.0
+"""An in-flight lease outlives the call's timeout by this much, then expires by itself."""
+LIMITER_KEY_TTL_EXTRA_MS = 60_000
+LIMITER_INFLIGHT_POLL_S = 0.05
+CONSERVATIVE_CHARS_PER_TOKEN = 3
+"""For rate-limit reservations without a tokenizer: over-estimating is the safe side."""
+AIMD_DECREASE = 0.8
+"""After a 429 whose headers say the provider's window is spent: our limit is too high (another
+client shares the key, or the provider lowered it). The rate is back within about one window."""
+AIMD_BURST_DECREASE = 0.95
+"""After a 429 while the provider's window still had room: a second's share was exceeded because
+calls bunched on their way (delivery jitter), not because the rate is wrong; 5 % of slack."""
+AIMD_COOLDOWN_MS = 5_000
+"""One cut per congestion event: 429s within this time of a cut do not cut again."""
+DEFAULT_PAUSE_S = 1.0
+"""Shared pause after a 429 that named no wait."""
+
+VISIBILITY_TIMEOUT_S = 3 * 60 * 60
+"""Broker redelivery timeout for unacked tasks: above the longest task including waits."""
+
+EXTRACT_QUEUE = "extract"
+REPORT_QUEUE = "report"

@@ -1,0 +1,85 @@
+"""The one error hierarchy of the pipeline.
+
+    PipelineError
+    ├── ConfigError                 settings that cannot work (raised at start-up)
+    ├── InputError                  a file or path the user gave cannot be used
+    ├── RetryableError              try the same thing again later
+    │   ├── RateLimited             the provider said 429 (retry_after_s when it told us)
+    │   ├── UpstreamUnavailable     5xx, dropped connection, timeout
+    │   ├── MalformedAnswer         not even JSON, twice: a garbled answer, asked again later
+    │   └── Deferred                our own limiter asks to come back later (not a failure)
+    └── PermanentError              trying again will not help
+        ├── SchemaViolation         the answer did not validate, even after one repair
+        ├── ProviderRejected        4xx other than 429 (bad request, auth, content policy)
+        └── RequestTooLarge         one call needs more tokens than the quota allows per window
+
+Tasks decide by class: retry a RetryableError with backoff, record a PermanentError
+as the document's failure reason.
+"""
+
+
+class PipelineError(Exception):
+    """Base of every error the pipeline raises on purpose."""
+
+
+class ConfigError(PipelineError):
+    """The configuration cannot work; the message says which setting and why."""
+
+
+class InputError(PipelineError):
+    """A path given by the user cannot be used; the message names it and the reason."""
+
+
+class RetryableError(PipelineError):
+    """A transient failure: the same call may succeed later."""
+
+    def __init__(self, message: str, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class RateLimited(RetryableError):
+    """The provider refused the call for rate (HTTP 429). `quota_spent`: its headers said no
+    requests or no tokens remain in its window (otherwise a burst within the window was refused)."""
+
+    def __init__(self, message: str, retry_after_s: float | None = None, *, quota_spent: bool = True) -> None:
+        super().__init__(message, retry_after_s)
+        self.quota_spent = quota_spent
+
+
+class UpstreamUnavailable(RetryableError):
+    """The provider failed (5xx), dropped the connection or timed out."""
+
+
+class PermanentError(PipelineError):
+    """A failure that repeating will not fix."""
+
+
+class SchemaViolation(PermanentError):
+    """The model's answer did not validate against the schema, even after a repair."""
+
+
+class ProviderRejected(PermanentError):
+    """The provider rejected the request itself (4xx other than 429)."""
+
+
+class BudgetSpent(PermanentError):
+    """The run has spent its budget (PIPELINE_RUN_BUDGET_USD): no more LLM calls for it."""
+
+
+class RequestTooLarge(PermanentError):
+    """One call needs more tokens than the TPM quota allows in a whole window."""
+
+
+class Deferred(RetryableError):
+    """The document goes back to the queue on purpose: the global limiter has no room for
+    longer than a worker should wait in place, or the task used up its time budget.
+
+    The task goes back to the queue with `retry_after_s` as countdown; this is not a
+    failed attempt and does not count towards the document's retries.
+    """
+
+
+class MalformedAnswer(RetryableError):
+    """The answer was not JSON at all, even after the repair: a garbled answer rather than a
+    model that misreads the schema, so the document is tried again (a bounded number of times)."""

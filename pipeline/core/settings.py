@@ -1,0 +1,239 @@
+"""One settings class for every process: environment (prefix PIPELINE_) and `.env`."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from pipeline.core import constants as c
+from pipeline.core.cost import Price, parse_prices
+
+
+class Settings(BaseSettings):
+    """Configuration. Unset URLs mean the embedded defaults (`pipeline run`)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="PIPELINE_",
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        populate_by_name=True,
+    )
+
+    database_url: str | None = Field(
+        default=None, description="SQLAlchemy URL; unset: SQLite file in the data directory"
+    )
+    redis_url: str | None = Field(
+        default=None, description="Broker and result backend; unset: embedded Redis (pipeline run)"
+    )
+    llm_base_url: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("PIPELINE_LLM_BASE_URL", "OPENAI_BASE_URL"),
+        description="OpenAI-compatible endpoint; unset: the built-in simulator (pipeline run)",
+    )
+    llm_api_key: SecretStr | None = Field(
+        default=None, validation_alias=AliasChoices("PIPELINE_LLM_API_KEY", "OPENAI_API_KEY")
+    )
+    llm_model: str = c.DEFAULT_MODEL
+    llm_timeout_s: float = Field(default=c.DEFAULT_LLM_TIMEOUT_S, gt=0)
+    log_format: Literal["text", "json"] = Field(
+        default="text", description="worker logs: text with run/document ids, or JSON lines"
+    )
+    worker_concurrency: int = Field(default=8, ge=1, le=512)
+    data_dir: Path = Path(".pipeline")
+
+    chunk_tokens: int = Field(default=c.DEFAULT_CHUNK_TOKENS, ge=200)
+    model_context_tokens: int = Field(
+        default=c.DEFAULT_MODEL_CONTEXT_TOKENS,
+        ge=1000,
+        description="the extraction model's context window; chunks fit it with the prompt and answer",
+    )
+    chunk_overlap_tokens: int = Field(default=c.DEFAULT_CHUNK_OVERLAP_TOKENS, ge=0)
+    extract_max_tokens: int = Field(default=c.DEFAULT_EXTRACT_MAX_TOKENS, ge=64)
+    context_budget_tokens: int = Field(default=c.DEFAULT_CONTEXT_BUDGET_TOKENS, ge=500)
+    max_file_bytes: int = Field(default=c.DEFAULT_MAX_FILE_BYTES, ge=1)
+    task_max_retries: int = Field(default=c.DEFAULT_TASK_MAX_RETRIES, ge=0)
+    document_max_attempts: int = Field(
+        default=c.DEFAULT_DOCUMENT_MAX_ATTEMPTS,
+        ge=1,
+        description="deliveries of one document that never finished (its worker died), across redeliveries and resumes, before it fails",
+    )
+    task_time_budget_s: float = Field(
+        default=c.DEFAULT_TASK_TIME_BUDGET_S,
+        gt=0,
+        description="an extract task past this hands its document back to the queue (answers kept)",
+    )
+    watchdog_idle_s: float = Field(
+        default=c.DEFAULT_WATCHDOG_IDLE_S,
+        gt=0,
+        description="a run with no activity for this long is resumed by the watchdog",
+    )
+    watchdog_max_resumes: int = Field(
+        default=2, ge=0, description="resumes without progress before the watchdog marks a run stalled"
+    )
+    inbox: str | None = Field(
+        default=None, description="directory or glob that beat submits nightly (new content only)"
+    )
+    inbox_schedule: str = Field(
+        default="30 1 * * *",
+        description="crontab expression (minute hour day month weekday) of the nightly submit",
+    )
+    inbox_query: str | None = Field(default=None, description="the nightly run's report question")
+    watchdog_interval_s: float = Field(default=300.0, gt=0, description="how often beat runs the watchdog")
+    run_failure_threshold: float = Field(
+        default=0.10,
+        ge=0,
+        le=1,
+        description="a run whose share of failed documents exceeds this ends failed (report still written)",
+    )
+
+    # The global rate limit, shared by every worker through Redis (0: no limit of that kind).
+    rate_limit_rpm: int = Field(default=0, ge=0, description="requests per minute per scope")
+    rate_limit_tpm: int = Field(default=0, ge=0, description="tokens per minute per scope")
+    max_inflight: int = Field(default=0, ge=0, description="LLM calls in flight per scope")
+    rate_limit_window_s: float = Field(default=60.0, gt=0, description="the provider's window")
+    rate_limit_margin_s: float = Field(
+        default=c.DEFAULT_RATE_LIMIT_MARGIN_S,
+        ge=0,
+        description="added to the window: a call reaches the provider a little after we admit it",
+    )
+    limiter_max_wait_s: float = Field(
+        default=c.DEFAULT_LIMITER_MAX_WAIT_S,
+        ge=0,
+        description="wait in place for the limiter up to this; longer waits requeue the task",
+    )
+    rate_limit_burst_s: float = Field(
+        default=c.DEFAULT_RATE_LIMIT_BURST_S,
+        ge=0,
+        description="seconds of quota that may go at once; calls are otherwise spread at the quota's rate",
+    )
+    rate_limit_pacing: bool = Field(
+        default=True, description="spread calls at the quota's rate (off: the sliding window alone)"
+    )
+    rate_limit_learn: bool = Field(
+        default=True,
+        description="with no RPM/TPM configured, take the limits from the provider's x-ratelimit-* headers",
+    )
+    rate_limit_min_factor: float = Field(default=0.2, gt=0, le=1)
+    rate_limit_recovery_s: float | None = Field(
+        default=None, gt=0, description="time to climb back from a cut to the full rate (default: one window)"
+    )
+
+    # Cost: prices per model, a budget per run, size caps.
+    llm_prices: str | None = Field(
+        default=None,
+        description="USD per million input/output tokens, e.g. 'gpt-4o-mini:0.15/0.60,gpt-4o:2.50/10'",
+    )
+    run_budget_usd: float | None = Field(
+        default=None,
+        gt=0,
+        description="once a run has spent this, its remaining documents fail with 'budget'",
+    )
+    max_document_tokens: int = Field(
+        default=0, ge=0, description="files estimated above this many tokens are skipped (0: no cap)"
+    )
+    max_run_tokens: int = Field(
+        default=0, ge=0, description="a run takes files until their estimated tokens reach this (0: no cap)"
+    )
+
+    # Routing: weighted models for extraction, a fallback, several keys with their own limits.
+    llm_models: str | None = Field(
+        default=None, description="extract models with weights, e.g. 'gpt-4o-mini:80,gpt-4o:20'"
+    )
+    llm_fallback_model: str | None = None
+    llm_fallback_after: int = Field(default=2, ge=1, description="failed attempts before fallback")
+    llm_api_keys: SecretStr | None = Field(
+        default=None, description="several API keys, comma-separated, each with its own limits"
+    )
+
+    # Flower, the web monitor (`pipeline flower`): basic auth is required unless --unauthenticated.
+    flower_user: str | None = Field(default=None, description="Flower basic-auth user name")
+    flower_password: SecretStr | None = Field(default=None, description="Flower basic-auth password")
+    flower_address: str = Field(default="127.0.0.1", description="interface Flower listens on")
+    flower_port: int = Field(default=5555, ge=1, le=65535)
+
+    @field_validator(
+        "database_url", "redis_url", "llm_base_url", "inbox", "flower_user", "flower_password", mode="before"
+    )
+    @classmethod
+    def _blank_is_unset(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("llm_prices")
+    @classmethod
+    def _prices_parse(cls, value: str | None) -> str | None:
+        parse_prices(value)
+        return value
+
+    @field_validator("inbox_schedule")
+    @classmethod
+    def _five_cron_fields(cls, value: str) -> str:
+        if len(value.split()) != 5:
+            raise ValueError(f"{value!r} is not a crontab expression of five fields")
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _normalise_postgres_url(cls, value: str | None) -> str | None:
+        # Users paste libpq URLs; SQLAlchemy needs the driver named for psycopg 3.
+        if value is None:
+            return None
+        for prefix in ("postgres://", "postgresql://"):
+            if value.startswith(prefix):
+                return "postgresql+psycopg://" + value[len(prefix) :]
+        return value
+
+    def chunk_budget_tokens(self) -> int:
+        """Chunk size: the model's context less the prompt and answer, at most chunk_tokens."""
+        room = self.model_context_tokens - c.EXTRACT_PROMPT_RESERVE_TOKENS - self.extract_max_tokens
+        return max(c.MIN_CHUNK_TOKENS, min(self.chunk_tokens, room))
+
+    @property
+    def resolved_database_url(self) -> str:
+        """The database URL, with the embedded SQLite default filled in."""
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'pipeline.db').resolve()}"
+
+    def api_key_value(self) -> str:
+        """The API key to send; simulators and local gateways accept any non-empty key."""
+        return self.llm_api_key.get_secret_value() if self.llm_api_key else "sk-no-key"
+
+    def api_keys(self) -> list[str]:
+        """Every configured key, in slot order (slot numbers are what the database records)."""
+        if self.llm_api_keys:
+            keys = [k.strip() for k in self.llm_api_keys.get_secret_value().split(",") if k.strip()]
+            if keys:
+                return keys
+        return [self.api_key_value()]
+
+    def prices(self) -> dict[str, Price]:
+        return parse_prices(self.llm_prices)
+
+    def extract_models(self) -> list[tuple[str, float]]:
+        """(model, weight) pairs for the extract stage; the configured model alone by default."""
+        if not self.llm_models:
+            return [(self.llm_model, 1.0)]
+        pairs: list[tuple[str, float]] = []
+        for part in self.llm_models.split(","):
+            name, _, weight = part.strip().partition(":")
+            try:
+                value = float(weight) if weight else 1.0
+            except ValueError:
+                raise ValueError(f"PIPELINE_LLM_MODELS: weight of {name!r} is not a number") from None
+            if not name or value < 0:
+                raise ValueError(f"PIPELINE_LLM_MODELS: bad entry {part!r}")
+            pairs.append((name, value))
+        if not pairs or sum(w for _, w in pairs) <= 0:
+            raise ValueError("PIPELINE_LLM_MODELS: no model with a positive weight")
+        return pairs
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process's settings, read once."""
+    return Settings()

@@ -1,0 +1,223 @@
+"""Extracting one document: each chunk not yet answered, then the merge and the upsert."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+from pydantic import BaseModel
+from sqlalchemy import Engine
+
+from pipeline.core import errors, logs
+from pipeline.core.constants import PROMPT_VERSION
+from pipeline.core.settings import Settings
+from pipeline.extraction import custom
+from pipeline.extraction.grounding import Source, ground
+from pipeline.extraction.merge import merge_chunks
+from pipeline.extraction.schemas import FilingExtraction
+from pipeline.ingest import sections
+from pipeline.llm import prompts
+from pipeline.llm.client import CallRecord, LLMClient
+from pipeline.storage import documents, llm_calls
+from pipeline.storage.db import session_scope
+from pipeline.storage.models import Chunk, Document, Run
+
+
+@dataclass
+class Context:
+    """What a worker process builds once and hands to every task."""
+
+    settings: Settings
+    engine: Engine
+    llm: LLMClient
+
+
+def extract_document(ctx: Context, document_id: int, failed_attempts: int = 0) -> str:
+    """Extract and store one document; returns its final status.
+
+    Chunks answered by an earlier attempt (same prompt version), or by an earlier run for the
+    same text, are not sent again; once `failed_attempts` reach the configured threshold,
+    calls go to the fallback model. Raises RetryableError for transient failures (Deferred
+    when the document is handed back to the queue on purpose) and PermanentError when the
+    document cannot be extracted; the caller records the latter with `fail`.
+    """
+    started = time.monotonic()
+    work = _start(ctx, document_id, failed_attempts)
+    if work is None:
+        return current_status(ctx, document_id)
+    answers = _answer_chunks(ctx, work, started)
+    model = Counter(model for _, model in answers).most_common(1)[0][0]
+    if work.schema:
+        _save_custom(ctx, work, [part for part, _ in answers], model)
+    else:
+        _save_filing(ctx, work, [part for part, _ in answers if isinstance(part, FilingExtraction)], model)
+    return "extracted"
+
+
+@dataclass
+class _Work:
+    """A started document: what its extraction needs, loaded in one transaction."""
+
+    doc: Document
+    text: str
+    chunks: list[Chunk]
+    schema: str | None
+    capped: bool
+    """The run has a budget: check it before each call."""
+    failed_attempts: int
+
+
+def _start(ctx: Context, document_id: int, failed_attempts: int) -> _Work | None:
+    """Count the attempt and load the document, its text and chunks (filling those an earlier
+    run answered for the same text); None when the document is final or out of attempts."""
+    with session_scope(ctx.engine) as session:
+        doc = documents.start_document(session, document_id, ctx.settings.document_max_attempts)
+        if doc is None:
+            return None
+        logs.bind(run_id=doc.run_id)
+        text = documents.document_text(session, doc)
+        chunks = documents.chunks_of(session, document_id)
+        run = session.get(Run, doc.run_id)
+        schema = run.schema if run is not None else None
+        if run is not None and run.reuse_answers and not schema:
+            documents.reuse_answers(session, doc, chunks, ctx.llm.extract_model_names())
+        return _Work(
+            doc=doc,
+            text=text,
+            chunks=chunks,
+            schema=schema,
+            capped=run is not None and run.budget_usd is not None,
+            failed_attempts=max(failed_attempts, doc.attempts - 1),  # earlier deliveries count too
+        )
+
+
+def _answer_chunks(ctx: Context, work: _Work, started: float) -> list[tuple[BaseModel, str]]:
+    """Each chunk's answer and model, in order, within the task's time budget."""
+    try:
+        answers = []
+        for chunk in work.chunks:
+            if time.monotonic() - started > ctx.settings.task_time_budget_s:
+                raise errors.Deferred("the task ran past its time budget; answered chunks kept", 0.0)
+            answers.append(
+                _chunk_result(
+                    ctx,
+                    work.doc,
+                    chunk,
+                    work.text,
+                    len(work.chunks),
+                    work.failed_attempts,
+                    work.capped,
+                    work.schema,
+                )
+            )
+    except errors.RetryableError:
+        # Handed back to the task layer, which retries with backoff (or defers): not a lost
+        # delivery. The stored count is for deliveries that never came back (a worker died).
+        with session_scope(ctx.engine) as session:
+            documents.hand_back_attempt(session, work.doc.id)
+        raise
+    return answers
+
+
+def _save_custom(ctx: Context, work: _Work, parts: list[BaseModel], model: str) -> None:
+    """A user's schema: answers merged generically, quote fields grounded, stored as JSON."""
+    data, total, grounded = custom.ground(
+        custom.merge([p.model_dump(mode="json") for p in parts]), Source(work.text)
+    )
+    with session_scope(ctx.engine) as session:
+        documents.save_custom_extraction(
+            session,
+            work.doc,
+            data,
+            quotes_total=total,
+            quotes_grounded=grounded,
+            model=model,
+            prompt_version=prompt_version(work.schema),
+        )
+
+
+def _save_filing(ctx: Context, work: _Work, parts: list[FilingExtraction], model: str) -> None:
+    """The 10-K schema: answers merged (preferring found quotes), grounded, stored as facts."""
+    source = Source(work.text)
+    merged = merge_chunks(parts, lambda quote: source.find(quote) is not None)
+    with session_scope(ctx.engine) as session:
+        documents.save_extraction(
+            session,
+            work.doc,
+            ground(merged, source),
+            model=model,
+            prompt_version=PROMPT_VERSION,
+        )
+
+
+def _chunk_result(
+    ctx: Context,
+    doc: Document,
+    chunk: Chunk,
+    text: str,
+    count: int,
+    failed_attempts: int,
+    capped: bool,
+    schema: str | None = None,
+) -> tuple[BaseModel, str]:
+    """The chunk's answer and the model that gave it: stored, or asked for now."""
+    answer_model: type[BaseModel] = custom.load_schema(schema) if schema else FilingExtraction
+    version = prompt_version(schema)
+    if chunk.result is not None and chunk.prompt_version == version:
+        return answer_model.model_validate(chunk.result), chunk.model or ctx.llm.model
+    if capped:
+        with session_scope(ctx.engine) as session:
+            llm_calls.check_budget(session, doc.run_id)
+    model = ctx.llm.pick_model("extract", failed_attempts)
+    chunk_text = text[chunk.char_start : chunk.char_end]
+    hint = sections.hint(chunk_text, chunk.section)
+    if schema:
+        messages = prompts.custom_extract_messages(chunk_text, chunk.idx, count, answer_model.__name__, hint)
+    else:
+        messages = prompts.extract_messages(chunk_text, chunk.idx, count, hint)
+    calls: list[CallRecord] = []
+    try:
+        result = ctx.llm.structured(
+            messages,
+            answer_model,
+            stage="extract",
+            max_tokens=ctx.settings.extract_max_tokens,
+            sink=calls.append,
+            model=model,
+        )
+    except errors.PipelineError:
+        with session_scope(ctx.engine) as session:
+            llm_calls.record_calls(session, doc.run_id, doc.id, chunk.idx, calls)
+        raise
+    with session_scope(ctx.engine) as session:
+        llm_calls.record_calls(session, doc.run_id, doc.id, chunk.idx, calls)
+        documents.save_chunk_result(session, chunk.id, result, model=model, prompt_version=version)
+    return result, model
+
+
+def prompt_version(schema: str | None) -> str:
+    """What stored answers are keyed on: the prompt's version, and a user's schema if any."""
+    if not schema:
+        return PROMPT_VERSION
+    return f"{PROMPT_VERSION}:{hashlib.sha256(schema.encode()).hexdigest()[:12]}"
+
+
+def note_retry(ctx: Context, document_id: int, reason: str) -> None:
+    """Remember why an attempt failed; the document is retried."""
+    with session_scope(ctx.engine) as session:
+        documents.note_attempt_error(session, document_id, reason)
+
+
+def fail(ctx: Context, document_id: int, reason: str) -> str:
+    """Record that the document cannot be extracted, and why."""
+    with session_scope(ctx.engine) as session:
+        documents.fail_document(session, document_id, reason)
+    return current_status(ctx, document_id)
+
+
+def current_status(ctx: Context, document_id: int) -> str:
+    with session_scope(ctx.engine) as session:
+        doc = session.get(Document, document_id)
+        return doc.status if doc else "missing"

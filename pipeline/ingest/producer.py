@@ -1,0 +1,181 @@
+"""The producer: check the files, store the run, its documents and their chunks.
+
+Enqueueing is the caller's (the Celery layer's) job: this returns the ids to enqueue.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session
+
+from pipeline.core.constants import PROMPT_VERSION
+from pipeline.core.settings import Settings
+from pipeline.ingest import chunking, injection, inputs, sections
+from pipeline.storage import intake, run_state
+from pipeline.storage.db import session_scope
+from pipeline.storage.models import DocStatus, RunStatus
+
+COMMIT_EVERY_DOCUMENTS = 200
+"""Documents per transaction: bounds memory (text is held until commit) and lock time."""
+
+T = TypeVar("T")
+
+DEFAULT_QUERY = "Summarize revenue and the top risk factors across these filings."
+
+
+@dataclass
+class SubmitPlan:
+    run_id: str
+    document_ids: list[int] = field(default_factory=list)
+    """In the order to enqueue them: most chunks first (see `prepare_run`)."""
+    chunk_counts: dict[int, int] = field(default_factory=dict)
+    rejected: list[tuple[str, str]] = field(default_factory=list)
+    """(path, reason) of every file that will not be extracted."""
+    already_processed: list[str] = field(default_factory=list)
+    """With `only_new`: files whose content an earlier run extracted (not part of this run)."""
+    tokens: int = 0
+    """Estimated tokens of the run's documents (what PIPELINE_MAX_RUN_TOKENS caps)."""
+    created: bool = True
+    """False when `only_new` found nothing new: no run was stored."""
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex
+
+
+def prepare_run(
+    engine: Engine,
+    settings: Settings,
+    paths: Sequence[str],
+    *,
+    query: str | None = None,
+    name: str | None = None,
+    simulated: bool = False,
+    reuse_answers: bool = True,
+    only_new: bool = False,
+    schema: str | None = None,
+    on_file: Callable[[inputs.LoadedFile], None] | None = None,
+) -> SubmitPlan:
+    """Store a run and its documents; rejected files are stored `skipped` with their reason.
+
+    With `reuse_answers`, workers take stored chunk answers of earlier runs for unchanged
+    filings instead of asking the LLM again. With `only_new` (the nightly inbox), files whose
+    content an earlier run extracted are left out, and no run is stored when nothing is new."""
+    plan = SubmitPlan(new_run_id())
+    with session_scope(engine) as session:
+        intake.create_run(
+            session,
+            plan.run_id,
+            name=name,
+            query=query or DEFAULT_QUERY,
+            model=settings.llm_model,
+            prompt_version=PROMPT_VERSION,
+            simulated=simulated,
+            reuse_answers=reuse_answers,
+            budget_usd=settings.run_budget_usd,
+            schema=schema,
+        )
+    first_path_of: dict[str, str] = {}
+    for batch in _batches(inputs.expand(paths), COMMIT_EVERY_DOCUMENTS):
+        with session_scope(engine) as session:
+            for candidate in batch:
+                if only_new and candidate.problem in inputs.NOTHING_THERE:
+                    continue  # an empty inbox tonight is not a run
+                loaded = inputs.load(candidate, settings.max_file_bytes)
+                if on_file:
+                    on_file(loaded)
+                if only_new and loaded.sha256 and intake.content_extracted(session, loaded.sha256):
+                    plan.already_processed.append(loaded.path)
+                    continue
+                _add_file(session, settings, plan, loaded, first_path_of)
+    if only_new and not plan.document_ids and not plan.rejected:
+        with session_scope(engine) as session:
+            intake.delete_run(session, plan.run_id)
+        plan.created = False
+        return plan
+    # Longest first: a document's chunks go one after another, so its chain of calls is as
+    # long as its chunk count. Started first, long chains overlap the rest of the batch
+    # instead of trailing after it (the end of a rate-limited run is otherwise chain-bound).
+    plan.document_ids.sort(key=lambda doc_id: -plan.chunk_counts[doc_id])
+    with session_scope(engine) as session:
+        if plan.document_ids:
+            run_state.set_run_status(session, plan.run_id, RunStatus.RUNNING)
+        else:
+            run_state.set_run_status(session, plan.run_id, RunStatus.FAILED, error="no usable document")
+    return plan
+
+
+def _add_file(
+    session: Session,
+    settings: Settings,
+    plan: SubmitPlan,
+    loaded: inputs.LoadedFile,
+    first_path_of: dict[str, str],
+) -> None:
+    problem = loaded.problem
+    if loaded.sha256 and loaded.sha256 in first_path_of:
+        problem = f"duplicate of {first_path_of[loaded.sha256]} in this batch"
+    spans: list[chunking.ChunkSpan] = []
+    tokens = 0
+    if not problem and loaded.text is not None:
+        spans = sections.split_by_section(
+            loaded.text,
+            settings.chunk_budget_tokens(),
+            min(settings.chunk_overlap_tokens, settings.chunk_budget_tokens() // 4),
+        )
+        tokens = sum(s.token_estimate for s in spans)
+        problem = _over_token_caps(settings, plan, tokens)
+    if problem or loaded.text is None or loaded.sha256 is None:
+        reason = problem or "unusable"
+        intake.add_document(
+            session,
+            plan.run_id,
+            loaded.path,
+            sha256=None,
+            size_bytes=loaded.size_bytes,
+            status=DocStatus.SKIPPED,
+            error=reason,
+        )
+        plan.rejected.append((loaded.path, reason))
+        return
+    first_path_of[loaded.sha256] = loaded.path
+    intake.store_content(session, loaded.sha256, loaded.text, loaded.size_bytes)
+    plan.tokens += tokens
+    finding = injection.detect(loaded.text)
+    doc = intake.add_document(
+        session,
+        plan.run_id,
+        loaded.path,
+        sha256=loaded.sha256,
+        size_bytes=loaded.size_bytes,
+        error=loaded.note,
+        spans=spans,
+        injection_excerpt=finding.excerpt if finding else None,
+    )
+    plan.document_ids.append(doc.id)
+    plan.chunk_counts[doc.id] = len(spans)
+
+
+def _over_token_caps(settings: Settings, plan: SubmitPlan, tokens: int) -> str | None:
+    """Why a document of `tokens` estimated tokens is not taken, or None when it fits."""
+    if settings.max_document_tokens and tokens > settings.max_document_tokens:
+        return f"about {tokens:,} tokens, over the {settings.max_document_tokens:,}-token document cap"
+    if settings.max_run_tokens and plan.tokens + tokens > settings.max_run_tokens:
+        return f"the run's {settings.max_run_tokens:,}-token cap is reached"
+    return None
+
+
+def _batches(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    batch: list[T] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

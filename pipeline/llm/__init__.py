@@ -1,0 +1,1 @@
+"""Talking to the model: prompts, token estimates, the OpenAI-compatible client, the global rate limit."""

@@ -1,0 +1,361 @@
+"""The LLM client: one per process, errors mapped at this one boundary.
+
+Every call goes through the global limiter (when limits are set), is retried here on
+transient failures with capped exponential backoff and full jitter, and after a 429 sets
+the shared pause that every worker honours. The SDK's own retries are off
+(`max_retries=0`), so a call is never multiplied by two retry loops.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
+
+import httpx
+import openai
+from pydantic import BaseModel, ValidationError
+
+from pipeline.core import constants as c
+from pipeline.core import errors
+from pipeline.core.cost import call_cost
+from pipeline.core.retry import backoff_s
+from pipeline.core.settings import Settings
+from pipeline.llm import prompts
+from pipeline.llm.prompts import response_format
+from pipeline.llm.ratelimit import Permit, RedisLimiter, Scope
+from pipeline.llm.ratelimit.policy import ProviderLimits, provider_limits, provider_wait_s
+from pipeline.llm.tokens import estimate_prompt
+
+log = logging.getLogger(__name__)
+M = TypeVar("M", bound=BaseModel)
+_SECRET_PATTERN = re.compile(r"sk-[A-Za-z0-9_\-*.]{3,}")
+MAX_ERROR_CHARS = 500
+CALL_ATTEMPTS = 4
+"""Tries of one call on 5xx, dropped connections and timeouts before the task decides."""
+RATE_LIMITED_ATTEMPTS = 6
+"""Tries of one call refused with 429 (each after the shared pause)."""
+CALL_BACKOFF_BASE_S = 1.0
+CALL_BACKOFF_CAP_S = 20.0
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """One HTTP call to the model, as stored in `llm_calls`."""
+
+    stage: str
+    model: str
+    status: str  # ok | invalid | rate_limited | unavailable | rejected
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_ms: int = 0
+    error: str | None = None
+    key_slot: int = 0
+    limiter_wait_ms: int = 0
+    cost_usd: float | None = None
+    """None when the model has no price in PIPELINE_LLM_PRICES."""
+
+
+CallSink = Callable[[CallRecord], None]
+
+
+@dataclass(frozen=True)
+class Completion:
+    content: str
+    finish_reason: str
+    record: CallRecord
+
+
+def redact(text: str, *secrets: str) -> str:
+    """`text` with the API keys, and anything shaped like one, removed; cut to a sane length."""
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, "[redacted]")
+    return _SECRET_PATTERN.sub("[redacted]", text)[:MAX_ERROR_CHARS]
+
+
+class LLMClient:
+    """Chat completions against one OpenAI-compatible endpoint, over one or more API keys."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        pool_size: int,
+        limiter: RedisLimiter | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        if not settings.llm_base_url:
+            raise errors.ConfigError(
+                "no LLM endpoint: set PIPELINE_LLM_BASE_URL (or OPENAI_BASE_URL), "
+                "or use `pipeline run`, which starts the simulator"
+            )
+        self.settings = settings
+        self.endpoint = settings.llm_base_url
+        self.model = settings.llm_model
+        self.limiter = limiter
+        self._rng = rng or random.Random()
+        self._warned_limits: set[tuple[str, int]] = set()
+        self._keys = settings.api_keys()
+        self._extract_models = settings.extract_models()
+        self._prices = settings.prices()
+        limits = httpx.Limits(max_connections=pool_size, max_keepalive_connections=pool_size)
+        self._http = httpx.Client(limits=limits, timeout=settings.llm_timeout_s)
+        self._clients = [
+            openai.OpenAI(
+                base_url=self.endpoint,
+                api_key=key,
+                max_retries=0,
+                timeout=settings.llm_timeout_s,
+                http_client=self._http,
+            )
+            for key in self._keys
+        ]
+
+    def close(self) -> None:
+        self._http.close()
+
+    def pick_model(self, stage: str, failed_attempts: int = 0) -> str:
+        """The model for a call: weighted among the extract models, the fallback model once
+        the task has failed `llm_fallback_after` times."""
+        fallback = self.settings.llm_fallback_model
+        if fallback and failed_attempts >= self.settings.llm_fallback_after:
+            return fallback
+        if stage != "extract":
+            return self.model
+        names, weights = zip(*self._extract_models, strict=True)
+        return str(self._rng.choices(names, weights=weights)[0])
+
+    def extract_model_names(self) -> list[str]:
+        """Every model an extract call may go to (stored answers of these can be reused)."""
+        names = [name for name, _ in self._extract_models]
+        if self.settings.llm_fallback_model:
+            names.append(self.settings.llm_fallback_model)
+        return names
+
+    def text(
+        self,
+        messages: list[prompts.Message],
+        *,
+        stage: str,
+        max_tokens: int,
+        sink: CallSink,
+        model: str | None = None,
+    ) -> str:
+        """A plain-text answer."""
+        done = self._complete(
+            messages, stage=stage, model=model or self.model, max_tokens=max_tokens, sink=sink
+        )
+        sink(done.record)
+        return done.content.strip()
+
+    def structured(
+        self,
+        messages: list[prompts.Message],
+        schema: type[M],
+        *,
+        stage: str,
+        max_tokens: int,
+        sink: CallSink,
+        model: str | None = None,
+    ) -> M:
+        """An answer validated against `schema`, repaired once with the validation error.
+
+        Raises SchemaViolation when the repaired answer does not validate either.
+        """
+        model = model or self.model
+        fmt = response_format(schema)
+        done = self._complete(messages, stage=stage, model=model, max_tokens=max_tokens, sink=sink, fmt=fmt)
+        try:
+            parsed = schema.model_validate_json(done.content)
+        except ValidationError as exc:
+            problem = _describe(exc, done.finish_reason)
+            sink(replace(done.record, status="invalid", error=problem))
+        else:
+            sink(done.record)
+            return parsed
+        retry = prompts.repair_messages(messages, done.content, problem)
+        done = self._complete(retry, stage="repair", model=model, max_tokens=max_tokens, sink=sink, fmt=fmt)
+        try:
+            parsed = schema.model_validate_json(done.content)
+        except ValidationError as exc:
+            problem = _describe(exc, done.finish_reason)
+            sink(replace(done.record, status="invalid", error=problem))
+            # Garbled (not cut off at max_tokens, which would recur): worth asking again later.
+            if done.finish_reason != "length" and all(e["type"] == "json_invalid" for e in exc.errors()):
+                raise errors.MalformedAnswer(f"answer was not JSON, even after repair: {problem}") from None
+            raise errors.SchemaViolation(f"answer did not validate after repair: {problem}") from None
+        sink(done.record)
+        return parsed
+
+    def _complete(
+        self,
+        messages: list[prompts.Message],
+        *,
+        stage: str,
+        model: str,
+        max_tokens: int,
+        sink: CallSink,
+        fmt: dict[str, Any] | None = None,
+    ) -> Completion:
+        """One answer, retrying transient failures here; every HTTP attempt is recorded."""
+        tokens = estimate_prompt(model, messages) + max_tokens
+        scopes = [Scope(self.endpoint, model, slot) for slot in range(len(self._clients))]
+        failures = refusals = 0
+        waited_s = 0.0
+        while True:
+            permit = self._acquire(scopes, tokens, waited_s)
+            try:
+                return self._send(permit, messages, stage=stage, model=model, max_tokens=max_tokens, fmt=fmt)
+            except _Failure as failure:
+                error = failure.error
+                if isinstance(error, errors.RateLimited) and self.limiter:
+                    # First the pause, so that no worker sends into the refusal meanwhile.
+                    # A burst refused while the window had room asks for a small cut, a spent quota
+                    # (our limit is above the provider's) for a large one.
+                    decrease = c.AIMD_DECREASE if error.quota_spent else c.AIMD_BURST_DECREASE
+                    self.limiter.pause(
+                        permit.scope, error.retry_after_s or c.DEFAULT_PAUSE_S, decrease=decrease
+                    )
+                sink(failure.record)
+            if isinstance(error, errors.RateLimited):
+                refusals += 1
+                if refusals >= RATE_LIMITED_ATTEMPTS:
+                    raise error
+                if not self.limiter:
+                    time.sleep(backoff_s(refusals, error.retry_after_s, rng=self._rng))
+            elif isinstance(error, errors.UpstreamUnavailable):
+                failures += 1
+                if failures >= CALL_ATTEMPTS:
+                    raise error
+                time.sleep(
+                    backoff_s(
+                        failures - 1, base_s=CALL_BACKOFF_BASE_S, cap_s=CALL_BACKOFF_CAP_S, rng=self._rng
+                    )
+                )
+            else:
+                raise error
+
+    def _acquire(self, scopes: list[Scope], tokens: int, waited_s: float) -> Permit:
+        if self.limiter is None:
+            return Permit(self._rng.choice(scopes), "", tokens, 0.0)
+        return self.limiter.acquire(scopes, tokens, waited_s=waited_s)
+
+    def _send(
+        self,
+        permit: Permit,
+        messages: list[prompts.Message],
+        *,
+        stage: str,
+        model: str,
+        max_tokens: int,
+        fmt: dict[str, Any] | None,
+    ) -> Completion:
+        record = CallRecord(
+            stage, model, "ok", key_slot=permit.scope.key_slot, limiter_wait_ms=int(permit.waited_s * 1000)
+        )
+        kwargs: dict[str, Any] = {"response_format": fmt} if fmt else {}
+        started = time.monotonic()
+        try:
+            raw = self._clients[permit.scope.key_slot].chat.completions.with_raw_response.create(
+                model=model,
+                messages=messages,  # type: ignore[arg-type]
+                max_tokens=max_tokens,
+                temperature=0,
+                **kwargs,
+            )
+            told = provider_limits(raw.headers)
+            response = raw.parse()
+        except openai.APIError as exc:
+            self._settle(
+                permit,
+                provider_limits(exc.response.headers) if isinstance(exc, openai.APIStatusError) else None,
+            )
+            error = self._map_error(exc)
+            latency_ms = int((time.monotonic() - started) * 1000)
+            status = _STATUS_OF[type(error)]
+            cost = call_cost(self._prices, model, 0, 0)  # no answer, no usage: nothing billed
+            raise _Failure(
+                error, replace(record, status=status, latency_ms=latency_ms, error=str(error), cost_usd=cost)
+            ) from None
+        choice = response.choices[0]
+        usage = response.usage
+        # The quota was charged the prompt and max_tokens, whatever the answer used.
+        self._settle(permit, told, usage.prompt_tokens + max_tokens if usage else None)
+        return Completion(
+            content=choice.message.content or "",
+            finish_reason=choice.finish_reason or "stop",
+            record=replace(
+                record,
+                prompt_tokens=usage.prompt_tokens if usage else 0,
+                completion_tokens=usage.completion_tokens if usage else 0,
+                latency_ms=int((time.monotonic() - started) * 1000),
+                cost_usd=call_cost(
+                    self._prices,
+                    model,
+                    usage.prompt_tokens if usage else 0,
+                    usage.completion_tokens if usage else 0,
+                ),
+            ),
+        )
+
+    def _settle(self, permit: Permit, told: ProviderLimits | None, charged_tokens: int | None = None) -> None:
+        """End the permit and hand the limiter what the provider said of its limits."""
+        if told is not None:
+            self._warn_above_provider(told)
+        if self.limiter and permit.id:
+            self.limiter.release(permit, told, charged_tokens)
+
+    def _warn_above_provider(self, told: ProviderLimits) -> None:
+        """A configured limit above the provider's own figure: the provider's is used."""
+        for kind, configured, stated in (
+            ("PIPELINE_RATE_LIMIT_RPM", self.settings.rate_limit_rpm, told.limit_requests),
+            ("PIPELINE_RATE_LIMIT_TPM", self.settings.rate_limit_tpm, told.limit_tokens),
+        ):
+            if stated and configured > stated and (kind, stated) not in self._warned_limits:
+                self._warned_limits.add((kind, stated))
+                log.warning(
+                    "%s=%d is above the provider's own limit (%d, from its x-ratelimit headers): "
+                    "using the provider's",
+                    kind,
+                    configured,
+                    stated,
+                )
+
+    def _map_error(self, exc: openai.APIError) -> errors.PipelineError:
+        message = redact(f"{type(exc).__name__}: {exc}", *self._keys)
+        if isinstance(exc, openai.RateLimitError):
+            headers = exc.response.headers
+            spent = provider_limits(headers).spent
+            return errors.RateLimited(message, provider_wait_s(headers), quota_spent=spent)
+        if isinstance(exc, openai.APIStatusError) and exc.status_code < 500:
+            return errors.ProviderRejected(message)
+        # 5xx, timeouts, dropped connections, bodies that are not JSON at all
+        return errors.UpstreamUnavailable(message)
+
+
+class _Failure(Exception):
+    """A failed HTTP attempt: the mapped error and the record of the attempt."""
+
+    def __init__(self, error: errors.PipelineError, record: CallRecord) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.record = record
+
+
+_STATUS_OF: dict[type[errors.PipelineError], str] = {
+    errors.RateLimited: "rate_limited",
+    errors.ProviderRejected: "rejected",
+    errors.UpstreamUnavailable: "unavailable",
+}
+
+
+def _describe(exc: ValidationError, finish_reason: str) -> str:
+    lines = [f"{'.'.join(map(str, e['loc'])) or 'answer'}: {e['msg']}" for e in exc.errors()[:8]]
+    if finish_reason == "length":
+        lines.insert(0, "the answer was cut off at max_tokens")
+    return "; ".join(lines)[:MAX_ERROR_CHARS]

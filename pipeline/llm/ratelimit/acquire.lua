@@ -1,0 +1,160 @@
+-- acquire.lua: reserve a send time for one LLM call, paced by a GCRA (leaky bucket) over requests
+-- and tokens, bounded by a sliding-window log of both, an in-flight cap and a shared pause.
+-- Time unit: milliseconds, from Redis TIME (never the caller's clock).
+--
+-- KEYS[1] log      ZSET  permit id -> send time (ms; may lie in the near future)
+-- KEYS[2] costs    HASH  permit id -> tokens reserved
+-- KEYS[3] tokens   STRING sum of costs of the permits in the window
+-- KEYS[4] inflight ZSET  permit id -> lease expiry (ms)
+-- KEYS[5] pause    STRING shared "pause until" (ms), set by pause.lua after a 429
+-- KEYS[6] aimd     HASH  factor = share of the limits in force after the last cut, cut_at (ms)
+-- KEYS[7] pace     HASH  requests, tokens = theoretical arrival times (ms) of the two GCRAs
+-- KEYS[8] learned  HASH  rpm, tpm (the provider's x-ratelimit-limit-*), seen (an answer came back)
+--
+-- ARGV[1] configured rpm (0: none)   ARGV[2] configured tpm (0: none)
+-- ARGV[3] max in flight (0: none)    ARGV[4] cost in tokens          ARGV[5] permit id
+-- ARGV[6] window (ms)                ARGV[7] lease (ms)              ARGV[8] recovery (ms, a cut back to 1)
+-- ARGV[9] key TTL beyond the window (ms)
+-- ARGV[10] burst (ms of quota that may go at once; -1: no pacing, the window alone)
+-- ARGV[11] longest wait to reserve (ms): a later send time is refused, not reserved
+-- ARGV[12] learn: 1 = with nothing configured or learned yet, one call at a time until an answer
+--          tells whether the provider sends limits
+--
+-- Returns {admitted 0/1, wait ms, reason, requests in window, tokens in window, factor * 1e6,
+--          now (ms), rpm in force, tpm in force}.
+-- Admitted: the call is recorded at now + wait and must not be sent before then. Refused: nothing
+-- is recorded; wait says when to ask again. Requests and tokens are committed together.
+
+local rpm, tpm, max_inflight = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local cost, id, window = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
+local lease, recovery, ttl = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]) + window
+local burst, max_wait, learn = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
+
+-- Redis 6 needs effects replication before a write that follows TIME (the default from 7).
+if redis.replicate_commands then redis.replicate_commands() end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+-- Forget admissions older than the window, with their tokens.
+local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - window)
+if #expired > 0 then
+  local freed = 0
+  for i = 1, #expired, 500 do
+    local batch = {unpack(expired, i, math.min(i + 499, #expired))}
+    for _, c in ipairs(redis.call('HMGET', KEYS[2], unpack(batch))) do
+      freed = freed + (tonumber(c) or 0)
+    end
+    redis.call('HDEL', KEYS[2], unpack(batch))
+  end
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
+  redis.call('DECRBY', KEYS[3], freed)
+end
+
+local count = redis.call('ZCARD', KEYS[1])
+local used = tonumber(redis.call('GET', KEYS[3]) or '0')
+
+-- The provider's own figures: they set a limit nobody configured, and lower one set too high.
+local learned = redis.call('HMGET', KEYS[8], 'rpm', 'tpm', 'seen')
+local function in_force(configured, told)
+  told = tonumber(told) or 0
+  if told > 0 and (configured <= 0 or told < configured) then return told end
+  return configured
+end
+rpm, tpm = in_force(rpm, learned[1]), in_force(tpm, learned[2])
+if learn == 1 and rpm <= 0 and tpm <= 0 and not learned[3] and (max_inflight <= 0 or max_inflight > 1) then
+  max_inflight = 1
+end
+
+-- The adaptive factor climbs back linearly from the last cut.
+local factor = 1
+local state = redis.call('HMGET', KEYS[6], 'factor', 'cut_at')
+if state[1] then
+  factor = math.min(1, tonumber(state[1]) + (now - tonumber(state[2])) / recovery)
+end
+local function scaled(limit)
+  if limit <= 0 then return 0 end
+  return math.max(1, math.floor(limit * factor))
+end
+local eff_rpm, eff_tpm = scaled(rpm), scaled(tpm)
+local f = math.floor(factor * 1000000)
+
+local function refuse(wait, reason)
+  return {0, math.max(1, math.ceil(wait)), reason, count, used, f, now, rpm, tpm}
+end
+
+if tpm > 0 and cost > tpm then
+  return refuse(window, 'too_large')
+end
+local pause = tonumber(redis.call('GET', KEYS[5]) or '0')
+if pause > now then
+  return refuse(pause - now, 'paused')
+end
+if max_inflight > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
+  if redis.call('ZCARD', KEYS[4]) >= max_inflight then
+    -- No telling when a call ends: the caller polls briefly.
+    return refuse(1, 'inflight')
+  end
+end
+
+-- Pacing: each GCRA lets a call go at its theoretical arrival time less the burst allowance.
+local at, reason = now, 'ok'
+local pace = redis.call('HMGET', KEYS[7], 'requests', 'tokens')
+local tat_requests = math.max(tonumber(pace[1]) or now, now)
+local tat_tokens = math.max(tonumber(pace[2]) or now, now)
+if burst >= 0 then
+  if eff_rpm > 0 and tat_requests - burst > at then at, reason = tat_requests - burst, 'rpm' end
+  if eff_tpm > 0 and tat_tokens - burst > at then at, reason = tat_tokens - burst, 'tpm' end
+end
+
+-- The window: no `window` ms ever holds more than the limits, whatever the pacing allowed. It
+-- holds the limits themselves: a cut slows the pacing, it does not stall calls until a fuller
+-- window drains. Without pacing the window is all there is, and a cut lowers it.
+local win_rpm, win_tpm = rpm, tpm
+if burst < 0 then win_rpm, win_tpm = eff_rpm, eff_tpm end
+if win_rpm > 0 and count + 1 > win_rpm then
+  -- The (count - win_rpm + 1)-th oldest admission must leave the window first.
+  local e = redis.call('ZRANGE', KEYS[1], count - win_rpm, count - win_rpm, 'WITHSCORES')
+  local free_at = tonumber(e[2]) + window
+  if free_at > at then at, reason = free_at, 'rpm' end
+end
+local token_cap = math.max(win_tpm, cost)  -- a cut may leave one big call alone in a window
+if win_tpm > 0 and used + cost > token_cap then
+  local excess, free_at, start = used + cost - token_cap, now + window, 0
+  while excess > 0 and start < count do
+    local batch = redis.call('ZRANGE', KEYS[1], start, start + 199, 'WITHSCORES')
+    local ids = {}
+    for i = 1, #batch, 2 do ids[#ids + 1] = batch[i] end
+    local costs = redis.call('HMGET', KEYS[2], unpack(ids))
+    for i = 1, #ids do
+      excess = excess - (tonumber(costs[i]) or 0)
+      if excess <= 0 then
+        free_at = tonumber(batch[2 * i]) + window
+        break
+      end
+    end
+    start = start + 200
+  end
+  if free_at > at then at, reason = free_at, 'tpm' end
+end
+
+if at - now > max_wait then
+  return refuse(at - now, reason)
+end
+
+redis.call('ZADD', KEYS[1], at, id)
+redis.call('HSET', KEYS[2], id, cost)
+redis.call('INCRBY', KEYS[3], cost)
+if burst >= 0 and (eff_rpm > 0 or eff_tpm > 0) then
+  local requests_next, tokens_next = tat_requests, tat_tokens
+  if eff_rpm > 0 then requests_next = math.max(tat_requests, at) + window / eff_rpm end
+  if eff_tpm > 0 then tokens_next = math.max(tat_tokens, at) + window * cost / eff_tpm end
+  redis.call('HSET', KEYS[7], 'requests', requests_next, 'tokens', tokens_next)
+  redis.call('PEXPIRE', KEYS[7], math.ceil(math.max(requests_next, tokens_next) - now) + ttl)
+end
+for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], math.ceil(at - now) + ttl) end
+if max_inflight > 0 then
+  redis.call('ZADD', KEYS[4], at + lease, id)
+  redis.call('PEXPIRE', KEYS[4], math.ceil(at - now) + lease + ttl)
+end
+return {1, math.ceil(at - now), 'ok', count + 1, used + cost, f, now, rpm, tpm}

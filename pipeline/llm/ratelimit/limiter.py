@@ -1,0 +1,352 @@
+"""The global limiter: Redis holds the state, the Lua scripts decide atomically.
+
+One `RedisLimiter` per process. Each call names a scope (endpoint, model, API-key slot):
+every scope has its own pacing, window, in-flight leases, pause, adaptive factor and what
+the provider's headers said of its limits.
+
+A call is given a send time: calls are spread at the quota's rate (GCRA) with at most
+`burst_s` of quota at once, because providers enforce a per-minute quota per second too;
+the sliding window only guarantees that no window ever holds more than the quota.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import redis
+
+from pipeline.core import constants as c
+from pipeline.core.errors import ConfigError, Deferred, RequestTooLarge
+from pipeline.core.settings import Settings
+from pipeline.llm.ratelimit import policy
+
+Sleep = Callable[[float], None]
+_FIELDS = ("log", "costs", "tokens", "inflight", "pause", "aimd", "pace", "learned")
+
+
+@dataclass(frozen=True)
+class Limits:
+    rpm: int = 0
+    tpm: int = 0
+    max_inflight: int = 0
+    window_s: float = 60.0
+    margin_s: float = 0.0
+    """Added to the window, so admissions stay inside the provider's view of it."""
+    burst_s: float = c.DEFAULT_RATE_LIMIT_BURST_S
+    """Seconds of quota that may go at once; None: no pacing (the sliding window alone)."""
+    pacing: bool = True
+    learn: bool = True
+    """With nothing configured, take the limits from the provider's x-ratelimit-* headers."""
+
+    @property
+    def active(self) -> bool:
+        return bool(self.rpm or self.tpm or self.max_inflight)
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What a quota belongs to. The key slot is a number: keys themselves are never stored."""
+
+    endpoint: str
+    model: str
+    key_slot: int = 0
+
+    @property
+    def tag(self) -> str:
+        raw = f"{self.endpoint}|{self.model}|{self.key_slot}".encode()
+        return hashlib.sha256(raw).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Decision:
+    admitted: bool
+    wait_s: float
+    """Admitted: how long until the reserved send time. Refused: when to ask again."""
+    reason: str
+    requests_in_window: int
+    tokens_in_window: int
+    factor: float
+    at_ms: int
+    """Redis time of the decision."""
+    rpm: int = 0
+    tpm: int = 0
+    """The limits in force: configured, learned from the provider, or the lower of the two."""
+
+
+@dataclass(frozen=True)
+class Permit:
+    scope: Scope
+    id: str
+    tokens: int
+    waited_s: float
+
+
+@dataclass(frozen=True)
+class ScopeView:
+    """What `pipeline status` shows of one scope."""
+
+    scope: Scope
+    requests_in_window: int
+    tokens_in_window: int
+    inflight: int
+    paused_for_s: float
+    factor: float
+    effective_rpm: int
+    effective_tpm: int
+    learned_rpm: int = 0
+    learned_tpm: int = 0
+    """What the provider's x-ratelimit-limit-* headers said (0: nothing heard)."""
+    rpm_in_force: int = 0
+    tpm_in_force: int = 0
+
+
+def keys(scope: Scope) -> list[str]:
+    """Every Redis key of a scope: one prefix, and a hash tag so a cluster keeps them together."""
+    return [f"{c.LIMITER_KEY_PREFIX}:{{{scope.tag}}}:{field}" for field in _FIELDS]
+
+
+def _script(name: str) -> str:
+    return resources.files("pipeline.llm.ratelimit").joinpath(name).read_text(encoding="utf-8")
+
+
+class RedisLimiter:
+    def __init__(
+        self,
+        client: redis.Redis,
+        limits: Limits,
+        *,
+        lease_s: float,
+        recovery_s: float = 300.0,
+        min_factor: float = 0.2,
+        max_wait_s: float = c.DEFAULT_LIMITER_MAX_WAIT_S,
+        sleep: Sleep = time.sleep,
+    ) -> None:
+        self.client = client
+        self.limits = limits
+        self.window_ms = int((limits.window_s + limits.margin_s) * 1000)
+        self.lease_ms = int(lease_s * 1000)
+        self.recovery_ms = int(recovery_s * 1000)
+        self.min_factor = min_factor
+        self.max_wait_s = max_wait_s
+        self._sleep = sleep
+        self.burst_ms = int(limits.burst_s * 1000) if limits.pacing else -1
+        self._acquire = client.register_script(_script("acquire.lua"))
+        self._release = client.register_script(_script("release.lua"))
+        self._pause = client.register_script(_script("pause.lua"))
+
+    @classmethod
+    def from_settings(cls, settings: Settings, pool_size: int) -> RedisLimiter | None:
+        """The process's limiter; None without Redis (then no limit can be configured).
+
+        With no limit configured it still keeps the shared pause after a provider's 429.
+        """
+        limits = Limits(
+            settings.rate_limit_rpm,
+            settings.rate_limit_tpm,
+            settings.max_inflight,
+            settings.rate_limit_window_s,
+            settings.rate_limit_margin_s,
+            burst_s=settings.rate_limit_burst_s,
+            pacing=settings.rate_limit_pacing,
+            learn=settings.rate_limit_learn,
+        )
+        if not settings.redis_url:
+            if limits.active:
+                raise ConfigError("rate limits need PIPELINE_REDIS_URL: the limit is kept in Redis")
+            return None
+        client: redis.Redis = redis.Redis.from_url(settings.redis_url, max_connections=pool_size + 4)
+        return cls(
+            client,
+            limits,
+            lease_s=settings.llm_timeout_s + c.LIMITER_LEASE_EXTRA_S,
+            recovery_s=settings.rate_limit_recovery_s or settings.rate_limit_window_s,
+            min_factor=settings.rate_limit_min_factor,
+            max_wait_s=settings.limiter_max_wait_s,
+        )
+
+    def try_acquire(self, scope: Scope, tokens: int, permit_id: str, max_wait_s: float = 0.0) -> Decision:
+        """One atomic attempt: a send time at most `max_wait_s` away, reserved (and recorded),
+        or a refusal that says how long to wait before asking again."""
+        admitted, wait_ms, reason, requests, used, factor, at_ms, rpm, tpm = self._acquire(
+            keys=keys(scope),
+            args=[
+                self.limits.rpm,
+                self.limits.tpm,
+                self.limits.max_inflight,
+                tokens,
+                permit_id,
+                self.window_ms,
+                self.lease_ms,
+                self.recovery_ms,
+                c.LIMITER_KEY_TTL_EXTRA_MS,
+                self.burst_ms,
+                max(0, int(max_wait_s * 1000)),
+                int(self.limits.learn),
+            ],
+        )
+        return Decision(
+            admitted=bool(admitted),
+            wait_s=int(wait_ms) / 1000,
+            reason=_text(reason),
+            requests_in_window=int(requests),
+            tokens_in_window=int(used),
+            factor=int(factor) / 1e6,
+            at_ms=int(at_ms),
+            rpm=int(rpm),
+            tpm=int(tpm),
+        )
+
+    def acquire(self, scopes: Sequence[Scope], tokens: int, *, waited_s: float = 0.0) -> Permit:
+        """A permit from the first of `scopes` that admits the call, having slept until its
+        send time. Raises Deferred (with the wait) when the wait would exceed `max_wait_s`, so
+        the task goes back to the queue, and RequestTooLarge when no window can ever hold it."""
+        if policy.too_large(tokens, self.limits.tpm):
+            raise RequestTooLarge(_too_large(tokens, self.limits.tpm))
+        start = random.randrange(len(scopes))  # spread calls over the key slots
+        ordered = list(scopes[start:]) + list(scopes[:start])
+        while True:
+            permit_id = uuid.uuid4().hex
+            decisions = []
+            for scope in ordered:
+                decision = self.try_acquire(scope, tokens, permit_id, self.max_wait_s - waited_s)
+                if decision.admitted:
+                    break
+                if decision.reason == "too_large":
+                    raise RequestTooLarge(_too_large(tokens, decision.tpm))
+                decisions.append(decision)
+            else:
+                best = min(decisions, key=lambda d: d.wait_s)
+                wait = best.wait_s if best.reason != "inflight" else c.LIMITER_INFLIGHT_POLL_S
+                # A little jitter keeps waiting workers from retrying in lock-step.
+                wait *= 1 + random.random() * 0.05
+                if not policy.wait_in_place(wait, waited_s, self.max_wait_s):
+                    raise Deferred(f"limiter: {best.reason} for {best.wait_s:.1f} s", retry_after_s=wait)
+                self._sleep(wait)
+                waited_s += wait
+                continue
+            permit = Permit(scope, permit_id, tokens, waited_s + decision.wait_s)
+            if decision.wait_s <= 0:
+                return permit
+            self._sleep(decision.wait_s)
+            waited_s += decision.wait_s
+            if self.paused_for_s(scope) <= 0:
+                return permit
+            # A 429 paused everyone while this call waited for its turn: ask again after it.
+            self.release(permit, None)
+
+    def paused_for_s(self, scope: Scope) -> float:
+        """How long the shared pause of `scope` still holds (0: none)."""
+        with self.client.pipeline(transaction=False) as pipe:
+            pipe.time()
+            pipe.get(keys(scope)[4])
+            (seconds, micros), until_raw = pipe.execute()
+        return max(0, int(until_raw or 0) - (int(seconds) * 1000 + int(micros) // 1000)) / 1000
+
+    def release(
+        self, permit: Permit, told: policy.ProviderLimits | None, charged_tokens: int | None = None
+    ) -> tuple[float, float]:
+        """Free the in-flight lease. `told`: what the provider's answer said of its limits
+        (None: no answer came back). The provider wins: when it has less room than our own
+        window leaves, the pacing moves later. Returns how much later (requests, tokens; s).
+
+        `charged_tokens`: what the provider charged the quota, when known; a reservation above it
+        is refunded. Providers charge a request's prompt and its max_tokens when it arrives
+        (OpenAI's guide), not what the answer used, so that is what the caller passes."""
+        log, costs, tokens, inflight, _, aimd, pace, learned = keys(permit.scope)
+        headers = told or policy.ProviderLimits()
+        pushed_requests, pushed_tokens, _ = self._release(
+            keys=[log, inflight, pace, learned, aimd, costs, tokens],
+            args=[
+                permit.id,
+                self.window_ms,
+                self.recovery_ms,
+                self.limits.rpm,
+                self.limits.tpm,
+                *headers.as_script_args(),
+                int(told is not None),
+                c.LIMITER_LEARNED_TTL_MS,
+                -1 if charged_tokens is None else charged_tokens,
+            ],
+        )
+        return int(pushed_requests) / 1000, int(pushed_tokens) / 1000
+
+    def pause(
+        self, scope: Scope, seconds: float, *, cut: bool = True, decrease: float = c.AIMD_DECREASE
+    ) -> tuple[float, float]:
+        """Make every worker of `scope` wait `seconds`; with `cut`, multiply the adaptive factor
+        by `decrease`. Returns (pause until, unix s; factor now)."""
+        k = keys(scope)
+        until_ms, factor = self._pause(
+            keys=[k[4], k[5]],
+            args=[
+                max(1, int(seconds * 1000)),
+                decrease if cut else 1,
+                self.min_factor,
+                self.recovery_ms,
+                c.AIMD_COOLDOWN_MS,
+                c.LIMITER_KEY_TTL_EXTRA_MS,
+            ],
+        )
+        return int(until_ms) / 1000, int(factor) / 1e6
+
+    def view(self, scope: Scope) -> ScopeView:
+        """A read-only look at a scope's state."""
+        log, costs, _, inflight, pause, aimd, _, learned = keys(scope)
+        # Pipelines: fewer round trips, and results typed alike by every redis-py version.
+        with self.client.pipeline(transaction=False) as pipe:
+            pipe.time()
+            pipe.hmget(aimd, ["factor", "cut_at"])
+            pipe.get(pause)
+            pipe.hmget(learned, ["rpm", "tpm"])
+            (seconds, micros), state, paused_raw, (learned_rpm, learned_tpm) = pipe.execute()
+        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        with self.client.pipeline(transaction=False) as pipe:
+            pipe.zrangebyscore(log, now_ms - self.window_ms, "+inf")
+            pipe.zcount(inflight, now_ms, "+inf")
+            raw_ids, inflight_count = pipe.execute()
+        ids = [_text(i) for i in raw_ids]
+        used = 0
+        if ids:
+            with self.client.pipeline(transaction=False) as pipe:
+                pipe.hmget(costs, ids)
+                (reserved,) = pipe.execute()
+            used = sum(int(v or 0) for v in reserved)
+        factor = policy.effective_factor(
+            float(state[0]) if state[0] else None, int(state[1] or 0), now_ms, self.recovery_ms
+        )
+        paused = int(paused_raw or 0)
+        told_rpm, told_tpm = int(learned_rpm or 0), int(learned_tpm or 0)
+        rpm = policy.limit_in_force(self.limits.rpm, told_rpm)
+        tpm = policy.limit_in_force(self.limits.tpm, told_tpm)
+        return ScopeView(
+            scope=scope,
+            requests_in_window=len(ids),
+            tokens_in_window=used,
+            inflight=int(inflight_count),
+            paused_for_s=max(0, paused - now_ms) / 1000,
+            factor=factor,
+            effective_rpm=policy.scaled_limit(rpm, factor),
+            effective_tpm=policy.scaled_limit(tpm, factor),
+            learned_rpm=told_rpm,
+            learned_tpm=told_tpm,
+            rpm_in_force=rpm,
+            tpm_in_force=tpm,
+        )
+
+
+def _too_large(tokens: int, tpm: int) -> str:
+    return (
+        f"one call needs about {tokens:,} tokens, more than the {tpm:,}-token "
+        "quota per window: it can never be admitted (lower the chunk size or max_tokens)"
+    )
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,194 @@
+"""Synthesize: the run's report from its summaries (a reduce tree when they exceed the
+context budget), with the per-filing table and totals, stored; it closes the run."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Row, select
+
+from pipeline.core.constants import DEFAULT_SYNTHESIZE_MAX_TOKENS
+from pipeline.extraction import grounding
+from pipeline.extraction.extract import Context
+from pipeline.llm import prompts
+from pipeline.llm.client import CallRecord
+from pipeline.reporting import render
+from pipeline.reporting.compress import fallback_summary
+from pipeline.reporting.reduce import reduce_to_one
+from pipeline.runs.status import RunStatusView, run_status
+from pipeline.storage import llm_calls, reports
+from pipeline.storage.db import session_scope
+from pipeline.storage.models import Document, Extraction, RiskFactor, Run, RunStatus
+
+PROMPT_OVERHEAD_TOKENS = 400
+
+
+def synthesize_run(
+    ctx: Context, run_id: str, *, answer: str | None = None, failed_attempts: int = 0
+) -> RunStatus:
+    """Write the run's report (idempotent) and close the run.
+
+    The answer is synthesized from the stored summaries, hierarchically when they exceed
+    the context budget. Passing `answer` skips the LLM (used when synthesis failed for good).
+    """
+    run, rows, risks = _load(ctx, run_id)
+    titles, unverified = _risk_titles(risks)
+    levels = 0
+    if answer is None:
+        model = ctx.llm.pick_model("synthesize", failed_attempts)
+        answer, levels = _synthesize(ctx, run, _summaries(rows, titles), model)
+    view = run_status(ctx.engine, run_id)
+    failure = run_failure(view.documents, ctx.settings.run_failure_threshold)
+    report = render.ReportInput(
+        run_id=run.id,
+        name=run.name,
+        query=run.query,
+        model=run.model,
+        simulated=run.simulated,
+        answer=answer,
+        synthesis_levels=levels,
+        documents=_document_rows(rows, titles, unverified),
+        totals=_totals(view),
+        failure=failure,
+    )
+    status = RunStatus.FAILED if failure else RunStatus.COMPLETED
+    with session_scope(ctx.engine) as session:
+        reports.save_report(session, run_id, render.markdown(report), render.as_json(report), status, failure)
+    return status
+
+
+def synthesize_without_answer(ctx: Context, run_id: str, reason: str) -> RunStatus:
+    """The report when synthesis failed for good: the reason instead of an answer, and the
+    per-filing table, which does not need the LLM."""
+    answer = f"(The synthesis failed: {reason}. The per-filing table below is complete.)"
+    return synthesize_run(ctx, run_id, answer=answer)
+
+
+def _load(ctx: Context, run_id: str) -> tuple[Run, Sequence[Row[Any]], Sequence[Row[Any]]]:
+    """The run, one row per document (with its extraction's columns), and its risk factors."""
+    with session_scope(ctx.engine) as session:
+        run = session.get(Run, run_id)
+        if run is None:
+            raise LookupError(f"no run {run_id}")
+        # Columns, not entities: a 10,000-document run must not load every extraction's JSON.
+        rows = session.execute(
+            select(
+                Document.id,
+                Document.path,
+                Document.status,
+                Document.error,
+                Extraction.document_id,
+                Extraction.company,
+                Extraction.fiscal_year,
+                Extraction.revenue_usd,
+                Extraction.revenue_grounded,
+                Extraction.quotes_total,
+                Extraction.quotes_grounded,
+                Extraction.summary,
+                Document.injection_excerpt,
+            )
+            .outerjoin(Extraction, Extraction.document_id == Document.id)
+            .where(Document.run_id == run_id)
+            .order_by(Document.path, Document.id)
+        ).all()
+        risks = session.execute(
+            select(RiskFactor.document_id, RiskFactor.title, RiskFactor.grounded)
+            .where(RiskFactor.run_id == run_id)
+            .order_by(RiskFactor.document_id, RiskFactor.position)
+        ).all()
+    return run, rows, risks
+
+
+def _risk_titles(risks: Sequence[Row[Any]]) -> tuple[dict[int, list[str]], dict[int, list[str]]]:
+    """Risk-factor titles per document: those whose quote was found, and the unverified."""
+    titles: dict[int, list[str]] = {}
+    unverified: dict[int, list[str]] = {}
+    for document_id, title, grounded in risks:
+        (titles if grounded else unverified).setdefault(document_id, []).append(title)
+    return titles, unverified
+
+
+def _summaries(rows: Sequence[Row[Any]], titles: dict[int, list[str]]) -> list[str]:
+    """One summary per extracted document: the stored one, or one built from its fields."""
+    return [
+        r.summary
+        or fallback_summary(
+            r.company,
+            r.fiscal_year,
+            r.revenue_usd if r.revenue_grounded is not False else None,
+            titles.get(r.id, []),
+        )
+        for r in rows
+        if r.document_id is not None
+    ]
+
+
+def _document_rows(
+    rows: Sequence[Row[Any]], titles: dict[int, list[str]], unverified: dict[int, list[str]]
+) -> list[render.DocumentRow]:
+    return [
+        render.DocumentRow(
+            path=r.path,
+            status=r.status,
+            error=r.error,
+            company=r.company,
+            fiscal_year=r.fiscal_year,
+            revenue_usd=r.revenue_usd,
+            revenue_grounded=r.revenue_grounded,
+            risk_titles=titles.get(r.id, []),
+            unverified_risk_titles=unverified.get(r.id, []),
+            quotes_total=r.quotes_total or 0,
+            quotes_grounded=r.quotes_grounded or 0,
+            injection_excerpt=r.injection_excerpt,
+        )
+        for r in rows
+    ]
+
+
+def _totals(view: RunStatusView) -> dict[str, Any]:
+    return {
+        "documents": view.documents,
+        "llm_calls": view.llm_calls,
+        "tokens": view.prompt_tokens + view.completion_tokens,
+        "prompt_tokens": view.prompt_tokens,
+        "completion_tokens": view.completion_tokens,
+        "grounding": {
+            "quotes_total": view.quotes_total,
+            "quotes_grounded": view.quotes_grounded,
+            "rate": grounding.rate(view.quotes_grounded, view.quotes_total),
+        },
+        "injection_flagged": view.injection_flagged,
+    }
+
+
+def run_failure(documents: dict[str, int], threshold: float) -> str | None:
+    """Why the run counts as failed: more than `threshold` of its documents failed."""
+    total = sum(documents.values())
+    failed = documents.get("failed", 0)
+    if total and failed / total > threshold:
+        return f"{failed} of {total} documents failed, over the {threshold:.0%} threshold"
+    return None
+
+
+def _synthesize(ctx: Context, run: Run, summaries: list[str], model: str) -> tuple[str, int]:
+    budget = ctx.settings.context_budget_tokens - DEFAULT_SYNTHESIZE_MAX_TOKENS - PROMPT_OVERHEAD_TOKENS
+
+    def synthesize(batch: list[str]) -> str:
+        if run.budget_usd is not None:
+            with session_scope(ctx.engine) as session:
+                llm_calls.check_budget(session, run.id)
+        calls: list[CallRecord] = []
+        try:
+            return ctx.llm.text(
+                prompts.synthesize_messages(run.query, batch),
+                stage="synthesize",
+                max_tokens=DEFAULT_SYNTHESIZE_MAX_TOKENS,
+                sink=calls.append,
+                model=model,
+            )
+        finally:
+            with session_scope(ctx.engine) as session:
+                llm_calls.record_calls(session, run.id, None, None, calls)
+
+    return reduce_to_one(summaries, max(budget, 200), synthesize)

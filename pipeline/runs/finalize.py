@@ -1,0 +1,34 @@
+"""Finalize's decision, read from the database (never from the chord's results), so an early
+or repeated delivery of the finalize task changes nothing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from sqlalchemy import Engine
+
+from pipeline.storage import run_state
+from pipeline.storage.db import session_scope
+from pipeline.storage.models import RunStatus
+
+
+@dataclass(frozen=True)
+class FinalizeStep:
+    action: Literal["done", "stalled", "wait", "report"]
+    """"done": the report exists; "stalled": the watchdog gave up on the run (`pipeline resume`
+    sends a new finalize); "wait": documents are still being extracted; "report": compress
+    `compress_ids`, then synthesize."""
+    compress_ids: list[int] = field(default_factory=list)
+
+
+def next_step(engine: Engine, run_id: str) -> FinalizeStep:
+    """What finalize does for the run now."""
+    with session_scope(engine) as session:
+        if run_state.report_exists(session, run_id):
+            return FinalizeStep("done")
+        if run_state.run_status(session, run_id) == RunStatus.STALLED:
+            return FinalizeStep("stalled")
+        if run_state.unfinished_count(session, run_id):
+            return FinalizeStep("wait")
+        return FinalizeStep("report", run_state.extracted_ids(session, run_id, without_summary=True))

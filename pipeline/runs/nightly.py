@@ -1,0 +1,25 @@
+"""The nightly run (beat, PIPELINE_INBOX_SCHEDULE): the inbox's new content, as one run."""
+
+from __future__ import annotations
+
+from datetime import date
+
+from sqlalchemy import Engine
+
+from pipeline.core.settings import Settings
+from pipeline.ingest.producer import SubmitPlan, prepare_run
+
+
+def prepare_nightly(engine: Engine, settings: Settings, today: date | None = None) -> SubmitPlan | None:
+    """Store tonight's run of the inbox's content that no earlier run extracted; None when no
+    inbox is configured. The caller enqueues the plan's documents."""
+    if not settings.inbox:
+        return None
+    return prepare_run(
+        engine,
+        settings,
+        [settings.inbox],
+        query=settings.inbox_query,
+        name=f"nightly-{(today or date.today()).isoformat()}",
+        only_new=True,
+    )

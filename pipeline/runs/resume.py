@@ -1,0 +1,64 @@
+"""Finishing an interrupted run: what is left to enqueue again (the Celery layer sends it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from sqlalchemy import Engine, func, or_, select
+
+from pipeline.storage import run_state
+from pipeline.storage.db import session_scope
+from pipeline.storage.models import Chunk, DocStatus, Document, Run, RunStatus, utcnow
+
+DEFAULT_STALE_AFTER_S = 600.0
+"""A running document with no progress (start or answered chunk) for this long is presumed
+orphaned by a dead worker; below it, its worker is presumed alive and it is left alone."""
+
+
+@dataclass
+class ResumePlan:
+    run_id: str
+    document_ids: list[int] = field(default_factory=list)
+    has_report: bool = False
+    left_running: int = 0
+    """Documents still running recently: not enqueued again (their worker is presumably alive)."""
+
+
+def plan_resume(engine: Engine, run_id: str, stale_after_s: float = DEFAULT_STALE_AFTER_S) -> ResumePlan:
+    """The documents to enqueue again: pending ones, and running ones without progress for
+    `stale_after_s`; longest first. Marks the run running again when there is work."""
+    plan = ResumePlan(run_id)
+    cutoff = utcnow() - timedelta(seconds=stale_after_s)
+    with session_scope(engine) as session:
+        plan.has_report = run_state.report_exists(session, run_id)
+        if plan.has_report:
+            return plan
+        last_answer = (
+            select(Chunk.document_id, func.max(Chunk.completed_at).label("at"))
+            .group_by(Chunk.document_id)
+            .subquery()
+        )
+        rows = session.execute(
+            select(Document.id, Document.status, Document.chunk_count)
+            .outerjoin(last_answer, last_answer.c.document_id == Document.id)
+            .where(Document.run_id == run_id)
+            .where(
+                or_(
+                    Document.status == DocStatus.PENDING,
+                    (Document.status == DocStatus.RUNNING)
+                    & or_(Document.started_at.is_(None), Document.started_at < cutoff)
+                    & or_(last_answer.c.at.is_(None), last_answer.c.at < cutoff),
+                )
+            )
+            .order_by(Document.chunk_count.desc(), Document.id)
+        ).all()
+        plan.document_ids = [row.id for row in rows]
+        running = session.scalar(
+            select(func.count()).where(Document.run_id == run_id, Document.status == DocStatus.RUNNING)
+        )
+        plan.left_running = int(running or 0) - sum(1 for row in rows if row.status == DocStatus.RUNNING)
+        run = session.get(Run, run_id)
+        if run is not None and run.status != RunStatus.RUNNING:
+            run_state.set_run_status(session, run_id, RunStatus.RUNNING)
+    return plan

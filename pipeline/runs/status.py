@@ -1,0 +1,250 @@
+"""Run progress and totals, read from the database."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine, func, select
+
+from pipeline.core.settings import Settings
+from pipeline.extraction.grounding import rate
+from pipeline.storage import run_state as repo
+from pipeline.storage.db import session_scope
+from pipeline.storage.models import (
+    TERMINAL_DOC_STATUSES,
+    Chunk,
+    Document,
+    Extraction,
+    LLMCall,
+    Report,
+    Run,
+    utcnow,
+)
+
+
+@dataclass
+class RunStatusView:
+    run_id: str
+    name: str | None
+    status: str
+    query: str
+    model: str
+    simulated: bool
+    created_at: str
+    finished_at: str | None
+    elapsed_s: float
+    documents: dict[str, int] = field(default_factory=dict)
+    documents_total: int = 0
+    documents_done: int = 0
+    llm_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    has_report: bool = False
+    cost_usd: float | None = None
+    """Sum over priced calls; None when no call was priced."""
+    unpriced_calls: int = 0
+    """Calls whose model has no price in PIPELINE_LLM_PRICES: the cost leaves them out."""
+    budget_usd: float | None = None
+    error: str | None = None
+    chunks_total: int = 0
+    chunks_done: int = 0
+    quotes_total: int = 0
+    quotes_grounded: int = 0
+    grounding_rate: float | None = None
+    """Share of the extracted quotes found in their filing's text."""
+    injection_flagged: int = 0
+    """Documents holding instruction-like text aimed at a model."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class UnknownRun(LookupError):
+    pass
+
+
+def resolve_run_id(engine: Engine, prefix: str | None) -> str:
+    """The run whose id starts with `prefix`; the newest run when None."""
+    with session_scope(engine) as session:
+        if prefix is None:
+            run_id = session.scalar(select(Run.id).order_by(Run.created_at.desc()).limit(1))
+            if run_id is None:
+                raise UnknownRun("no runs yet")
+            return run_id
+        ids = list(session.scalars(select(Run.id).where(Run.id.startswith(prefix)).limit(2)))
+    if len(ids) != 1:
+        raise UnknownRun(f"no run matches {prefix!r}" if not ids else f"{prefix!r} is ambiguous")
+    return ids[0]
+
+
+def run_status(engine: Engine, run_id: str) -> RunStatusView:
+    with session_scope(engine) as session:
+        run = session.get(Run, run_id)
+        if run is None:
+            raise UnknownRun(f"no run {run_id!r}")
+        counts = repo.status_counts(session, run_id)
+        calls, prompt, completion, cost, priced = session.execute(
+            select(
+                func.count(LLMCall.id),
+                func.coalesce(func.sum(LLMCall.prompt_tokens), 0),
+                func.coalesce(func.sum(LLMCall.completion_tokens), 0),
+                func.sum(LLMCall.cost_usd),
+                func.count(LLMCall.cost_usd),
+            ).where(LLMCall.run_id == run_id)
+        ).one()
+        has_report = session.scalar(select(func.count()).where(Report.run_id == run_id)) == 1
+        quotes, grounded = session.execute(
+            select(
+                func.coalesce(func.sum(Extraction.quotes_total), 0),
+                func.coalesce(func.sum(Extraction.quotes_grounded), 0),
+            ).where(Extraction.run_id == run_id)
+        ).one()
+        chunks, chunks_done = session.execute(
+            select(func.count(Chunk.id), func.count(Chunk.completed_at))
+            .join(Document, Document.id == Chunk.document_id)
+            .where(Document.run_id == run_id)
+        ).one()
+        flagged = session.scalar(
+            select(func.count()).where(Document.run_id == run_id, Document.injection_flag)
+        )
+    end = run.finished_at or utcnow()
+    return RunStatusView(
+        run_id=run.id,
+        name=run.name,
+        status=run.status,
+        query=run.query,
+        model=run.model,
+        simulated=run.simulated,
+        created_at=_iso(run.created_at),
+        finished_at=_iso(run.finished_at) if run.finished_at else None,
+        elapsed_s=round((_aware(end) - _aware(run.created_at)).total_seconds(), 3),
+        documents=counts,
+        documents_total=sum(counts.values()),
+        documents_done=sum(n for s, n in counts.items() if s in TERMINAL_DOC_STATUSES),
+        llm_calls=int(calls),
+        prompt_tokens=int(prompt),
+        completion_tokens=int(completion),
+        has_report=has_report,
+        cost_usd=None if cost is None else round(float(cost), 6),
+        unpriced_calls=int(calls) - int(priced),
+        budget_usd=run.budget_usd,
+        error=run.error,
+        chunks_total=int(chunks),
+        chunks_done=int(chunks_done),
+        quotes_total=int(quotes),
+        quotes_grounded=int(grounded),
+        grounding_rate=rate(int(grounded), int(quotes)),
+        injection_flagged=int(flagged or 0),
+    )
+
+
+@dataclass
+class DocumentGrounding:
+    path: str
+    quotes_total: int
+    quotes_grounded: int
+    grounding_rate: float | None
+    revenue_grounded: bool | None
+    injection_flag: bool
+
+
+def document_grounding(engine: Engine, run_id: str) -> list[DocumentGrounding]:
+    """Per extracted document: how many of its quotes were found in its text, lowest rate first."""
+    with session_scope(engine) as session:
+        rows = session.execute(
+            select(
+                Document.path,
+                Extraction.quotes_total,
+                Extraction.quotes_grounded,
+                Extraction.revenue_grounded,
+                Document.injection_flag,
+            )
+            .join(Extraction, Extraction.document_id == Document.id)
+            .where(Document.run_id == run_id)
+            .order_by(Document.path)
+        ).all()
+    found = [
+        DocumentGrounding(path, total, grounded, rate(grounded, total), revenue, bool(flag))
+        for path, total, grounded, revenue, flag in rows
+    ]
+    return sorted(found, key=lambda d: 1.0 if d.grounding_rate is None else d.grounding_rate)
+
+
+def list_runs(engine: Engine, limit: int = 20) -> list[RunStatusView]:
+    with session_scope(engine) as session:
+        ids = list(session.scalars(select(Run.id).order_by(Run.created_at.desc()).limit(limit)))
+    return [run_status(engine, run_id) for run_id in ids]
+
+
+def _aware(moment: datetime) -> datetime:
+    # SQLite hands back naive datetimes; every stored time is UTC.
+    return moment if moment.tzinfo else moment.replace(tzinfo=utcnow().tzinfo)
+
+
+def _iso(moment: datetime) -> str:
+    return _aware(moment).isoformat(timespec="seconds")
+
+
+def limits_source(rpm: int, tpm: int, learned_rpm: int, learned_tpm: int) -> str:
+    """Where the limits in force come from, in words for `pipeline status`."""
+    configured = bool(rpm or tpm)
+    learned = bool(learned_rpm or learned_tpm)
+    lowered = (learned_rpm and rpm > learned_rpm) or (learned_tpm and tpm > learned_tpm)
+    if lowered:
+        return "configured, lowered to the provider's headers"
+    if configured and ((learned_rpm and not rpm) or (learned_tpm and not tpm)):
+        return "configured and learned from headers"
+    if configured:
+        return "configured"
+    return "learned from headers" if learned else "none"
+
+
+def limiter_views(settings: Settings) -> list[dict[str, Any]]:
+    """The global limiter's state for every scope these settings call: configured and
+    effective rates, use of the current window, calls in flight, any shared pause."""
+    from pipeline.llm.ratelimit import RedisLimiter, Scope
+
+    limiter = RedisLimiter.from_settings(settings, pool_size=1)
+    if limiter is None or not settings.llm_base_url:
+        return []
+    models = dict.fromkeys(
+        [name for name, _ in settings.extract_models()]
+        + [settings.llm_model, settings.llm_fallback_model or ""]
+    )
+    views = []
+    try:
+        for model in filter(None, models):
+            for slot in range(len(settings.api_keys())):
+                view = limiter.view(Scope(settings.llm_base_url, model, slot))
+                views.append(
+                    {
+                        "model": model,
+                        "key_slot": slot,
+                        "rpm": settings.rate_limit_rpm,
+                        "tpm": settings.rate_limit_tpm,
+                        "max_inflight": settings.max_inflight,
+                        "learned_rpm": view.learned_rpm,
+                        "learned_tpm": view.learned_tpm,
+                        "limits_from": limits_source(
+                            settings.rate_limit_rpm,
+                            settings.rate_limit_tpm,
+                            view.learned_rpm,
+                            view.learned_tpm,
+                        ),
+                        "pacing": settings.rate_limit_pacing,
+                        "burst_s": settings.rate_limit_burst_s,
+                        "effective_rpm": view.effective_rpm,
+                        "effective_tpm": view.effective_tpm,
+                        "factor": round(view.factor, 3),
+                        "window_s": settings.rate_limit_window_s,
+                        "requests_in_window": view.requests_in_window,
+                        "tokens_in_window": view.tokens_in_window,
+                        "inflight": view.inflight,
+                        "paused_for_s": view.paused_for_s,
+                    }
+                )
+    finally:
+        limiter.client.close()
+    return views

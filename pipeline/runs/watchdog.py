@@ -1,0 +1,102 @@
+"""The watchdog: runs with no activity for a while are resumed, or marked stalled.
+
+Beat runs it every `PIPELINE_WATCHDOG_INTERVAL_S` (`pipeline watchdog` runs it once, for
+cron). Activity is anything a worker writes for the run: a document finished, a chunk
+answered, an LLM call recorded (even a failed one: a run that is retrying through a provider
+outage is alive, and resuming it would only add duplicate tasks).
+
+A run idle for `watchdog_idle_s` is resumed (what `pipeline resume` does). When it stays
+idle after `watchdog_max_resumes` resumes, resuming is not helping (no worker consumes the
+queues, or every attempt dies): the run is marked `stalled` with the reason, for an
+operator. `pipeline resume RUN` still works on a stalled run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import Engine, func, select, update
+from sqlalchemy.orm import Session
+
+from pipeline.core.settings import Settings
+from pipeline.runs.resume import ResumePlan, plan_resume
+from pipeline.storage import run_state
+from pipeline.storage.db import session_scope
+from pipeline.storage.models import Chunk, Document, LLMCall, Run, RunStatus, utcnow
+
+WATCHED_STATUSES = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.REPORTING)
+
+
+@dataclass
+class Verdict:
+    run_id: str
+    action: str
+    """"resume" (the plan is to be enqueued) or "stalled"."""
+    idle_s: float
+    plan: ResumePlan | None = None
+
+
+def last_activity(session: Session, run: Run) -> datetime:
+    """When a worker last wrote anything for the run (its start when nothing yet)."""
+    moments = [
+        session.scalar(select(func.max(Document.finished_at)).where(Document.run_id == run.id)),
+        session.scalar(
+            select(func.max(Chunk.completed_at))
+            .join(Document, Document.id == Chunk.document_id)
+            .where(Document.run_id == run.id)
+        ),
+        session.scalar(select(func.max(LLMCall.created_at)).where(LLMCall.run_id == run.id)),
+        run.started_at,
+        run.created_at,
+    ]
+    return max(_aware(m) for m in moments if m is not None)
+
+
+def _aware(moment: datetime) -> datetime:
+    # SQLite returns naive datetimes for aggregates; every stored time is UTC.
+    return moment if moment.tzinfo else moment.replace(tzinfo=utcnow().tzinfo)
+
+
+def check(engine: Engine, settings: Settings, run_ids: Sequence[str] | None = None) -> list[Verdict]:
+    """One pass over the unfinished runs (or those of `run_ids`); returns what to resume (the
+    caller enqueues the plans) and what was marked stalled."""
+    now = utcnow()
+    idle_limit = timedelta(seconds=settings.watchdog_idle_s)
+    verdicts: list[Verdict] = []
+    with session_scope(engine) as session:
+        stmt = select(Run).where(Run.status.in_(list(WATCHED_STATUSES)))
+        if run_ids is not None:
+            stmt = stmt.where(Run.id.in_(list(run_ids)))
+        runs = list(session.scalars(stmt))
+        idle = {run.id: now - last_activity(session, run) for run in runs}
+    for run in runs:
+        if idle[run.id] < idle_limit:
+            if run.resumes:  # progress since the last resume: start counting again
+                _set_resumes(engine, run.id, 0)
+            continue
+        if run.resumed_at is not None and now - _aware(run.resumed_at) < idle_limit:
+            continue  # resumed recently: give it time
+        idle_s = idle[run.id].total_seconds()
+        if run.resumes >= settings.watchdog_max_resumes:
+            reason = (
+                f"stalled: no activity for {idle_s / 60:.0f} min after {run.resumes} resumes "
+                "(are workers consuming the queues?); `pipeline resume` enqueues it again"
+            )
+            with session_scope(engine) as session:
+                run_state.set_run_status(session, run.id, RunStatus.STALLED, reason)
+            verdicts.append(Verdict(run.id, "stalled", idle_s))
+            continue
+        plan = plan_resume(engine, run.id, stale_after_s=settings.watchdog_idle_s)
+        _set_resumes(engine, run.id, run.resumes + 1, resumed_at=now)
+        verdicts.append(Verdict(run.id, "resume", idle_s, plan))
+    return verdicts
+
+
+def _set_resumes(engine: Engine, run_id: str, resumes: int, resumed_at: datetime | None = None) -> None:
+    values: dict[str, object] = {"resumes": resumes}
+    if resumed_at is not None:
+        values["resumed_at"] = resumed_at
+    with session_scope(engine) as session:
+        session.execute(update(Run).where(Run.id == run_id).values(**values))

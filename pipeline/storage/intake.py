@@ -1,0 +1,112 @@
+"""Submit: the run's row, each file's content (stored once) and its document and chunk rows."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from pipeline.storage.models import (
+    TERMINAL_DOC_STATUSES,
+    Chunk,
+    Content,
+    DocStatus,
+    Document,
+    Run,
+    RunStatus,
+    utcnow,
+)
+from pipeline.storage.upsert import upsert
+
+if TYPE_CHECKING:
+    from pipeline.ingest.chunking import ChunkSpan
+
+
+def create_run(
+    session: Session,
+    run_id: str,
+    *,
+    name: str | None,
+    query: str,
+    model: str,
+    prompt_version: str,
+    simulated: bool,
+    reuse_answers: bool = True,
+    budget_usd: float | None = None,
+    schema: str | None = None,
+) -> Run:
+    run = Run(
+        id=run_id,
+        name=name,
+        query=query,
+        model=model,
+        prompt_version=prompt_version,
+        simulated=simulated,
+        reuse_answers=reuse_answers,
+        budget_usd=budget_usd,
+        schema=schema,
+        status=RunStatus.PENDING,
+    )
+    session.add(run)
+    session.flush()
+    return run
+
+
+def delete_run(session: Session, run_id: str) -> None:
+    session.execute(delete(Document).where(Document.run_id == run_id))
+    session.execute(delete(Run).where(Run.id == run_id))
+
+
+def content_extracted(session: Session, sha256: str) -> bool:
+    """Whether some run already extracted this exact content."""
+    found = session.scalar(
+        select(Document.id).where(Document.sha256 == sha256, Document.status == DocStatus.EXTRACTED).limit(1)
+    )
+    return found is not None
+
+
+def store_content(session: Session, sha256: str, text: str, size_bytes: int) -> None:
+    upsert(session, Content, [{"sha256": sha256, "text": text, "bytes": size_bytes}], ["sha256"])
+
+
+def add_document(
+    session: Session,
+    run_id: str,
+    path: str,
+    *,
+    sha256: str | None,
+    size_bytes: int,
+    status: DocStatus = DocStatus.PENDING,
+    error: str | None = None,
+    spans: Sequence[ChunkSpan] = (),
+    injection_excerpt: str | None = None,
+) -> Document:
+    finished = utcnow() if status in TERMINAL_DOC_STATUSES else None
+    doc = Document(
+        run_id=run_id,
+        path=path,
+        sha256=sha256,
+        bytes=size_bytes,
+        status=status,
+        error=error,
+        chunk_count=len(spans),
+        finished_at=finished,
+        injection_flag=injection_excerpt is not None,
+        injection_excerpt=injection_excerpt,
+    )
+    session.add(doc)
+    session.flush()
+    session.add_all(
+        Chunk(
+            document_id=doc.id,
+            idx=s.idx,
+            char_start=s.char_start,
+            char_end=s.char_end,
+            token_estimate=s.token_estimate,
+            section=s.section,
+        )
+        for s in spans
+    )
+    return doc

@@ -1,0 +1,55 @@
+"""Every LLM call's record (tokens, latency, cost), and the run's budget checked against them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from pipeline.core.errors import BudgetSpent
+from pipeline.storage.models import (
+    LLMCall,
+    Run,
+)
+
+if TYPE_CHECKING:
+    from pipeline.llm.client import CallRecord
+
+
+def record_calls(
+    session: Session,
+    run_id: str,
+    document_id: int | None,
+    chunk_idx: int | None,
+    records: Iterable[CallRecord],
+) -> None:
+    session.add_all(
+        LLMCall(
+            run_id=run_id,
+            document_id=document_id,
+            chunk_idx=chunk_idx,
+            stage=r.stage,
+            model=r.model,
+            status=r.status,
+            prompt_tokens=r.prompt_tokens,
+            completion_tokens=r.completion_tokens,
+            latency_ms=r.latency_ms,
+            error=r.error,
+            key_slot=r.key_slot,
+            limiter_wait_ms=r.limiter_wait_ms,
+            cost_usd=r.cost_usd,
+        )
+        for r in records
+    )
+    spent = sum(r.cost_usd or 0.0 for r in records)
+    if spent:
+        session.execute(update(Run).where(Run.id == run_id).values(cost_usd=Run.cost_usd + spent))
+
+
+def check_budget(session: Session, run_id: str) -> None:
+    """Raise BudgetSpent once the run's recorded cost reached its budget."""
+    row = session.execute(select(Run.budget_usd, Run.cost_usd).where(Run.id == run_id)).one_or_none()
+    if row is not None and row.budget_usd is not None and row.cost_usd >= row.budget_usd:
+        raise BudgetSpent(f"budget: the run spent ${row.cost_usd:.4f} of its ${row.budget_usd:.4f}")

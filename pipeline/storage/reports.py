@@ -1,0 +1,34 @@
+"""Report: each extraction's summary, and the run's report (which closes the run)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import update
+from sqlalchemy.orm import Session
+
+from pipeline.storage.models import (
+    Extraction,
+    Report,
+    RunStatus,
+    utcnow,
+)
+from pipeline.storage.run_state import set_run_status
+from pipeline.storage.upsert import upsert
+
+
+def save_summary(session: Session, document_id: int, summary: str) -> None:
+    session.execute(update(Extraction).where(Extraction.document_id == document_id).values(summary=summary))
+
+
+def save_report(
+    session: Session,
+    run_id: str,
+    markdown: str,
+    data: dict[str, Any],
+    status: RunStatus,
+    error: str | None = None,
+) -> None:
+    row = {"run_id": run_id, "markdown": markdown, "json": data, "created_at": utcnow()}
+    upsert(session, Report, [row], ["run_id"], ["markdown", "json", "created_at"])
+    set_run_status(session, run_id, status, error)

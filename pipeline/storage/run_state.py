@@ -1,0 +1,62 @@
+"""Finalize, resume and the watchdog: a run's status, its documents' counts, whether it has a report."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from pipeline.storage.models import (
+    TERMINAL_DOC_STATUSES,
+    Document,
+    Extraction,
+    Report,
+    Run,
+    RunStatus,
+    utcnow,
+)
+
+
+def set_run_status(session: Session, run_id: str, status: RunStatus, error: str | None = None) -> None:
+    values: dict[str, Any] = {"status": status}
+    if status == RunStatus.RUNNING:
+        values["started_at"] = utcnow()
+    if status in (RunStatus.COMPLETED, RunStatus.FAILED):
+        values["finished_at"] = utcnow()
+    if error is not None:
+        values["error"] = error
+    session.execute(update(Run).where(Run.id == run_id).values(**values))
+
+
+def status_counts(session: Session, run_id: str) -> dict[str, int]:
+    rows = session.execute(
+        select(Document.status, func.count()).where(Document.run_id == run_id).group_by(Document.status)
+    )
+    return {str(status): int(count) for status, count in rows.tuples()}
+
+
+def unfinished_count(session: Session, run_id: str) -> int:
+    return (
+        session.scalar(
+            select(func.count()).where(
+                Document.run_id == run_id, Document.status.not_in(TERMINAL_DOC_STATUSES)
+            )
+        )
+        or 0
+    )
+
+
+def extracted_ids(session: Session, run_id: str, *, without_summary: bool = False) -> list[int]:
+    stmt = select(Extraction.document_id).where(Extraction.run_id == run_id)
+    if without_summary:
+        stmt = stmt.where(Extraction.summary.is_(None))
+    return list(session.scalars(stmt.order_by(Extraction.document_id)))
+
+
+def run_status(session: Session, run_id: str) -> str | None:
+    return session.scalar(select(Run.status).where(Run.id == run_id))
+
+
+def report_exists(session: Session, run_id: str) -> bool:
+    return session.scalar(select(func.count()).where(Report.run_id == run_id)) == 1

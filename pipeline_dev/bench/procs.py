@@ -1,0 +1,107 @@
+"""Processes the benchmark runs, and their peak memory (Linux `VmHWM`)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from pipeline.runtime import embedded
+
+READY_TIMEOUT_S = 60.0
+
+
+def peak_rss_mb(pid: int) -> float | None:
+    """The process's peak resident set so far, in MB (None where /proc has no such field)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def sim_stats(base_url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(base_url.removesuffix("/v1") + "/sim/stats") as answer:
+        return dict(json.load(answer))
+
+
+@contextmanager
+def simulator(logs: Path, args: list[str]) -> Iterator[str]:
+    child, url = embedded.start_simulator(embedded.child_env({}), logs, args)
+    with child:
+        yield url
+
+
+@contextmanager
+def workers(
+    env: Mapping[str, str], logs: Path, count: int, concurrency: int, argv: list[str] | None = None
+) -> Iterator[list[embedded.Child]]:
+    """`count` worker processes, ready (their log says so); stopped on exit."""
+    full_env = embedded.child_env(env)
+    paths = [logs / f"worker-{i}-{time.monotonic_ns()}.log" for i in range(count)]
+    children = []
+    for i, path in enumerate(paths):
+        if argv is None:
+            children.append(embedded.start_worker(full_env, path, concurrency, f"bench-{i}-%h"))
+        else:
+            cmd = [*argv, f"--concurrency={concurrency}", f"--hostname=base-{i}-{time.monotonic_ns()}@%h"]
+            children.append(embedded.Child(f"worker-{i}", cmd, env=full_env, log_path=path))
+    try:
+        embedded.wait_until_ready(children, READY_TIMEOUT_S)
+        yield children
+    except BaseException:
+        embedded.stop_all(children)
+        raise
+    # The measured work is over: they are asked to stop (a warm shutdown takes a couple of
+    # seconds) while the next regime starts; `finish_stopping` waits for them.
+    for child in children:
+        child.terminate()
+    _stopping.extend(children)
+
+
+_stopping: list[embedded.Child] = []
+"""Workers asked to stop whose exit is not waited for yet."""
+
+
+def finish_stopping() -> None:
+    """Wait for every worker asked to stop (killing those that take too long)."""
+    embedded.stop_all(_stopping)
+    _stopping.clear()
+
+
+def run_measured(
+    argv: list[str], env: Mapping[str, str], timeout_s: float, ok_codes: tuple[int, ...] = (0,)
+) -> tuple[str, float, float | None]:
+    """Run a command to its end; returns its stdout, wall seconds and peak RSS (MB)."""
+    started = time.monotonic()
+    # stdout goes to a file: a pipe nobody reads while we poll would fill up and block it.
+    with tempfile.TemporaryFile("w+") as out:
+        process = subprocess.Popen(
+            argv, env=embedded.child_env(env), stdout=out, stderr=subprocess.DEVNULL, text=True
+        )
+        peak: float | None = None
+        while process.poll() is None:
+            peak = max(peak or 0.0, peak_rss_mb(process.pid) or 0.0) or peak
+            if time.monotonic() - started > timeout_s:
+                process.kill()
+                raise RuntimeError(f"{' '.join(argv[:4])} did not finish within {timeout_s:.0f} s")
+            time.sleep(0.05)
+        wall = time.monotonic() - started
+        out.seek(0)
+        text = out.read()
+    if process.returncode not in ok_codes:
+        raise RuntimeError(f"{' '.join(argv[:4])} exited {process.returncode}")
+    return text, wall, peak
+
+
+def pipeline_cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "pipeline", *args]

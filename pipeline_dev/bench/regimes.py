@@ -1,0 +1,307 @@
+"""The benchmark's regimes, each run against the project's simulator on this machine."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipeline_dev.bench import procs
+from pipeline_dev.synth_filings import write_filings
+
+Result = dict[str, Any]
+
+
+@dataclass
+class BenchConfig:
+    """Sizes and provider settings; `scale` shrinks document counts (the harness test uses
+    tiny ones), `window_s` the provider's window (tests use a short one)."""
+
+    database_url: str
+    redis_url: str
+    work_dir: Path
+    scale: float = 1.0
+    rpm: int = 600
+    tpm: int = 2_400_000
+    """R1t's token quota: with chunks of ~6,000 tokens it binds before the requests do."""
+    pacing: bool = True
+    window_s: float = 60.0
+    p50_s: float = 1.42
+    p95_s: float = 3.81
+    workers: int = 2
+    concurrency: int = 32
+    llm_timeout_s: float = 20.0
+    seed: int = 7
+    results: dict[str, Result] = field(default_factory=dict)
+
+    def count(self, full: int) -> int:
+        return max(2, math.ceil(full * self.scale))
+
+    def env(self, sim_url: str, **extra: str) -> dict[str, str]:
+        return {
+            "PIPELINE_DATABASE_URL": self.database_url,
+            "PIPELINE_REDIS_URL": self.redis_url,
+            "PIPELINE_LLM_BASE_URL": sim_url,
+            "PIPELINE_LLM_MODEL": "sim-1",
+            "PIPELINE_LLM_TIMEOUT_S": str(self.llm_timeout_s),
+            "PIPELINE_DATA_DIR": str(self.work_dir),
+            "PIPELINE_RATE_LIMIT_RPM": "0",
+            "PIPELINE_RATE_LIMIT_WINDOW_S": str(self.window_s),
+            "PIPELINE_RATE_LIMIT_PACING": str(self.pacing).lower(),
+            **extra,
+        }
+
+    def latency_args(self) -> list[str]:
+        return ["--p50", str(self.p50_s), "--p95", str(self.p95_s), "--seed", str(self.seed)]
+
+    def limit_args(self) -> list[str]:
+        return ["--rpm", str(self.rpm), "--window-s", str(self.window_s)]
+
+
+FAULT_ARGS = [
+    "--error-rate",
+    "0.03",
+    "--drop-rate",
+    "0.01",
+    "--hang-rate",
+    "0.005",
+    "--bad-json-rate",
+    "0.03",
+]
+
+
+def filings(cfg: BenchConfig, name: str, count: int, low: int, high: int) -> Path:
+    directory = cfg.work_dir / "filings" / name
+    if not directory.exists():
+        rng = random.Random(cfg.seed)
+        write_filings(directory, count, seed=cfg.seed, sizes=[rng.randint(low, high) for _ in range(count)])
+    return directory
+
+
+def run_pipeline(
+    cfg: BenchConfig,
+    files: Path,
+    sim_args: list[str],
+    *,
+    workers: int | None = None,
+    concurrency: int | None = None,
+    env_extra: dict[str, str] | None = None,
+) -> Result:
+    """Submit `files` with --wait against a fresh simulator and workers; measure it."""
+    logs = Path(tempfile.mkdtemp(dir=cfg.work_dir, prefix="logs-"))
+    with procs.simulator(logs, sim_args) as sim_url:
+        env = cfg.env(sim_url, **(env_extra or {}))
+        with procs.workers(env, logs, workers or cfg.workers, concurrency or cfg.concurrency) as children:
+            out, wall, producer_mb = procs.run_measured(
+                # 1: the run ended failed (too many failed documents): measured all the same.
+                procs.pipeline_cli("submit", str(files), "--wait", "--fresh"),  # measure calls, not reuse
+                env,
+                timeout_s=3 * 3600,
+                ok_codes=(0, 1),
+            )
+            worker_mb = [procs.peak_rss_mb(c.process.pid) for c in children]
+            run_id = out.strip().splitlines()[-1]
+            status_out, _, _ = procs.run_measured(procs.pipeline_cli("status", run_id, "--json"), env, 600)
+            report_out, _, _ = procs.run_measured(
+                procs.pipeline_cli("report", run_id, "--format", "json"), env, 600
+            )
+        stats = procs.sim_stats(sim_url)
+    status = json.loads(status_out)
+    final = sum(status["documents"].get(s, 0) for s in ("extracted", "failed", "skipped"))
+    files_count = len(list(files.iterdir()))
+    return {
+        "run_id": run_id,
+        "documents": files_count,
+        "wall_s": round(wall, 2),
+        "statuses": status["documents"],
+        "lost": files_count - final,
+        "extracted_share": status["documents"].get("extracted", 0) / files_count,
+        "requests": stats["requests_total"],
+        "admitted": stats["admitted"],
+        "refused_429": stats["rejected_429"],
+        "share_429": stats["rejected_429"] / max(1, stats["requests_total"]),
+        "refused_per_second": stats["rejected_per_second"],
+        "charged_tokens": stats["charged_tokens"],
+        "llm_span_s": round(stats["last_admitted_s"] - stats["first_admitted_s"], 2),
+        "busy_requests_quota_used": _per_s(stats["busy_admitted"], stats["busy_s"]),
+        "busy_tokens_quota_used": _per_s(stats["busy_charged_tokens"], stats["busy_s"]),
+        "max_admitted_in_window": stats["max_admitted_in_any_60s_window"],
+        "producer_peak_mb": producer_mb,
+        "worker_peak_mb": max((m or 0.0) for m in worker_mb),
+        "synthesis_levels": json.loads(report_out)["synthesis_levels"],
+    }
+
+
+def mean_latency_s(p50_s: float, p95_s: float) -> float:
+    """Mean of the simulator's log-normal with that median and 95th percentile."""
+    if p95_s <= p50_s:
+        return p50_s
+    sigma = math.log(p95_s / p50_s) / 1.6449
+    return p50_s * math.exp(sigma**2 / 2)
+
+
+def _per_s(amount: float, seconds: float) -> float:
+    return amount / seconds if seconds > 0 else 0.0
+
+
+def _against_quota(
+    cfg: BenchConfig, result: Result, *, tokens: bool, ratio: float, share_429: float
+) -> Result:
+    """The wall against the least time the provider's quota allows for what was admitted."""
+    if tokens:
+        result["theoretical_min_s"] = round(result["charged_tokens"] / cfg.tpm * cfg.window_s, 2)
+        result["busy_quota_used"] = result["busy_tokens_quota_used"] / (cfg.tpm / cfg.window_s)
+    else:
+        result["theoretical_min_s"] = round(result["admitted"] / cfg.rpm * cfg.window_s, 2)
+        result["busy_quota_used"] = result["busy_requests_quota_used"] / (cfg.rpm / cfg.window_s)
+    result["ratio_to_min"] = result["wall_s"] / result["theoretical_min_s"]
+    result["pacing"] = cfg.pacing
+    result["goal"] = f"<= {ratio} x minimum, <= {share_429:.0%} 429, nothing lost"
+    result["met"] = (
+        result["ratio_to_min"] <= ratio and result["share_429"] <= share_429 and result["lost"] == 0
+    )
+    return result
+
+
+def r1_rate_bound(cfg: BenchConfig) -> Result:
+    """Request-bound: the configured RPM against a provider that enforces it per second too."""
+    files = filings(cfg, "r1", cfg.count(300), 20_000, 80_000)
+    env = {"PIPELINE_RATE_LIMIT_RPM": str(cfg.rpm)}
+    result = run_pipeline(cfg, files, cfg.latency_args() + cfg.limit_args(), env_extra=env)
+    return _against_quota(cfg, result, tokens=False, ratio=1.05, share_429=0.01)
+
+
+def r1t_token_bound(cfg: BenchConfig) -> Result:
+    """Token-bound: chunks of ~6,000 tokens, a TPM that binds before the RPM."""
+    files = filings(cfg, "r1t", cfg.count(150), 40_000, 80_000)
+    env = {"PIPELINE_RATE_LIMIT_RPM": str(cfg.rpm), "PIPELINE_RATE_LIMIT_TPM": str(cfg.tpm)}
+    sim_args = [*cfg.latency_args(), *cfg.limit_args(), "--tpm", str(cfg.tpm)]
+    result = run_pipeline(cfg, files, sim_args, env_extra=env)
+    return _against_quota(cfg, result, tokens=True, ratio=1.05, share_429=0.01)
+
+
+def r1z_learned(cfg: BenchConfig) -> Result:
+    """Nothing configured: the limits are learned from the provider's x-ratelimit-* headers."""
+    files = filings(cfg, "r1", cfg.count(300), 20_000, 80_000)
+    result = run_pipeline(cfg, files, cfg.latency_args() + cfg.limit_args())
+    return _against_quota(cfg, result, tokens=False, ratio=1.25, share_429=0.03)
+
+
+def r2_latency_bound(cfg: BenchConfig) -> Result:
+    files = filings(cfg, "r1", cfg.count(300), 20_000, 80_000)
+    result = run_pipeline(cfg, files, cfg.latency_args())
+    concurrency = cfg.workers * cfg.concurrency
+    ideal = concurrency / mean_latency_s(cfg.p50_s, cfg.p95_s)
+    result["throughput_rps"] = result["requests"] / result["wall_s"]
+    result["ideal_rps"] = round(ideal, 2)
+    result["ratio"] = result["throughput_rps"] / ideal
+    result["goal"] = ">= 0.9"
+    result["met"] = result["ratio"] >= 0.9
+    return result
+
+
+def r3_overhead(cfg: BenchConfig) -> Result:
+    files = filings(cfg, "r3", cfg.count(400), 20_000, 24_000)
+    result = run_pipeline(cfg, files, ["--p50", "0", "--p95", "0"])
+    n = result["documents"]
+    logs = Path(tempfile.mkdtemp(dir=cfg.work_dir, prefix="baseline-"))
+    argv = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "workers.baseline",
+        "worker",
+        "--pool=threads",
+        "-Q",
+        "baseline",
+        "--without-gossip",
+        "--without-mingle",
+        "--loglevel=INFO",
+    ]
+    env = {"PIPELINE_REDIS_URL": cfg.redis_url}
+    with procs.workers(env, logs, cfg.workers, cfg.concurrency, argv=argv):
+        out, _, _ = procs.run_measured([sys.executable, "-m", "workers.baseline", str(n)], env, 3600)
+    baseline = json.loads(out)
+    result["pipeline_docs_per_s"] = n / result["wall_s"]
+    result["bare_chord_tasks_per_s"] = n / baseline["wall_s"]
+    result["ratio"] = result["pipeline_docs_per_s"] / result["bare_chord_tasks_per_s"]
+    result["goal"] = ">= 0.5"
+    result["met"] = result["ratio"] >= 0.5
+    return result
+
+
+def r4_faults(cfg: BenchConfig) -> Result:
+    files = filings(cfg, "r1", cfg.count(300), 20_000, 80_000)
+    env = {"PIPELINE_RATE_LIMIT_RPM": str(cfg.rpm)}
+    result = run_pipeline(cfg, files, cfg.latency_args() + cfg.limit_args() + FAULT_ARGS, env_extra=env)
+    r1 = cfg.results.get("R1")
+    result["wall_ratio_to_r1"] = result["wall_s"] / r1["wall_s"] if r1 else None
+    result["goal"] = ">= 99.5% extracted, nothing lost, wall <= 1.3 x R1"
+    result["met"] = (
+        result["extracted_share"] >= 0.995
+        and result["lost"] == 0
+        and (result["wall_ratio_to_r1"] or 0) <= 1.3
+    )
+    return result
+
+
+def r5_memory(cfg: BenchConfig) -> Result:
+    files = filings(cfg, "r5", cfg.count(160), 20_000, 40_000)
+    result = run_pipeline(cfg, files, ["--p50", "2.0", "--p95", "3.0"], workers=1, concurrency=64)
+    r6 = cfg.results.get("R6")
+    result["producer_10k_peak_mb"] = r6["producer_peak_mb"] if r6 else None
+    result["goal"] = "<= 250 MB per worker, <= 300 MB producer (10,000 documents)"
+    result["met"] = result["worker_peak_mb"] <= 250 and (result["producer_10k_peak_mb"] or 0) <= 300
+    return result
+
+
+def r6_scale(cfg: BenchConfig) -> Result:
+    files = filings(cfg, "r6", cfg.count(10_000), 20_000, 22_000)
+    result = run_pipeline(cfg, files, ["--p50", "0", "--p95", "0"])
+    result["ms_per_document"] = round(result["wall_s"] * 1000 / result["documents"], 2)
+    result["goal"] = "completes, report within the context budget"
+    result["met"] = result["lost"] == 0 and result["synthesis_levels"] >= 1
+    return result
+
+
+def peer(cfg: BenchConfig, regime: str) -> Result:
+    from pipeline_dev.bench.peer import run_peer
+
+    files = sorted(filings(cfg, "r1", cfg.count(300), 20_000, 80_000).iterdir())
+    args = cfg.latency_args() + cfg.limit_args() + (FAULT_ARGS if regime == "R4" else [])
+    logs = Path(tempfile.mkdtemp(dir=cfg.work_dir, prefix="peer-"))
+    with procs.simulator(logs, args) as sim_url:
+        outcome = run_peer(files, sim_url)
+        stats = procs.sim_stats(sim_url)
+    ours = cfg.results.get(regime)
+    return {
+        "documents": outcome.documents,
+        "extracted": outcome.extracted,
+        "lost": outcome.lost,
+        "wall_s": round(outcome.wall_s, 2),
+        "requests": stats["requests_total"],
+        "share_429": stats["rejected_429"] / max(1, stats["requests_total"]),
+        "text_share": outcome.text_share,
+        "wall_ratio_ours_to_peer": ours["wall_s"] / outcome.wall_s if ours else None,
+    }
+
+
+REGIMES: dict[str, Callable[[BenchConfig], Result]] = {
+    "R1": r1_rate_bound,
+    "R1t": r1t_token_bound,
+    "R1z": r1z_learned,
+    "R2": r2_latency_bound,
+    "R3": r3_overhead,
+    "R4": r4_faults,
+    "R6": r6_scale,
+    "R5": r5_memory,  # after R6: it reports R6's producer peak
+    "peer-R1": lambda cfg: peer(cfg, "R1"),
+    "peer-R4": lambda cfg: peer(cfg, "R4"),
+}

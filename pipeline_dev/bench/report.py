@@ -1,0 +1,63 @@
+"""The benchmark's results as JSON and as the Markdown table the README quotes."""
+
+from __future__ import annotations
+
+import os
+import platform
+from typing import Any
+
+HEADLINE = {
+    "R1": ("wall / quota minimum", "ratio_to_min"),
+    "R1t": ("wall / token quota minimum", "ratio_to_min"),
+    "R1z": ("wall / quota minimum (learned)", "ratio_to_min"),
+    "R2": ("throughput / (C / mean latency)", "ratio"),
+    "R3": ("docs/s / bare-chord tasks/s", "ratio"),
+    "R4": ("extracted share; wall / R1", "extracted_share"),
+    "R5": ("peak RSS MB: worker (64 in flight)", "worker_peak_mb"),
+    "R6": ("ms per document", "ms_per_document"),
+    "peer-R1": ("our wall / peer wall", "wall_ratio_ours_to_peer"),
+    "peer-R4": ("our wall / peer wall", "wall_ratio_ours_to_peer"),
+}
+
+
+def machine() -> dict[str, Any]:
+    memory = None
+    if hasattr(os, "sysconf") and "SC_PHYS_PAGES" in os.sysconf_names:
+        memory = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "memory_gib": memory,
+    }
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3f}" if value < 10 else f"{value:,.1f}"
+    return "" if value is None else str(value)
+
+
+def markdown(results: dict[str, dict[str, Any]], meta: dict[str, Any]) -> str:
+    lines = [
+        f"Machine: {meta['machine']['cpus']} CPUs, {meta['machine']['memory_gib']} GiB, Python "
+        f"{meta['machine']['python']}; database {meta['database']}; scale {meta['scale']}.",
+        "",
+        "| regime | documents | wall s | headline | value | 429 share | lost | goal | met |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, r in results.items():
+        label, key = HEADLINE.get(name, ("", ""))
+        value = _fmt(r.get(key))
+        if name == "R4" and r.get("wall_ratio_to_r1") is not None:
+            value += f"; {_fmt(r['wall_ratio_to_r1'])}"
+        if name == "R5" and r.get("producer_10k_peak_mb") is not None:
+            value += f"; producer (10,000 docs) {_fmt(r['producer_10k_peak_mb'])}"
+        if name.startswith("peer"):
+            value += f"; peer text share {_fmt(r.get('text_share'))}, extracted {r.get('extracted')}"
+        met = "" if r.get("met") is None else ("yes" if r["met"] else "no")
+        lines.append(
+            f"| {name} | {r.get('documents', '')} | {_fmt(r.get('wall_s'))} | {label} | {value} | "
+            f"{_fmt(r.get('share_429'))} | {_fmt(r.get('lost'))} | {r.get('goal', '')} | {met} |"
+        )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,50 @@
+"""The simulator's knobs: latency, provider limits and fault rates."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """How the simulated provider behaves. Rates are shares of requests in [0, 1].
+
+    error_rate, drop_rate and hang_rate split one draw per admitted request, so their
+    shares add up (capped at 1); bad_json_rate and truncate_rate apply to the answers
+    that remain.
+    """
+
+    p50_s: float = 0.05
+    p95_s: float = 0.2
+    seed: int | None = None
+    rpm: int = 0
+    tpm: int = 0
+    window_s: float = 60.0  # the provider's sliding window; shorter windows make tests quick
+    quantize: bool = True  # also enforce limit/window per second, as providers do
+    error_rate: float = 0.0
+    drop_rate: float = 0.0
+    hang_rate: float = 0.0
+    hang_s: float = 600.0
+    bad_json_rate: float = 0.0
+    truncate_rate: float = 0.0
+    ungrounded_rate: float = 0.0  # share of quotes replaced by text not in the document
+    record_path: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.p50_s < 0 or self.p95_s < 0 or self.hang_s < 0:
+            raise ValueError("latencies must be >= 0")
+        if self.window_s <= 0:
+            raise ValueError("window_s must be > 0")
+        if self.rpm < 0 or self.tpm < 0:
+            raise ValueError("rpm and tpm must be >= 0 (0 = no limit)")
+        for name in (
+            "error_rate",
+            "drop_rate",
+            "hang_rate",
+            "bad_json_rate",
+            "truncate_rate",
+            "ungrounded_rate",
+        ):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must be within [0, 1], got {value}")

@@ -1,0 +1,195 @@
+"""Pure request handling: parse a chat completions body, compose and finish its answer."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline_dev.sim.answers import build_json_answer
+from pipeline_dev.sim.faults import Draw
+from pipeline_dev.sim.replies import build_text_answer, malformed_json, truncate, violate_schema
+from pipeline_dev.sim.ungrounded import replace_quotes
+
+CHARS_PER_TOKEN = 4
+HOOKS = ("invalid", "error", "badjson", "badkey")
+_FORMATS = ("text", "json_object", "json_schema")
+
+
+class RequestError(ValueError):
+    """The request body is not a valid chat completions request (HTTP 400)."""
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    model: str
+    messages: list[dict[str, Any]]
+    format_type: str | None  # response_format.type, None when absent
+    schema: dict[str, Any] | None  # the json_schema's schema
+    max_tokens: int | None
+    prompt: str  # all message text
+    prompt_tokens: int
+    hooks: frozenset[str]  # the [[sim:...]] test hooks the prompt holds
+
+
+@dataclass(frozen=True)
+class Composed:
+    """The full answer before faults and max_tokens cut it."""
+
+    content: str
+    is_json: bool
+    quotes: int = 0  # quote fields in the answer
+    invented: tuple[str, ...] = ()  # those replaced by text not in the document
+
+    @property
+    def tokens(self) -> int:
+        return estimate_tokens(self.content)
+
+
+@dataclass(frozen=True)
+class Finished:
+    payload: dict[str, Any]
+    completion_tokens: int
+    bad_json: bool
+    truncated: bool
+
+
+def content_text(content: Any) -> str:
+    """The text of a message's `content`: a string or a list of text parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [part.get("text", "") for part in content if isinstance(part, dict)]
+        return "\n".join(part for part in parts if isinstance(part, str))
+    return ""
+
+
+_DOCUMENT = re.compile(r"<document>(.*?)</document>", re.DOTALL)
+
+
+def document_text(messages: list[dict[str, Any]]) -> str:
+    """The source text: what lies between `<document>` tags in user messages, else all of them.
+
+    Text outside the tags is instructions and is never used as a source.
+    """
+    user = [content_text(m.get("content")) for m in messages if m.get("role") == "user"]
+    inside = [match.group(1).strip("\n") for text in user for match in _DOCUMENT.finditer(text)]
+    return "\n\n".join(inside) if inside else "\n\n".join(user)
+
+
+def prompt_text(messages: list[dict[str, Any]]) -> str:
+    """All message contents joined, for token counts and test hooks."""
+    return "\n".join(content_text(m.get("content")) for m in messages)
+
+
+def estimate_tokens(text: str) -> int:
+    """ceil(chars / 4): the simulator's token count."""
+    return math.ceil(len(text) / CHARS_PER_TOKEN)
+
+
+def _max_tokens(body: dict[str, Any]) -> int | None:
+    for key in ("max_completion_tokens", "max_tokens"):
+        value = body.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise RequestError(f"Invalid '{key}': expected an integer >= 1, got {value!r}.")
+        return value
+    return None
+
+
+def parse(body: Any) -> ChatRequest:
+    """A validated request; raises RequestError with an OpenAI-like message otherwise."""
+    if not isinstance(body, dict):
+        raise RequestError("The request body must be a JSON object.")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise RequestError("you must provide a model parameter")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise RequestError("'messages' must be a non-empty array.")
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise RequestError(f"Invalid 'messages[{index}]': expected an object with a role.")
+    if body.get("stream"):
+        raise RequestError("'stream': true is not supported by pipeline-sim.")
+    fmt = body.get("response_format")
+    format_type: str | None = None
+    schema: dict[str, Any] | None = None
+    if fmt is not None:
+        if not isinstance(fmt, dict) or fmt.get("type") not in _FORMATS:
+            raise RequestError(f"Invalid 'response_format': type must be one of {_FORMATS}.")
+        format_type = fmt["type"]
+        if format_type == "json_schema":
+            spec = fmt.get("json_schema")
+            schema = spec.get("schema") if isinstance(spec, dict) else None
+            if not isinstance(schema, dict):
+                raise RequestError("Missing required parameter: 'response_format.json_schema'.")
+    prompt = prompt_text(messages)
+    return ChatRequest(
+        model=model,
+        messages=messages,
+        format_type=format_type,
+        schema=schema,
+        max_tokens=_max_tokens(body),
+        prompt=prompt,
+        prompt_tokens=estimate_tokens(prompt),
+        hooks=frozenset(hook for hook in HOOKS if f"[[sim:{hook}]]" in prompt),
+    )
+
+
+def compose(chat: ChatRequest, ungrounded_rate: float = 0.0, seed: int | None = None) -> Composed:
+    """The answer the request asks for, built from its document text (CPU only); a share
+    `ungrounded_rate` of its quotes is replaced by text the document does not hold."""
+    document = document_text(chat.messages)
+    max_chars = chat.max_tokens * CHARS_PER_TOKEN if chat.max_tokens else None
+    if chat.schema is not None:
+        instance = build_json_answer(chat.schema, document)
+        instance, invented = replace_quotes(instance, document, ungrounded_rate, seed)
+        if "invalid" in chat.hooks:
+            instance = violate_schema(instance, chat.schema)
+        content = json.dumps(instance, ensure_ascii=False)
+        return Composed(content, True, invented.quotes_seen, tuple(invented.quotes))
+    if chat.format_type == "json_object":
+        summary = build_text_answer(document, max_chars and max_chars - 20)
+        return Composed(json.dumps({"summary": summary}, ensure_ascii=False), True)
+    return Composed(build_text_answer(document, max_chars), False)
+
+
+def finish(chat: ChatRequest, composed: Composed, draw: Draw, number: int) -> Finished:
+    """The OpenAI chat.completion body, after bad-JSON, truncation and max_tokens cuts."""
+    content = composed.content
+    bad_json = composed.is_json and (draw.bad_json or "badjson" in chat.hooks)
+    if bad_json:
+        content = malformed_json(content)
+    truncated = draw.truncate and len(content) > 1
+    if truncated:
+        content = truncate(content, draw.truncate_fraction)
+    if chat.max_tokens is not None and len(content) > chat.max_tokens * CHARS_PER_TOKEN:
+        content = content[: chat.max_tokens * CHARS_PER_TOKEN]
+        truncated = True
+    completion_tokens = estimate_tokens(content)
+    payload = {
+        "id": f"chatcmpl-sim{number:010d}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": chat.model,
+        "system_fingerprint": "fp_pipeline_sim",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content, "refusal": None},
+                "logprobs": None,
+                "finish_reason": "length" if truncated else "stop",
+            }
+        ],
+        "usage": {
+            "prompt_tokens": chat.prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": chat.prompt_tokens + completion_tokens,
+        },
+    }
+    return Finished(payload, completion_tokens, bad_json, truncated)

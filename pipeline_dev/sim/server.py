@@ -1,0 +1,266 @@
+"""The aiohttp app: OpenAI-compatible chat completions with limits, latency and faults."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import math
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from pipeline_dev.sim import faults
+from pipeline_dev.sim.config import SimConfig
+from pipeline_dev.sim.limits import Decision, openai_duration
+from pipeline_dev.sim.request import ChatRequest, Composed, RequestError, compose, finish, parse
+from pipeline_dev.sim.state import Recorder, SimState
+
+log = logging.getLogger(__name__)
+STATE = web.AppKey("state", SimState)
+MAX_BODY_BYTES = 64 * 1024 * 1024  # whole filings arrive in one request
+INLINE_CHARS = 20_000  # bigger prompts are answered on a worker thread, off the event loop
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def error_response(
+    status: int, message: str, kind: str, code: str | None = None, headers: Any = None
+) -> web.Response:
+    """An OpenAI-style error body: {"error": {"message", "type", "param", "code"}}."""
+    body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
+    return web.json_response(body, status=status, headers=headers)
+
+
+@web.middleware
+async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        kind = "invalid_request_error" if exc.status < 500 else "server_error"
+        return error_response(exc.status, f"{exc.reason}: {request.method} {request.path}", kind)
+    except (asyncio.CancelledError, ConnectionError):
+        raise
+    except Exception as exc:  # a simulator bug must still answer like a provider
+        log.exception("pipeline-sim failed on %s %s", request.method, request.path)
+        return error_response(500, f"pipeline-sim internal error: {exc!r}", "server_error")
+
+
+def _limit_headers(decision: Decision) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for kind, limit, remaining, reset in (
+        ("requests", decision.limit_requests, decision.remaining_requests, decision.reset_requests_s),
+        ("tokens", decision.limit_tokens, decision.remaining_tokens, decision.reset_tokens_s),
+    ):
+        if limit:  # no limit configured, nothing to report
+            headers[f"x-ratelimit-limit-{kind}"] = str(limit)
+            headers[f"x-ratelimit-remaining-{kind}"] = str(remaining)
+            headers[f"x-ratelimit-reset-{kind}"] = openai_duration(reset)
+    return headers
+
+
+def _rate_limited(decision: Decision, model: str, tokens: int) -> web.Response:
+    headers = _limit_headers(decision)
+    headers["Retry-After"] = str(max(1, math.ceil(decision.retry_after_s)))
+    headers["retry-after-ms"] = str(max(1, math.ceil(decision.retry_after_s * 1000)))
+    wait = openai_duration(decision.retry_after_s)
+    if decision.too_large:
+        message = (
+            f"Request too large for {model} on tokens per min (TPM): "
+            f"Limit {decision.limit_tokens}, Requested {tokens}."
+        )
+    elif decision.per_second:
+        message = (
+            f"Rate limit reached for {model}: the per-minute quota is also enforced per second "
+            f"(RPM {decision.limit_requests}, TPM {decision.limit_tokens}). Please try again in {wait}."
+        )
+    elif decision.limit_requests and decision.remaining_requests == 0:
+        message = (
+            f"Rate limit reached for {model} on requests per min (RPM): "
+            f"Limit {decision.limit_requests}. Please try again in {wait}."
+        )
+    else:
+        message = (
+            f"Rate limit reached for {model} on tokens per min (TPM): Limit "
+            f"{decision.limit_tokens}, Requested {tokens}. Please try again in {wait}."
+        )
+    return error_response(429, message, "requests", "rate_limit_exceeded", headers)
+
+
+async def _abort(request: web.Request) -> web.StreamResponse:
+    """Reset the connection without an HTTP answer."""
+    if request.transport is not None:
+        request.transport.abort()
+    # Nothing can be written to an aborted transport; aiohttp drops this response quietly.
+    return web.Response(status=500)
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    """POST /v1/chat/completions."""
+    state = request.app[STATE]
+    state.counters.requests_total += 1
+    state.in_flight += 1
+    try:
+        return await _chat(request, state)
+    except asyncio.CancelledError:
+        state.counters.cancelled += 1
+        raise
+    finally:
+        state.in_flight -= 1
+
+
+async def _chat(request: web.Request, state: SimState) -> web.StreamResponse:
+    try:
+        chat = parse(await _read_json(request))
+    except RequestError as exc:
+        state.counters.bad_request_400 += 1
+        state.record(None, None, None, 400)
+        return error_response(400, str(exc), "invalid_request_error")
+    state.models.add(chat.model)
+    loop = asyncio.get_running_loop()
+    composed: Composed | None = None
+    if chat.max_tokens is None:  # the token charge needs the answer's length
+        composed = await _compose(chat, loop, state.config)
+        charge = chat.prompt_tokens + composed.tokens
+    else:
+        charge = chat.prompt_tokens + chat.max_tokens
+    if "badkey" in chat.hooks:  # a provider that echoes the key it refused (redaction test)
+        presented = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        message = f"Incorrect API key provided: {presented}. You can find your API key in your account."
+        return error_response(401, message, "invalid_request_error", "invalid_api_key")
+    now = time.monotonic()
+    decision = state.limiter.check(now, charge)
+    if not decision.admitted:
+        state.counters.rejected_429 += 1
+        state.counters.rejected_per_second += decision.per_second
+        state.record(chat.model, chat.messages, chat.format_type, 429)
+        return _rate_limited(decision, chat.model, charge)
+    state.counters.charged_tokens += charge
+    state.admissions.append((now, charge))
+    state.counters.first_admitted_s = state.counters.first_admitted_s or now
+    state.counters.last_admitted_s = now
+    draw = faults.draw(state.rng, state.config)
+    outcome = "error" if "error" in chat.hooks else draw.outcome
+    status = draw.error_status if "error" not in chat.hooks else 500
+    state.record(chat.model, chat.messages, chat.format_type, _record_status(outcome, status))
+    if outcome == "hang":
+        state.counters.hung += 1
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(state.shutdown.wait(), state.config.hang_s)
+        return await _abort(request)
+    if outcome == "ok" and composed is None:
+        composed = await _compose(chat, loop, state.config)
+    await asyncio.sleep(draw.latency_s)
+    if outcome == "drop":
+        state.counters.dropped += 1
+        return await _abort(request)
+    headers = _limit_headers(decision)
+    if outcome == "error" or composed is None:
+        state.counters.errors_5xx += 1
+        message = "The server had an error while processing your request. Sorry about that!"
+        return error_response(status, message, "server_error", None, headers)
+    body = finish(chat, composed, draw, _next_id(state))
+    counters = state.counters
+    counters.admitted += 1
+    counters.bad_json += body.bad_json
+    counters.truncated += body.truncated
+    counters.prompt_tokens += chat.prompt_tokens
+    counters.completion_tokens += body.completion_tokens
+    if not body.bad_json and not body.truncated:  # the quotes reached the client intact
+        counters.quotes += composed.quotes
+        counters.ungrounded_quotes += len(composed.invented)
+        state.invented_quotes.extend(composed.invented)
+    return web.json_response(body.payload, headers=headers)
+
+
+def _record_status(outcome: str, status: int) -> int | str:
+    statuses: dict[str, int | str] = {"ok": 200, "error": status, "drop": "dropped", "hang": "hung"}
+    return statuses[outcome]
+
+
+def _next_id(state: SimState) -> int:
+    state.next_id += 1
+    return state.next_id
+
+
+async def _read_json(request: web.Request) -> Any:
+    try:
+        return json.loads(await request.read())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RequestError(f"We could not parse the JSON body of your request: {exc}") from exc
+
+
+async def _compose(chat: ChatRequest, loop: asyncio.AbstractEventLoop, config: SimConfig) -> Composed:
+    if len(chat.prompt) <= INLINE_CHARS:
+        return compose(chat, config.ungrounded_rate, config.seed)
+    return await loop.run_in_executor(None, compose, chat, config.ungrounded_rate, config.seed)
+
+
+async def models(request: web.Request) -> web.Response:
+    """GET /v1/models: "sim-1" and every model name seen."""
+    names = sorted(request.app[STATE].models)
+    data = [{"id": n, "object": "model", "created": 0, "owned_by": "pipeline-sim"} for n in names]
+    return web.json_response({"object": "list", "data": data})
+
+
+async def stats(request: web.Request) -> web.Response:
+    """GET /sim/stats."""
+    return web.json_response(request.app[STATE].stats())
+
+
+async def invented(request: web.Request) -> web.Response:
+    """GET /sim/invented: every quote the simulator replaced by text not in its document."""
+    return web.json_response({"quotes": request.app[STATE].invented_quotes})
+
+
+async def reset(request: web.Request) -> web.Response:
+    """POST /sim/reset: zero the counters and the provider window."""
+    request.app[STATE].reset()
+    return web.json_response(request.app[STATE].stats())
+
+
+async def configure(request: web.Request) -> web.Response:
+    """POST /sim/config {"ungrounded_rate": x}: the share of invented quotes from now on, so
+    that one simulator serves runs that need different shares (set, run, set back)."""
+    state = request.app[STATE]
+    try:
+        body = await _read_json(request)
+        if not isinstance(body, dict) or set(body) != {"ungrounded_rate"}:
+            raise RequestError('expected {"ungrounded_rate": <share in [0, 1]>}')
+        state.config = dataclasses.replace(state.config, ungrounded_rate=float(body["ungrounded_rate"]))
+    except (RequestError, ValueError, TypeError) as exc:
+        return error_response(400, str(exc), "invalid_request_error")
+    return web.json_response(state.stats())
+
+
+def build_app(config: SimConfig) -> web.Application:
+    """The simulator as an aiohttp application (state in `app[STATE]`)."""
+    app = web.Application(middlewares=[_json_errors], client_max_size=MAX_BODY_BYTES)
+    state = SimState(config)
+    app[STATE] = state
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/sim/stats", stats)
+    app.router.add_get("/sim/invented", invented)
+    app.router.add_post("/sim/reset", reset)
+    app.router.add_post("/sim/config", configure)
+
+    async def recorder(_: web.Application) -> AsyncIterator[None]:
+        state.recorder = Recorder(config.record_path) if config.record_path else None
+        yield
+        if state.recorder is not None:
+            await asyncio.get_running_loop().run_in_executor(None, state.recorder.close)
+            state.recorder = None
+
+    async def release_hangs(_: web.Application) -> None:
+        # Hung requests wait on this, so shutdown does not wait hang_s for them.
+        state.shutdown.set()
+
+    app.cleanup_ctx.append(recorder)
+    app.on_shutdown.append(release_hangs)
+    return app

@@ -1,0 +1,148 @@
+"""The server's mutable state: counters, limiter, RNG, and the request recorder."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import queue
+import random
+import threading
+import time
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from pipeline_dev.sim.config import SimConfig
+from pipeline_dev.sim.limits import SlidingWindowLimiter
+
+BUSY_SHARE = 0.9
+
+
+@dataclass
+class Counters:
+    """What GET /sim/stats reports (plus the limiter's busiest windows)."""
+
+    requests_total: int = 0  # every POST to /v1/chat/completions
+    bad_request_400: int = 0
+    admitted: int = 0  # answered 200
+    rejected_429: int = 0
+    rejected_per_second: int = 0  # of those, by the per-second quantum (the minute had room)
+    errors_5xx: int = 0
+    dropped: int = 0
+    hung: int = 0
+    cancelled: int = 0  # the client went away before its answer was due
+    bad_json: int = 0
+    truncated: int = 0
+    prompt_tokens: int = 0  # of the 200 answers
+    completion_tokens: int = 0
+    charged_tokens: int = 0  # what the quota was charged for the admitted requests (prompt + max_tokens)
+    quotes: int = 0  # quote fields in intact JSON answers
+    ungrounded_quotes: int = 0  # of those, replaced by text not in the document (--ungrounded-rate)
+
+    first_admitted_s: float = 0.0  # monotonic times of the first and last admission
+    last_admitted_s: float = 0.0
+
+    def reset(self) -> None:
+        for item in fields(self):
+            setattr(self, item.name, type(getattr(self, item.name))())
+
+
+class Recorder:
+    """Appends one JSON line per request to a file, on its own thread.
+
+    The event loop only enqueues, so a slow disk never stalls request handling.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        # Opened here, not on the thread, so a bad path fails the server's start.
+        self._out = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed by the thread
+        self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="pipeline-sim-recorder", daemon=True)
+        self._thread.start()
+
+    def write(self, entry: dict[str, Any]) -> None:
+        self._queue.put_nowait(entry)
+
+    def close(self) -> None:
+        """Write what is queued, then stop."""
+        self._queue.put(None)
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        with self._out as out:
+            while (entry := self._queue.get()) is not None:
+                out.write(json.dumps(entry, ensure_ascii=False) + "\n")
+                if self._queue.empty():
+                    out.flush()
+
+
+class SimState:
+    """Everything the handlers share; used from the event loop thread only."""
+
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        self.rng = random.Random(config.seed)
+        self.limiter = SlidingWindowLimiter(config.rpm, config.tpm, config.window_s, quantize=config.quantize)
+        self.counters = Counters()
+        self.models: set[str] = {"sim-1"}
+        self.in_flight = 0
+        self.next_id = 0
+        self.shutdown = asyncio.Event()
+        self.recorder: Recorder | None = None
+        self.invented_quotes: list[str] = []  # GET /sim/invented
+        self.admissions: list[tuple[float, int]] = []  # (monotonic s, tokens charged) per admitted request
+
+    def record(
+        self,
+        model: Any,
+        messages: Any,
+        response_format_type: str | None,
+        status: int | str,
+    ) -> None:
+        """One line in the record file, when recording is on."""
+        if self.recorder is not None:
+            self.recorder.write(
+                {
+                    "ts": time.time(),
+                    "model": model,
+                    "messages": messages,
+                    "response_format_type": response_format_type,
+                    "status": status,
+                }
+            )
+
+    def stats(self) -> dict[str, Any]:
+        """Counters, the limiter's busiest 60 s windows, and the configured limits."""
+        return {
+            **asdict(self.counters),
+            "in_flight": self.in_flight,
+            "window_s": self.limiter.window_s,
+            "max_admitted_in_any_60s_window": self.limiter.max_requests_in_window,
+            "max_tokens_in_any_60s_window": self.limiter.max_tokens_in_window,
+            "rpm": self.config.rpm,
+            "tpm": self.config.tpm,
+            "quantized": self.limiter.quantum is not None,
+            **self._busy(),
+            "ungrounded_rate": self.config.ungrounded_rate,
+        }
+
+    def _busy(self, share: float = BUSY_SHARE) -> dict[str, float]:
+        """The span in which the first `share` of admissions happened, and what it admitted: the
+        use of the quota while a run kept the provider busy, without its last stragglers."""
+        if len(self.admissions) < 2:
+            return {"busy_s": 0.0, "busy_admitted": 0, "busy_charged_tokens": 0}
+        last = max(1, math.ceil(len(self.admissions) * share) - 1)
+        busy = self.admissions[: last + 1]
+        return {
+            "busy_s": busy[-1][0] - busy[0][0],
+            "busy_admitted": len(busy) - 1,  # the first opens the span
+            "busy_charged_tokens": sum(tokens for _, tokens in busy[1:]),
+        }
+
+    def reset(self) -> None:
+        """Zero the counters and forget the limiter's window (the RNG runs on)."""
+        self.admissions.clear()
+        self.counters.reset()
+        self.limiter.reset()
+        self.invented_quotes.clear()
