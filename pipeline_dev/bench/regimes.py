@@ -64,6 +64,10 @@ class BenchConfig:
         return ["--rpm", str(self.rpm), "--window-s", str(self.window_s)]
 
 
+R1_FILINGS = 600
+"""Enough that the run's fixed costs (submit ~4 s, the report's compress and synthesis ~11 s)
+are a few percent of the quota's minimum (~230 s at 600 RPM)."""
+
 FAULT_ARGS = [
     "--error-rate",
     "0.03",
@@ -171,7 +175,7 @@ def _against_quota(
 
 def r1_rate_bound(cfg: BenchConfig) -> Result:
     """Request-bound: the configured RPM against a provider that enforces it per second too."""
-    files = filings(cfg, "r1", cfg.count(300), 20_000, 80_000)
+    files = filings(cfg, "r1", cfg.count(R1_FILINGS), 20_000, 80_000)
     env = {"PIPELINE_RATE_LIMIT_RPM": str(cfg.rpm)}
     result = run_pipeline(cfg, files, cfg.latency_args() + cfg.limit_args(), env_extra=env)
     return _against_quota(cfg, result, tokens=False, ratio=1.05, share_429=0.01)
@@ -179,7 +183,7 @@ def r1_rate_bound(cfg: BenchConfig) -> Result:
 
 def r1t_token_bound(cfg: BenchConfig) -> Result:
     """Token-bound: chunks of ~6,000 tokens, a TPM that binds before the RPM."""
-    files = filings(cfg, "r1t", cfg.count(150), 40_000, 80_000)
+    files = filings(cfg, "r1t", cfg.count(400), 40_000, 80_000)
     env = {"PIPELINE_RATE_LIMIT_RPM": str(cfg.rpm), "PIPELINE_RATE_LIMIT_TPM": str(cfg.tpm)}
     sim_args = [*cfg.latency_args(), *cfg.limit_args(), "--tpm", str(cfg.tpm)]
     result = run_pipeline(cfg, files, sim_args, env_extra=env)
@@ -188,13 +192,13 @@ def r1t_token_bound(cfg: BenchConfig) -> Result:
 
 def r1z_learned(cfg: BenchConfig) -> Result:
     """Nothing configured: the limits are learned from the provider's x-ratelimit-* headers."""
-    files = filings(cfg, "r1", cfg.count(300), 20_000, 80_000)
+    files = filings(cfg, "r1", cfg.count(R1_FILINGS), 20_000, 80_000)
     result = run_pipeline(cfg, files, cfg.latency_args() + cfg.limit_args())
     return _against_quota(cfg, result, tokens=False, ratio=1.25, share_429=0.03)
 
 
 def r2_latency_bound(cfg: BenchConfig) -> Result:
-    files = filings(cfg, "r1", cfg.count(300), 20_000, 80_000)
+    files = filings(cfg, "r1", cfg.count(R1_FILINGS), 20_000, 80_000)
     result = run_pipeline(cfg, files, cfg.latency_args())
     concurrency = cfg.workers * cfg.concurrency
     ideal = concurrency / mean_latency_s(cfg.p50_s, cfg.p95_s)
@@ -238,7 +242,7 @@ def r3_overhead(cfg: BenchConfig) -> Result:
 
 
 def r4_faults(cfg: BenchConfig) -> Result:
-    files = filings(cfg, "r1", cfg.count(300), 20_000, 80_000)
+    files = filings(cfg, "r1", cfg.count(R1_FILINGS), 20_000, 80_000)
     env = {"PIPELINE_RATE_LIMIT_RPM": str(cfg.rpm)}
     result = run_pipeline(cfg, files, cfg.latency_args() + cfg.limit_args() + FAULT_ARGS, env_extra=env)
     r1 = cfg.results.get("R1")
@@ -274,7 +278,7 @@ def r6_scale(cfg: BenchConfig) -> Result:
 def peer(cfg: BenchConfig, regime: str) -> Result:
     from pipeline_dev.bench.peer import run_peer
 
-    files = sorted(filings(cfg, "r1", cfg.count(300), 20_000, 80_000).iterdir())
+    files = sorted(filings(cfg, "r1", cfg.count(R1_FILINGS), 20_000, 80_000).iterdir())
     args = cfg.latency_args() + cfg.limit_args() + (FAULT_ARGS if regime == "R4" else [])
     logs = Path(tempfile.mkdtemp(dir=cfg.work_dir, prefix="peer-"))
     with procs.simulator(logs, args) as sim_url:
