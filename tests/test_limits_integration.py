@@ -287,3 +287,23 @@ def test_answers_that_are_not_json_twice_are_retried_later_not_failed() -> None:
         finally:
             client.close()
         assert [r.status for r in records] == ["invalid"] * 4
+
+
+def test_reservations_follow_the_prompt_tokens_the_provider_counts() -> None:
+    """Without a tokenizer for the model the estimate errs high (3 characters a token); after an
+    answer, reservations are scaled to what the provider counted, with a small margin."""
+    from pipeline.llm.tokens import estimate_prompt
+
+    with SimServer(SimConfig(p50_s=0, p95_s=0)) as sim:
+        settings = Settings(_env_file=None, llm_base_url=sim.base_url, llm_model="sim-1")  # type: ignore[call-arg]
+        client = LLMClient(settings, pool_size=2)
+        messages = [{"role": "user", "content": "Revenue grew in every segment. " * 300}]
+        estimate = estimate_prompt("sim-1", messages)
+        records: list[CallRecord] = []
+        try:
+            client.text(messages, stage="compress", max_tokens=10, sink=records.append)  # type: ignore[arg-type]
+        finally:
+            client.close()
+    counted = records[0].prompt_tokens
+    assert counted < 0.9 * estimate, "the simulator counts fewer tokens than the conservative estimate"
+    assert counted <= client._calibrated("sim-1", estimate) <= 1.06 * counted

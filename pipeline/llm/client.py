@@ -9,6 +9,7 @@ the shared pause that every worker honours. The SDK's own retries are off
 from __future__ import annotations
 
 import logging
+import math
 import random
 import re
 import time
@@ -39,6 +40,10 @@ CALL_ATTEMPTS = 4
 """Tries of one call on 5xx, dropped connections and timeouts before the task decides."""
 RATE_LIMITED_ATTEMPTS = 6
 """Tries of one call refused with 429 (each after the shared pause)."""
+PROMPT_RATIO_WEIGHT = 0.1
+"""Weight of the newest answer in the moving average of counted / estimated prompt tokens."""
+PROMPT_RATIO_MARGIN = 1.05
+PROMPT_RATIO_MAX = 2.0
 CALL_BACKOFF_BASE_S = 1.0
 CALL_BACKOFF_CAP_S = 20.0
 
@@ -100,6 +105,8 @@ class LLMClient:
         self.limiter = limiter
         self._rng = rng or random.Random()
         self._warned_limits: set[tuple[str, int]] = set()
+        self._prompt_ratio: dict[str, float] = {}
+        """Per model: the provider's prompt tokens / our estimate, a moving average."""
         self._keys = settings.api_keys()
         self._extract_models = settings.extract_models()
         self._prices = settings.prices()
@@ -203,14 +210,17 @@ class LLMClient:
         fmt: dict[str, Any] | None = None,
     ) -> Completion:
         """One answer, retrying transient failures here; every HTTP attempt is recorded."""
-        tokens = estimate_prompt(model, messages) + max_tokens
+        estimate = estimate_prompt(model, messages)
+        tokens = self._calibrated(model, estimate) + max_tokens
         scopes = [Scope(self.endpoint, model, slot) for slot in range(len(self._clients))]
         failures = refusals = 0
         waited_s = 0.0
         while True:
             permit = self._acquire(scopes, tokens, waited_s)
             try:
-                return self._send(permit, messages, stage=stage, model=model, max_tokens=max_tokens, fmt=fmt)
+                done = self._send(permit, messages, stage=stage, model=model, max_tokens=max_tokens, fmt=fmt)
+                self._calibrate(model, estimate, done.record.prompt_tokens)
+                return done
             except _Failure as failure:
                 error = failure.error
                 if isinstance(error, errors.RateLimited) and self.limiter:
@@ -302,6 +312,21 @@ class LLMClient:
                 ),
             ),
         )
+
+    def _calibrated(self, model: str, estimate: int) -> int:
+        """The prompt estimate scaled by what the provider has been counting for this model: a
+        reservation far above the charge holds back the window until its refund."""
+        ratio = self._prompt_ratio.get(model)
+        if ratio is None:
+            return estimate
+        return math.ceil(estimate * min(PROMPT_RATIO_MAX, ratio * PROMPT_RATIO_MARGIN))
+
+    def _calibrate(self, model: str, estimate: int, counted: int) -> None:
+        if estimate <= 0 or counted <= 0:
+            return
+        seen = counted / estimate
+        ratio = self._prompt_ratio.get(model)
+        self._prompt_ratio[model] = seen if ratio is None else ratio + PROMPT_RATIO_WEIGHT * (seen - ratio)
 
     def _settle(self, permit: Permit, told: ProviderLimits | None, charged_tokens: int | None = None) -> None:
         """End the permit and hand the limiter what the provider said of its limits."""
