@@ -434,17 +434,19 @@ def test_many_concurrent_requests() -> None:
     assert statistics.median(latencies) < 2.0  # generous: the median draw is 50 ms
 
 
-def test_rpm_holds_under_a_concurrent_burst() -> None:
-    async def burst(base_url: str) -> list[Any]:
-        sdk = openai.AsyncOpenAI(base_url=base_url, api_key="sk-test", max_retries=0)
-        try:
-            calls = (sdk.chat.completions.create(model="sim-1", messages=messages("Hi.")) for _ in range(40))
-            return await asyncio.gather(*calls, return_exceptions=True)
-        finally:
-            await sdk.close()
+async def _burst(base_url: str, calls: int = 40) -> list[Any]:
+    """`calls` requests at once; each result is an answer or the SDK's exception."""
+    sdk = openai.AsyncOpenAI(base_url=base_url, api_key="sk-test", max_retries=0)
+    try:
+        sent = (sdk.chat.completions.create(model="sim-1", messages=messages("Hi.")) for _ in range(calls))
+        return await asyncio.gather(*sent, return_exceptions=True)
+    finally:
+        await sdk.close()
 
+
+def test_rpm_holds_under_a_concurrent_burst() -> None:
     with SimServer(SimConfig(p50_s=0.01, p95_s=0.05, rpm=10, quantize=False)) as sim:
-        results = asyncio.run(burst(sim.base_url))
+        results = asyncio.run(_burst(sim.base_url))
         stats = sim.stats()
     refused = [r for r in results if isinstance(r, openai.RateLimitError)]
     assert len(refused) == 30 and len(results) - len(refused) == 10
@@ -454,16 +456,8 @@ def test_rpm_holds_under_a_concurrent_burst() -> None:
 def test_by_default_a_minutes_quota_is_also_enforced_per_second() -> None:
     """OpenAI: 60,000 requests/minute may be enforced as 1,000 requests/second."""
 
-    async def burst(base_url: str) -> list[Any]:
-        sdk = openai.AsyncOpenAI(base_url=base_url, api_key="sk-test", max_retries=0)
-        try:
-            calls = (sdk.chat.completions.create(model="sim-1", messages=messages("Hi.")) for _ in range(40))
-            return await asyncio.gather(*calls, return_exceptions=True)
-        finally:
-            await sdk.close()
-
     with SimServer(SimConfig(p50_s=0.01, p95_s=0.05, rpm=600)) as sim:
-        results = asyncio.run(burst(sim.base_url))
+        results = asyncio.run(_burst(sim.base_url))
         stats = sim.stats()
     refused = [r for r in results if isinstance(r, openai.RateLimitError)]
     # The minute has room for all 40 at once; the second, for 10 (a slow machine: a few more).
