@@ -333,7 +333,13 @@ class LLMClient:
         if told is not None:
             self._warn_above_provider(told)
         if self.limiter and permit.id:
-            self.limiter.release(permit, told, charged_tokens)
+            pushed = self.limiter.release(permit, told, charged_tokens)
+            if any(pushed):
+                log.info(
+                    "the provider has less room than our window leaves: pacing moved %.2f s (requests) "
+                    "and %.2f s (tokens) later",
+                    *pushed,
+                )
 
     def _warn_above_provider(self, told: ProviderLimits) -> None:
         """A configured limit above the provider's own figure: the provider's is used."""
