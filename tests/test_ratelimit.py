@@ -138,7 +138,7 @@ def test_tokens_are_paced_by_their_cost(client: redis.Redis, scope: Scope) -> No
     third = limiter.try_acquire(scope, 100, uuid.uuid4().hex, max_wait_s=2.0)
     assert 495 <= _send_ms(second) - _send_ms(first) <= 505  # the 500 tokens take half a window
     assert 95 <= _send_ms(third) - _send_ms(second) <= 105
-    assert third.reason == "ok" and third.tokens_in_window == 700
+    assert third.reason == "tpm" and third.tokens_in_window == 700
 
 
 def test_a_reservation_above_what_the_provider_charged_is_refunded(client: redis.Redis, scope: Scope) -> None:
@@ -157,7 +157,7 @@ def test_without_pacing_the_window_alone_admits_a_whole_windows_quota(
     first = _try(limiter, scope)
     assert [_try(limiter, scope).admitted for _ in range(2)] == [True, True]
     refused = _try(limiter, scope)
-    assert not refused.admitted and refused.reason == "rpm"
+    assert not refused.admitted and refused.reason == "rpm window"
     assert refused.requests_in_window == 3
     # The oldest admission leaves the window one window after it was made.
     assert 0.9 < refused.wait_s + (refused.at_ms - first.at_ms) / 1000 <= 1.01
@@ -171,7 +171,7 @@ def test_the_window_still_bounds_what_the_burst_allows(client: redis.Redis, scop
     assert not _try(limiter, scope, 50).admitted
     decision = _try(limiter, scope, 10)
     assert decision.admitted and decision.tokens_in_window == 100
-    assert _try(limiter, scope, 1).reason == "rpm"
+    assert _try(limiter, scope, 1).reason == "rpm window"
 
 
 def test_calls_in_flight_are_capped_and_leases_expire(client: redis.Redis, scope: Scope) -> None:

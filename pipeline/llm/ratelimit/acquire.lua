@@ -22,7 +22,8 @@
 --
 -- Returns {admitted 0/1, wait ms, reason, requests in window, tokens in window, factor * 1e6,
 --          now (ms), rpm in force, tpm in force}.
--- Admitted: the call is recorded at now + wait and must not be sent before then. Refused: nothing
+-- Admitted: the call is recorded at now + wait and must not be sent before then; reason says what
+-- set that time ('ok': nothing, 'rpm'/'tpm': the pacing, 'rpm window'/'tpm window': the window). Refused: nothing
 -- is recorded; wait says when to ask again. Requests and tokens are committed together.
 
 local rpm, tpm, max_inflight = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -116,7 +117,7 @@ if win_rpm > 0 and count + 1 > win_rpm then
   -- The (count - win_rpm + 1)-th oldest admission must leave the window first.
   local e = redis.call('ZRANGE', KEYS[1], count - win_rpm, count - win_rpm, 'WITHSCORES')
   local free_at = tonumber(e[2]) + window
-  if free_at > at then at, reason = free_at, 'rpm' end
+  if free_at > at then at, reason = free_at, 'rpm window' end
 end
 local token_cap = math.max(win_tpm, cost)  -- a cut may leave one big call alone in a window
 if win_tpm > 0 and used + cost > token_cap then
@@ -135,7 +136,7 @@ if win_tpm > 0 and used + cost > token_cap then
     end
     start = start + 200
   end
-  if free_at > at then at, reason = free_at, 'tpm' end
+  if free_at > at then at, reason = free_at, 'tpm window' end
 end
 
 if at - now > max_wait then
@@ -146,9 +147,14 @@ redis.call('ZADD', KEYS[1], at, id)
 redis.call('HSET', KEYS[2], id, cost)
 redis.call('INCRBY', KEYS[3], cost)
 if burst >= 0 and (eff_rpm > 0 or eff_tpm > 0) then
+  -- When one limit set the send time, the other does not forfeit the time the call waited
+  -- for it, up to one interval of the first: a small call held by the request pacing would
+  -- otherwise throw away token time (and a big call held by the tokens, request time).
   local requests_next, tokens_next = tat_requests, tat_tokens
-  if eff_rpm > 0 then requests_next = math.max(tat_requests, at) + window / eff_rpm end
-  if eff_tpm > 0 then tokens_next = math.max(tat_tokens, at) + window * cost / eff_tpm end
+  local request_interval = eff_rpm > 0 and window / eff_rpm or 0
+  local token_interval = eff_tpm > 0 and window * cost / eff_tpm or 0
+  if eff_rpm > 0 then requests_next = math.max(tat_requests, at - token_interval) + request_interval end
+  if eff_tpm > 0 then tokens_next = math.max(tat_tokens, at - request_interval) + token_interval end
   redis.call('HSET', KEYS[7], 'requests', requests_next, 'tokens', tokens_next)
   redis.call('PEXPIRE', KEYS[7], math.ceil(math.max(requests_next, tokens_next) - now) + ttl)
 end
@@ -157,4 +163,4 @@ if max_inflight > 0 then
   redis.call('ZADD', KEYS[4], at + lease, id)
   redis.call('PEXPIRE', KEYS[4], math.ceil(at - now) + lease + ttl)
 end
-return {1, math.ceil(at - now), 'ok', count + 1, used + cost, f, now, rpm, tpm}
+return {1, math.ceil(at - now), reason, count + 1, used + cost, f, now, rpm, tpm}
