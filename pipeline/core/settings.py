@@ -116,7 +116,7 @@ class Settings(BaseSettings):
     )
     rate_limit_learn: bool = Field(
         default=True,
-        description="with no RPM/TPM configured, take the limits from the provider's x-ratelimit-* headers",
+        description="the provider's x-ratelimit-limit-* headers set the limits (none configured) or lower them",
     )
     rate_limit_min_factor: float = Field(default=0.2, gt=0, le=1)
     rate_limit_recovery_s: float | None = Field(

@@ -17,8 +17,8 @@
 -- ARGV[9] key TTL beyond the window (ms)
 -- ARGV[10] burst (ms of quota that may go at once; -1: no pacing, the window alone)
 -- ARGV[11] longest wait to reserve (ms): a later send time is refused, not reserved
--- ARGV[12] learn: 1 = with nothing configured or learned yet, one call at a time until an answer
---          tells whether the provider sends limits
+-- ARGV[12] learn: 1 = the provider's limits set or lower ours; with nothing configured or learned
+--          yet, one call at a time until an answer tells whether the provider sends limits
 --
 -- Returns {admitted 0/1, wait ms, reason, requests in window, tokens in window, factor * 1e6,
 --          now (ms), rpm in force, tpm in force}.
@@ -61,7 +61,7 @@ local function in_force(configured, told)
   if told > 0 and (configured <= 0 or told < configured) then return told end
   return configured
 end
-rpm, tpm = in_force(rpm, learned[1]), in_force(tpm, learned[2])
+if learn == 1 then rpm, tpm = in_force(rpm, learned[1]), in_force(tpm, learned[2]) end
 if learn == 1 and rpm <= 0 and tpm <= 0 and not learned[3] and (max_inflight <= 0 or max_inflight > 1) then
   max_inflight = 1
 end

@@ -273,6 +273,7 @@ class RedisLimiter:
                 int(told is not None),
                 c.LIMITER_LEARNED_TTL_MS,
                 -1 if charged_tokens is None else charged_tokens,
+                int(self.limits.learn),
             ],
         )
         return int(pushed_requests) / 1000, int(pushed_tokens) / 1000

@@ -18,6 +18,7 @@
 -- ARGV[12] answered: 1 when the provider answered (with or without limit headers)
 -- ARGV[13] TTL of what was learned (ms)
 -- ARGV[14] tokens the provider charged (-1: unknown, keep the reservation)
+-- ARGV[15] learn: 1 = keep what the provider says its limits are (they set or lower ours)
 --
 -- Returns {pushed requests (ms), pushed tokens (ms), factor * 1e6}.
 -- A reservation above what the provider charged (our prompt estimate errs high) is refunded,
@@ -33,6 +34,7 @@ local told = {
   {limit = tonumber(ARGV[9]), remaining = tonumber(ARGV[10]), reset = tonumber(ARGV[11]), field = 'tokens'},
 }
 local answered, learned_ttl, charged = tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
+local learning = tonumber(ARGV[15]) == 1
 
 redis.call('ZREM', KEYS[2], id)
 if answered ~= 1 then return {0, 0, -1} end
@@ -43,11 +45,13 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 -- What the provider says its limits are (nothing when it sends no headers: then `seen` alone
 -- ends the one-call-at-a-time probe).
-local learn = {'seen', 1}
-if told[1].limit > 0 then learn[#learn + 1] = 'rpm'; learn[#learn + 1] = told[1].limit end
-if told[2].limit > 0 then learn[#learn + 1] = 'tpm'; learn[#learn + 1] = told[2].limit end
-redis.call('HSET', KEYS[4], unpack(learn))
-redis.call('PEXPIRE', KEYS[4], learned_ttl)
+if learning then
+  local learn = {'seen', 1}
+  if told[1].limit > 0 then learn[#learn + 1] = 'rpm'; learn[#learn + 1] = told[1].limit end
+  if told[2].limit > 0 then learn[#learn + 1] = 'tpm'; learn[#learn + 1] = told[2].limit end
+  redis.call('HSET', KEYS[4], unpack(learn))
+  redis.call('PEXPIRE', KEYS[4], learned_ttl)
+end
 
 local factor = 1
 local state = redis.call('HMGET', KEYS[5], 'factor', 'cut_at')
