@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import httpx
 import openai
+import redis
 from pydantic import BaseModel, ValidationError
 
 from pipeline.core import constants as c
@@ -333,7 +334,13 @@ class LLMClient:
         if told is not None:
             self._warn_above_provider(told)
         if self.limiter and permit.id:
-            pushed = self.limiter.release(permit, told, charged_tokens)
+            try:
+                pushed = self.limiter.release(permit, told, charged_tokens)
+            except redis.RedisError as exc:
+                # An answer the provider has given (and billed) is never thrown away for the
+                # limiter's bookkeeping: the lease expires by itself, the refund is forgone.
+                log.warning("the limiter could not record the end of a call: %s", exc)
+                return
             if any(pushed):
                 log.info(
                     "the provider has less room than our window leaves: pacing moved %.2f s (requests) "
