@@ -282,11 +282,9 @@ class LLMClient:
             told = provider_limits(raw.headers)
             response = raw.parse()
         except openai.APIError as exc:
-            self._settle(
-                permit,
-                provider_limits(exc.response.headers) if isinstance(exc, openai.APIStatusError) else None,
-            )
-            error = self._map_error(exc)
+            said = provider_limits(exc.response.headers) if isinstance(exc, openai.APIStatusError) else None
+            self._settle(permit, said)
+            error = self._map_error(exc, said)
             latency_ms = int((time.monotonic() - started) * 1000)
             status = _STATUS_OF[type(error)]
             cost = call_cost(self._prices, model, 0, 0)  # no answer, no usage: nothing billed
@@ -364,12 +362,11 @@ class LLMClient:
                     stated,
                 )
 
-    def _map_error(self, exc: openai.APIError) -> errors.PipelineError:
+    def _map_error(self, exc: openai.APIError, told: ProviderLimits | None) -> errors.PipelineError:
         message = redact(f"{type(exc).__name__}: {exc}", *self._keys)
         if isinstance(exc, openai.RateLimitError):
-            headers = exc.response.headers
-            spent = provider_limits(headers).spent
-            return errors.RateLimited(message, provider_wait_s(headers), quota_spent=spent)
+            spent = told.spent if told is not None else True
+            return errors.RateLimited(message, provider_wait_s(exc.response.headers), quota_spent=spent)
         if isinstance(exc, openai.APIStatusError) and exc.status_code < 500:
             return errors.ProviderRejected(message)
         # 5xx, timeouts, dropped connections, bodies that are not JSON at all

@@ -40,10 +40,11 @@ class Limits:
     margin_s: float = 0.0
     """Added to the window, so admissions stay inside the provider's view of it."""
     burst_s: float = c.DEFAULT_RATE_LIMIT_BURST_S
-    """Seconds of quota that may go at once; None: no pacing (the sliding window alone)."""
+    """Seconds of quota that may go at once when calls are paced."""
     pacing: bool = True
+    """False: no pacing, the sliding window alone."""
     learn: bool = True
-    """With nothing configured, take the limits from the provider's x-ratelimit-* headers."""
+    """The provider's x-ratelimit-limit-* headers set the limits (none configured) or lower them."""
 
     @property
     def active(self) -> bool:

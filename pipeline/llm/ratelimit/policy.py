@@ -73,14 +73,17 @@ def provider_wait_s(headers: Mapping[str, str]) -> float | None:
         seconds = parse_duration(value)
         if seconds is not None:
             return seconds
+    told = provider_limits(headers)
     resets: list[float] = []
     exhausted: list[float] = []
-    for kind in ("requests", "tokens"):
-        reset = parse_duration(headers.get(f"x-ratelimit-reset-{kind}", ""))
+    for reset, remaining in (
+        (told.reset_requests_s, told.remaining_requests),
+        (told.reset_tokens_s, told.remaining_tokens),
+    ):
         if reset is None:
             continue
         resets.append(reset)
-        if headers.get(f"x-ratelimit-remaining-{kind}", "").strip() == "0":
+        if remaining == 0:
             exhausted.append(reset)
     chosen = exhausted or resets
     return max(chosen) if chosen else None
@@ -96,10 +99,6 @@ class ProviderLimits:
     limit_tokens: int | None = None
     remaining_tokens: int | None = None
     reset_tokens_s: float | None = None
-
-    @property
-    def any(self) -> bool:
-        return self.limit_requests is not None or self.limit_tokens is not None
 
     @property
     def spent(self) -> bool:
