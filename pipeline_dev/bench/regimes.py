@@ -65,8 +65,8 @@ class BenchConfig:
 
 
 R1_FILINGS = 600
-"""Enough that the run's fixed costs (submit ~4 s, the report's compress and synthesis ~11 s)
-are a few percent of the quota's minimum (~230 s at 600 RPM)."""
+"""Enough that the run's fixed costs (submit ~7 s, the report's compress and synthesis ~13 s)
+are a small share of the quota's minimum (~236 s at 600 RPM)."""
 
 FAULT_ARGS = [
     "--error-rate",
@@ -86,6 +86,11 @@ def filings(cfg: BenchConfig, name: str, count: int, low: int, high: int) -> Pat
         rng = random.Random(cfg.seed)
         write_filings(directory, count, seed=cfg.seed, sizes=[rng.randint(low, high) for _ in range(count)])
     return directory
+
+
+def r1_filings(cfg: BenchConfig) -> Path:
+    """R1's filings, shared by the regimes compared with it (R1z, R2, R4, the peer)."""
+    return filings(cfg, "r1", cfg.count(R1_FILINGS), 20_000, 80_000)
 
 
 def run_pipeline(
@@ -132,9 +137,9 @@ def run_pipeline(
         "share_429": stats["rejected_429"] / max(1, stats["requests_total"]),
         "refused_per_second": stats["rejected_per_second"],
         "charged_tokens": stats["charged_tokens"],
-        "llm_span_s": round(stats["last_admitted_s"] - stats["first_admitted_s"], 2),
-        "busy_requests_quota_used": _per_s(stats["busy_admitted"], stats["busy_s"]),
-        "busy_tokens_quota_used": _per_s(stats["busy_charged_tokens"], stats["busy_s"]),
+        "llm_span_s": round(stats["admitted_span_s"], 2),
+        "busy_requests_per_s": _per_s(stats["busy_admitted"], stats["busy_s"]),
+        "busy_tokens_per_s": _per_s(stats["busy_charged_tokens"], stats["busy_s"]),
         "max_admitted_in_window": stats["max_admitted_in_any_60s_window"],
         "producer_peak_mb": producer_mb,
         "worker_peak_mb": max((m or 0.0) for m in worker_mb),
@@ -160,10 +165,10 @@ def _against_quota(
     """The wall against the least time the provider's quota allows for what was admitted."""
     if tokens:
         result["theoretical_min_s"] = round(result["charged_tokens"] / cfg.tpm * cfg.window_s, 2)
-        result["busy_quota_used"] = result["busy_tokens_quota_used"] / (cfg.tpm / cfg.window_s)
+        result["busy_quota_used"] = result["busy_tokens_per_s"] / (cfg.tpm / cfg.window_s)
     else:
         result["theoretical_min_s"] = round(result["admitted"] / cfg.rpm * cfg.window_s, 2)
-        result["busy_quota_used"] = result["busy_requests_quota_used"] / (cfg.rpm / cfg.window_s)
+        result["busy_quota_used"] = result["busy_requests_per_s"] / (cfg.rpm / cfg.window_s)
     result["ratio_to_min"] = result["wall_s"] / result["theoretical_min_s"]
     result["pacing"] = cfg.pacing
     result["goal"] = f"<= {ratio} x minimum, <= {share_429:.0%} 429, nothing lost"
@@ -175,7 +180,7 @@ def _against_quota(
 
 def r1_rate_bound(cfg: BenchConfig) -> Result:
     """Request-bound: the configured RPM against a provider that enforces it per second too."""
-    files = filings(cfg, "r1", cfg.count(R1_FILINGS), 20_000, 80_000)
+    files = r1_filings(cfg)
     env = {"PIPELINE_RATE_LIMIT_RPM": str(cfg.rpm)}
     result = run_pipeline(cfg, files, cfg.latency_args() + cfg.limit_args(), env_extra=env)
     return _against_quota(cfg, result, tokens=False, ratio=1.05, share_429=0.01)
@@ -192,13 +197,13 @@ def r1t_token_bound(cfg: BenchConfig) -> Result:
 
 def r1z_learned(cfg: BenchConfig) -> Result:
     """Nothing configured: the limits are learned from the provider's x-ratelimit-* headers."""
-    files = filings(cfg, "r1", cfg.count(R1_FILINGS), 20_000, 80_000)
+    files = r1_filings(cfg)
     result = run_pipeline(cfg, files, cfg.latency_args() + cfg.limit_args())
     return _against_quota(cfg, result, tokens=False, ratio=1.25, share_429=0.03)
 
 
 def r2_latency_bound(cfg: BenchConfig) -> Result:
-    files = filings(cfg, "r1", cfg.count(R1_FILINGS), 20_000, 80_000)
+    files = r1_filings(cfg)
     result = run_pipeline(cfg, files, cfg.latency_args())
     concurrency = cfg.workers * cfg.concurrency
     ideal = concurrency / mean_latency_s(cfg.p50_s, cfg.p95_s)
@@ -242,7 +247,7 @@ def r3_overhead(cfg: BenchConfig) -> Result:
 
 
 def r4_faults(cfg: BenchConfig) -> Result:
-    files = filings(cfg, "r1", cfg.count(R1_FILINGS), 20_000, 80_000)
+    files = r1_filings(cfg)
     env = {"PIPELINE_RATE_LIMIT_RPM": str(cfg.rpm)}
     result = run_pipeline(cfg, files, cfg.latency_args() + cfg.limit_args() + FAULT_ARGS, env_extra=env)
     r1 = cfg.results.get("R1")
@@ -278,7 +283,7 @@ def r6_scale(cfg: BenchConfig) -> Result:
 def peer(cfg: BenchConfig, regime: str) -> Result:
     from pipeline_dev.bench.peer import run_peer
 
-    files = sorted(filings(cfg, "r1", cfg.count(R1_FILINGS), 20_000, 80_000).iterdir())
+    files = sorted(r1_filings(cfg).iterdir())
     args = cfg.latency_args() + cfg.limit_args() + (FAULT_ARGS if regime == "R4" else [])
     logs = Path(tempfile.mkdtemp(dir=cfg.work_dir, prefix="peer-"))
     with procs.simulator(logs, args) as sim_url:

@@ -140,10 +140,7 @@ async def _chat(request: web.Request, state: SimState) -> web.StreamResponse:
         state.counters.rejected_per_second += decision.per_second
         state.record(chat.model, chat.messages, chat.format_type, 429)
         return _rate_limited(decision, chat.model, charge)
-    state.counters.charged_tokens += charge
     state.admissions.append((now, charge))
-    state.counters.first_admitted_s = state.counters.first_admitted_s or now
-    state.counters.last_admitted_s = now
     draw = faults.draw(state.rng, state.config)
     outcome = "error" if "error" in chat.hooks else draw.outcome
     status = draw.error_status if "error" not in chat.hooks else 500

@@ -35,16 +35,12 @@ class Counters:
     truncated: int = 0
     prompt_tokens: int = 0  # of the 200 answers
     completion_tokens: int = 0
-    charged_tokens: int = 0  # what the quota was charged for the admitted requests (prompt + max_tokens)
     quotes: int = 0  # quote fields in intact JSON answers
     ungrounded_quotes: int = 0  # of those, replaced by text not in the document (--ungrounded-rate)
 
-    first_admitted_s: float = 0.0  # monotonic times of the first and last admission
-    last_admitted_s: float = 0.0
-
     def reset(self) -> None:
         for item in fields(self):
-            setattr(self, item.name, type(getattr(self, item.name))())
+            setattr(self, item.name, 0)
 
 
 class Recorder:
@@ -123,18 +119,28 @@ class SimState:
             "rpm": self.config.rpm,
             "tpm": self.config.tpm,
             "quantized": self.limiter.quantum is not None,
-            **self._busy(),
+            **self._admissions(),
             "ungrounded_rate": self.config.ungrounded_rate,
         }
 
-    def _busy(self, share: float = BUSY_SHARE) -> dict[str, float]:
-        """The span in which the first `share` of admissions happened, and what it admitted: the
-        use of the quota while a run kept the provider busy, without its last stragglers."""
+    def _admissions(self, share: float = BUSY_SHARE) -> dict[str, float]:
+        """What the quota was charged (prompt + max_tokens of each admitted request), the span
+        from the first admission to the last, and the same for the first `share` of them: the use
+        of the quota while a run kept the provider busy, without its last stragglers."""
+        charged = sum(tokens for _, tokens in self.admissions)
         if len(self.admissions) < 2:
-            return {"busy_s": 0.0, "busy_admitted": 0, "busy_charged_tokens": 0}
+            return {
+                "charged_tokens": charged,
+                "admitted_span_s": 0.0,
+                "busy_s": 0.0,
+                "busy_admitted": 0,
+                "busy_charged_tokens": 0,
+            }
         last = max(1, math.ceil(len(self.admissions) * share) - 1)
         busy = self.admissions[: last + 1]
         return {
+            "charged_tokens": charged,
+            "admitted_span_s": self.admissions[-1][0] - self.admissions[0][0],
             "busy_s": busy[-1][0] - busy[0][0],
             "busy_admitted": len(busy) - 1,  # the first opens the span
             "busy_charged_tokens": sum(tokens for _, tokens in busy[1:]),
