@@ -190,7 +190,7 @@ def test_with_nothing_configured_the_limits_are_learned_from_the_first_answer(
 ) -> None:
     limiter = _limiter(client, window_s=1.0)
     probe = limiter.acquire([scope], 10)
-    assert _try(limiter, scope).reason == "inflight", "one call at a time until the provider has spoken"
+    assert _try(limiter, scope).reason == "probing", "one call at a time until the provider has spoken"
     limiter.release(
         probe, policy.ProviderLimits(limit_requests=60, remaining_requests=59, limit_tokens=10_000)
     )
@@ -199,6 +199,20 @@ def test_with_nothing_configured_the_limits_are_learned_from_the_first_answer(
     assert not _try(limiter, scope).admitted, "paced at the learned 60 per window"
     view = limiter.view(scope)
     assert (view.learned_rpm, view.rpm_in_force, view.effective_rpm) == (60, 60, 60)
+
+
+def test_a_probe_that_never_answers_holds_the_others_back_only_briefly(
+    client: redis.Redis, scope: Scope
+) -> None:
+    # Its worker was killed mid-call: the probe's in-flight lease (5 s here) must not hold everyone.
+    limiter = RedisLimiter(client, Limits(window_s=1.0), lease_s=5, max_wait_s=0, probe_s=0.3)
+    limiter.acquire([scope], 10)
+    refused = _try(limiter, scope)
+    assert (refused.admitted, refused.reason) == (False, "probing")
+    assert refused.wait_s <= 0.1, "waiters poll: the probe's answer may come any moment"
+    time.sleep(0.35)
+    assert _try(limiter, scope).admitted, "a second probe goes once the first one's claim lapsed"
+    assert _try(limiter, scope).reason == "probing"
 
 
 def test_a_provider_without_limit_headers_ends_the_probe(client: redis.Redis, scope: Scope) -> None:

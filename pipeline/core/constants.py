@@ -47,6 +47,10 @@ well (OpenAI: 60,000 requests/minute may be enforced as 1,000/second), so a seco
 with a burst and then carries the paced rate holds more than its share: 0 paces every call."""
 LIMITER_LEARNED_TTL_MS = 10 * 60 * 1000
 """What the provider's headers said is kept this long after the last answer that said it."""
+LIMITER_PROBE_MS = 3_000
+"""With no limits configured or learned, the first call of a scope goes alone for this long at
+most, waiting for an answer's x-ratelimit-* headers: a worker killed mid-probe (or a slow
+answer) then holds the others back 3 s, not the probe's whole in-flight lease."""
 LIMITER_KEY_PREFIX = "pipeline:rl"
 LIMITER_LEASE_EXTRA_S = 30.0
 """An in-flight lease outlives the call's timeout by this much, then expires by itself."""

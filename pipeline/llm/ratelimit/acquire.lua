@@ -9,7 +9,8 @@
 -- KEYS[5] pause    STRING shared "pause until" (ms), set by pause.lua after a 429
 -- KEYS[6] aimd     HASH  factor = share of the limits in force after the last cut, cut_at (ms)
 -- KEYS[7] pace     HASH  requests, tokens = theoretical arrival times (ms) of the two GCRAs
--- KEYS[8] learned  HASH  rpm, tpm (the provider's x-ratelimit-limit-*), seen (an answer came back)
+-- KEYS[8] learned  HASH  rpm, tpm (the provider's x-ratelimit-limit-*), seen (an answer came back),
+--                        probe (ms: until when the first call goes alone)
 --
 -- ARGV[1] configured rpm (0: none)   ARGV[2] configured tpm (0: none)
 -- ARGV[3] max in flight (0: none)    ARGV[4] cost in tokens          ARGV[5] permit id
@@ -19,6 +20,7 @@
 -- ARGV[11] longest wait to reserve (ms): a later send time is refused, not reserved
 -- ARGV[12] learn: 1 = the provider's limits set or lower ours; with nothing configured or learned
 --          yet, one call at a time until an answer tells whether the provider sends limits
+-- ARGV[13] probe (ms): how long that one call holds the others back at most
 --
 -- Returns {admitted 0/1, wait ms, reason, requests in window, tokens in window, factor * 1e6,
 --          now (ms), rpm in force, tpm in force}.
@@ -30,6 +32,7 @@ local rpm, tpm, max_inflight = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(AR
 local cost, id, window = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
 local lease, recovery, ttl = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]) + window
 local burst, max_wait, learn = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
+local probe = tonumber(ARGV[13])
 
 -- Redis 6 needs effects replication before a write that follows TIME (the default from 7).
 if redis.replicate_commands then redis.replicate_commands() end
@@ -62,9 +65,10 @@ local function in_force(configured, told)
   return configured
 end
 if learn == 1 then rpm, tpm = in_force(rpm, learned[1]), in_force(tpm, learned[2]) end
-if learn == 1 and rpm <= 0 and tpm <= 0 and not learned[3] and (max_inflight <= 0 or max_inflight > 1) then
-  max_inflight = 1
-end
+-- With nothing configured or learned yet, one call goes alone (the probe) and its answer tells
+-- everyone the limits. The probe is claimed for `probe` ms, not for its whole lease: a worker
+-- killed mid-probe holds the others back that long at most, and a slow probe lets one more go.
+local probing = learn == 1 and rpm <= 0 and tpm <= 0 and not learned[3]
 
 -- The adaptive factor climbs back linearly from the last cut.
 local factor = 1
@@ -89,6 +93,14 @@ end
 local pause = tonumber(redis.call('GET', KEYS[5]) or '0')
 if pause > now then
   return refuse(pause - now, 'paused')
+end
+if probing then
+  local probe_until = tonumber(redis.call('HGET', KEYS[8], 'probe') or '0')
+  if probe_until > now then
+    return refuse(math.min(probe_until - now, 100), 'probing')  -- the answer may come any moment
+  end
+  redis.call('HSET', KEYS[8], 'probe', now + probe)
+  redis.call('PEXPIRE', KEYS[8], probe + ttl)
 end
 if max_inflight > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)

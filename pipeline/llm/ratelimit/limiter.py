@@ -127,6 +127,7 @@ class RedisLimiter:
         recovery_s: float = 300.0,
         min_factor: float = 0.2,
         max_wait_s: float = c.DEFAULT_LIMITER_MAX_WAIT_S,
+        probe_s: float = c.LIMITER_PROBE_MS / 1000,
         sleep: Sleep = time.sleep,
     ) -> None:
         self.client = client
@@ -136,6 +137,7 @@ class RedisLimiter:
         self.recovery_ms = int(recovery_s * 1000)
         self.min_factor = min_factor
         self.max_wait_s = max_wait_s
+        self.probe_ms = int(probe_s * 1000)
         self._sleep = sleep
         self.burst_ms = int(limits.burst_s * 1000) if limits.pacing else -1
         self._acquire = client.register_script(_script("acquire.lua"))
@@ -190,6 +192,7 @@ class RedisLimiter:
                 self.burst_ms,
                 max(0, int(max_wait_s * 1000)),
                 int(self.limits.learn),
+                self.probe_ms,
             ],
         )
         return Decision(
