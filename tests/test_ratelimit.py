@@ -316,6 +316,9 @@ def test_a_call_whose_turn_comes_during_a_pause_waits_for_the_pause_then_asks_ag
     permit = limiter.acquire([scope], 1)
     assert paused, "its turn was ahead: it slept"
     assert time.time() >= paused[0] and permit.waited_s >= 0.8
+    # The turn it gave up was never sent: it left the window (the first call and this one remain).
+    log, costs, tokens = keys(scope)[:3]
+    assert client.zcard(log) == 2 and client.hlen(costs) == 2 and int(client.get(tokens) or 0) == 2
 
 
 def test_calls_are_spread_over_the_key_slots(client: redis.Redis) -> None:

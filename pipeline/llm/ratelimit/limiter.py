@@ -243,7 +243,7 @@ class RedisLimiter:
             if self.paused_for_s(scope) <= 0:
                 return permit
             # A 429 paused everyone while this call waited for its turn: ask again after it.
-            self.release(permit, None)
+            self.release(permit, None, sent=False)
 
     def paused_for_s(self, scope: Scope) -> float:
         """How long the shared pause of `scope` still holds (0: none)."""
@@ -254,11 +254,17 @@ class RedisLimiter:
         return max(0, int(until_raw or 0) - (int(seconds) * 1000 + int(micros) // 1000)) / 1000
 
     def release(
-        self, permit: Permit, told: policy.ProviderLimits | None, charged_tokens: int | None = None
+        self,
+        permit: Permit,
+        told: policy.ProviderLimits | None,
+        charged_tokens: int | None = None,
+        *,
+        sent: bool = True,
     ) -> tuple[float, float]:
         """Free the in-flight lease. `told`: what the provider's answer said of its limits
         (None: no answer came back). The provider wins: when it has less room than our own
         window leaves, the pacing moves later. Returns how much later (requests, tokens; s).
+        `sent=False`: the call never went out, and its reservation leaves the window.
 
         `charged_tokens`: what the provider charged the quota, when known; a reservation above it
         is refunded. Providers charge a request's prompt and its max_tokens when it arrives
@@ -274,7 +280,7 @@ class RedisLimiter:
                 self.limits.rpm,
                 self.limits.tpm,
                 *headers.as_script_args(),
-                int(told is not None),
+                int(told is not None) if sent else -1,
                 c.LIMITER_LEARNED_TTL_MS,
                 -1 if charged_tokens is None else charged_tokens,
                 int(self.limits.learn),

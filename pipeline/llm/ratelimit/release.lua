@@ -15,7 +15,9 @@
 -- ARGV[8] x-ratelimit-reset-requests (ms)
 -- ARGV[9] x-ratelimit-limit-tokens      ARGV[10] x-ratelimit-remaining-tokens
 -- ARGV[11] x-ratelimit-reset-tokens (ms)          (ARGV[6..11]: -1 when the header was absent)
--- ARGV[12] answered: 1 when the provider answered (with or without limit headers)
+-- ARGV[12] answered: 1 when the provider answered (with or without limit headers), 0 when no
+--          answer came back, -1 when the call was never sent (its turn fell inside a pause): then
+--          its reservation leaves the window, which would otherwise hold it for a whole window
 -- ARGV[13] TTL of what was learned (ms)
 -- ARGV[14] tokens the provider charged (-1: unknown, keep the reservation)
 -- ARGV[15] learn: 1 = keep what the provider says its limits are (they set or lower ours)
@@ -37,6 +39,13 @@ local answered, learned_ttl, charged = tonumber(ARGV[12]), tonumber(ARGV[13]), t
 local learning = tonumber(ARGV[15]) == 1
 
 redis.call('ZREM', KEYS[2], id)
+if answered == -1 then
+  local reserved = tonumber(redis.call('HGET', KEYS[6], id) or '0')
+  if redis.call('ZREM', KEYS[1], id) == 1 then
+    redis.call('HDEL', KEYS[6], id)
+    redis.call('DECRBY', KEYS[7], reserved)
+  end
+end
 if answered ~= 1 then return {0, 0, -1} end
 
 if redis.replicate_commands then redis.replicate_commands() end
