@@ -332,6 +332,10 @@ def test_rpm_limit_answers_429_with_retry_after() -> None:
     assert headers["x-ratelimit-reset-requests"].endswith("s")
     assert refused.value.code == "rate_limit_exceeded"
     assert stats["rejected_429"] == 1 and stats["max_admitted_in_any_60s_window"] == 5
+    # Second by second, what the provider saw: five admitted (with their tokens), one refused.
+    timeline = stats["timeline"]
+    assert [sum(s[0] for s in timeline), sum(s[2] for s in timeline)] == [5, 1]
+    assert sum(s[1] for s in timeline) == stats["charged_tokens"] > 0
 
 
 def test_tpm_limit_counts_prompt_and_max_tokens() -> None:

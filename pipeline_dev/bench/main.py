@@ -56,7 +56,8 @@ def run_bench(
                 say(f"{name} ...")
                 started = time.monotonic()
                 cfg.results[name] = REGIMES[name](cfg)
-                say(f"{name} done in {time.monotonic() - started:.0f} s: {json.dumps(cfg.results[name])}")
+                shown = {k: v for k, v in cfg.results[name].items() if k != "provider_timeline"}
+                say(f"{name} done in {time.monotonic() - started:.0f} s: {json.dumps(shown)}")
         finally:
             procs.finish_stopping()  # while their Redis is still up
     meta = {

@@ -137,6 +137,7 @@ def run_pipeline(
         "share_429": stats["rejected_429"] / max(1, stats["requests_total"]),
         "refused_per_second": stats["rejected_per_second"],
         "charged_tokens": stats["charged_tokens"],
+        "provider_timeline": stats["timeline"],  # [admitted, tokens, refused] per second
         "llm_span_s": round(stats["admitted_span_s"], 2),
         "busy_requests_per_s": _per_s(stats["busy_admitted"], stats["busy_s"]),
         "busy_tokens_per_s": _per_s(stats["busy_charged_tokens"], stats["busy_s"]),

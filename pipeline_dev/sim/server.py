@@ -138,6 +138,7 @@ async def _chat(request: web.Request, state: SimState) -> web.StreamResponse:
     if not decision.admitted:
         state.counters.rejected_429 += 1
         state.counters.rejected_per_second += decision.per_second
+        state.refusals.append(now)
         state.record(chat.model, chat.messages, chat.format_type, 429)
         return _rate_limited(decision, chat.model, charge)
     state.admissions.append((now, charge))

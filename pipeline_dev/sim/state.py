@@ -88,6 +88,7 @@ class SimState:
         self.recorder: Recorder | None = None
         self.invented_quotes: list[str] = []  # GET /sim/invented
         self.admissions: list[tuple[float, int]] = []  # (monotonic s, tokens charged) per admitted request
+        self.refusals: list[float] = []  # monotonic s of each 429
 
     def record(
         self,
@@ -120,8 +121,25 @@ class SimState:
             "tpm": self.config.tpm,
             "quantized": self.limiter.quantum is not None,
             **self._admissions(),
+            "timeline": self.timeline(),
             "ungrounded_rate": self.config.ungrounded_rate,
         }
+
+    def timeline(self) -> list[list[int]]:
+        """[admitted, tokens charged, refused] in each second from the first request on: what the
+        provider saw of a run, second by second."""
+        stamps = [t for t, _ in self.admissions] + self.refusals
+        if not stamps:
+            return []
+        start = min(stamps)
+        seconds = [[0, 0, 0] for _ in range(int(max(stamps) - start) + 1)]
+        for stamp, tokens in self.admissions:
+            second = seconds[int(stamp - start)]
+            second[0] += 1
+            second[1] += tokens
+        for stamp in self.refusals:
+            seconds[int(stamp - start)][2] += 1
+        return seconds
 
     def _admissions(self, share: float = BUSY_SHARE) -> dict[str, float]:
         """What the quota was charged (prompt + max_tokens of each admitted request), the span
@@ -149,6 +167,7 @@ class SimState:
     def reset(self) -> None:
         """Zero the counters and forget the limiter's window (the RNG runs on)."""
         self.admissions.clear()
+        self.refusals.clear()
         self.counters.reset()
         self.limiter.reset()
         self.invented_quotes.clear()

@@ -1,0 +1,15 @@
+"""The benchmark's scale, memory and peer regimes run end to end at tiny sizes (see test_bench.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.test_bench import run_tiny_bench
+
+
+def test_the_scale_memory_and_peer_regimes_run_at_tiny_sizes(tmp_path: Path) -> None:
+    data = run_tiny_bench(tmp_path / "bench", ["R6", "R5", "peer-R1", "peer-R4"])
+    results = data["results"]
+    assert results["R6"]["lost"] == 0 and results["R5"]["lost"] == 0
+    assert results["R5"]["worker_peak_mb"] > 0 and results["R5"]["producer_10k_peak_mb"] > 0
+    assert results["peer-R1"]["text_share"] < 1
