@@ -123,6 +123,20 @@ def test_headers_that_arrive_late_are_held_against_the_window_they_describe(
     assert limiter.release(permits[1], told) == (0.0, 0.0)
 
 
+def test_calls_that_left_our_window_still_count_against_a_slow_answers_headers(
+    client: redis.Redis, scope: Scope
+) -> None:
+    limiter = _limiter(client, rpm=10, window_s=1.0, burst_s=1.0)
+    for _ in range(5):
+        limiter.acquire([scope], 1)
+    time.sleep(0.5)
+    slow = limiter.acquire([scope], 1)  # the provider saw 6 of 10 when it arrived
+    time.sleep(0.7)
+    limiter.acquire([scope], 1)  # the rate has fallen; this call's turn moves the first 5 out of our window
+    told = policy.ProviderLimits(limit_requests=10, remaining_requests=4, reset_requests_s=1.0)
+    assert limiter.release(slow, told) == (0.0, 0.0), "4 left then, as we count too: nothing to push"
+
+
 def test_a_burst_allowance_lets_that_many_seconds_of_quota_go_at_once(
     client: redis.Redis, scope: Scope
 ) -> None:
@@ -339,8 +353,10 @@ def test_every_key_is_prefixed_and_expires(client: redis.Redis, scope: Scope) ->
     limiter.acquire([scope], 10)  # held: its lease stays
     limiter.release(limiter.acquire([scope], 10), policy.ProviderLimits(limit_requests=5))
     limiter.pause(scope, 0.1)
+    time.sleep(1.05)
+    limiter.acquire([scope], 10)  # the first two leave the window for `retired`
     present = [k for k in keys(scope) if client.exists(k)]
-    assert len(present) == 8
+    assert len(present) == 9
     assert all(k.startswith("pipeline:rl:{") for k in present)
     assert all(client.pttl(k) > 0 for k in present)
 

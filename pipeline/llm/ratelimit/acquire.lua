@@ -11,6 +11,9 @@
 -- KEYS[7] pace     HASH  requests, tokens = theoretical arrival times (ms) of the two GCRAs
 -- KEYS[8] learned  HASH  rpm, tpm (the provider's x-ratelimit-limit-*), seen (an answer came back),
 --                        probe (ms: until when the first call goes alone)
+-- KEYS[9] retired  ZSET  permit id -> send time, of admissions that left the window, kept (with
+--                        their costs) `keep` ms longer: release.lua compares the provider's count
+--                        at a call's arrival with ours over the window before it
 --
 -- ARGV[1] configured rpm (0: none)   ARGV[2] configured tpm (0: none)
 -- ARGV[3] max in flight (0: none)    ARGV[4] cost in tokens          ARGV[5] permit id
@@ -21,6 +24,7 @@
 -- ARGV[12] learn: 1 = the provider's limits set or lower ours; with nothing configured or learned
 --          yet, one call at a time until an answer tells whether the provider sends limits
 -- ARGV[13] probe (ms): how long that one call holds the others back at most
+-- ARGV[14] keep (ms): how long admissions that left the window stay in `retired`
 --
 -- Returns {admitted 0/1, wait ms, reason, requests in window, tokens in window, factor * 1e6,
 --          now (ms), rpm in force, tpm in force}.
@@ -32,27 +36,39 @@ local rpm, tpm, max_inflight = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(AR
 local cost, id, window = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
 local lease, recovery, ttl = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]) + window
 local burst, max_wait, learn = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
-local probe = tonumber(ARGV[13])
+local probe, keep = tonumber(ARGV[13]), tonumber(ARGV[14])
 
 -- Redis 6 needs effects replication before a write that follows TIME (the default from 7).
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
--- Forget admissions older than the window, with their tokens.
-local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - window)
+-- Admissions older than the window leave it, with their tokens, for `retired`; those retired
+-- longer than `keep` are forgotten.
+local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - window, 'WITHSCORES')
 if #expired > 0 then
   local freed = 0
-  for i = 1, #expired, 500 do
-    local batch = {unpack(expired, i, math.min(i + 499, #expired))}
-    for _, c in ipairs(redis.call('HMGET', KEYS[2], unpack(batch))) do
+  for i = 1, #expired, 1000 do
+    local ids, moved = {}, {}
+    for j = i, math.min(i + 999, #expired), 2 do
+      ids[#ids + 1] = expired[j]
+      moved[#moved + 1] = expired[j + 1]
+      moved[#moved + 1] = expired[j]
+    end
+    for _, c in ipairs(redis.call('HMGET', KEYS[2], unpack(ids))) do
       freed = freed + (tonumber(c) or 0)
     end
-    redis.call('HDEL', KEYS[2], unpack(batch))
+    redis.call('ZADD', KEYS[9], unpack(moved))
   end
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
   redis.call('DECRBY', KEYS[3], freed)
+  redis.call('PEXPIRE', KEYS[9], keep + ttl)
 end
+local forgotten = redis.call('ZRANGEBYSCORE', KEYS[9], '-inf', now - window - keep)
+for i = 1, #forgotten, 500 do
+  redis.call('HDEL', KEYS[2], unpack(forgotten, i, math.min(i + 499, #forgotten)))
+end
+if #forgotten > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[9], '-inf', now - window - keep) end
 
 local count = redis.call('ZCARD', KEYS[1])
 local used = tonumber(redis.call('GET', KEYS[3]) or '0')
@@ -171,6 +187,7 @@ if burst >= 0 and (eff_rpm > 0 or eff_tpm > 0) then
   redis.call('PEXPIRE', KEYS[7], math.ceil(math.max(requests_next, tokens_next) - now) + ttl)
 end
 for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], math.ceil(at - now) + ttl) end
+redis.call('PEXPIRE', KEYS[2], math.ceil(at - now) + ttl + keep)  -- costs outlive the window in `retired`
 if max_inflight > 0 then
   redis.call('ZADD', KEYS[4], at + lease, id)
   redis.call('PEXPIRE', KEYS[4], math.ceil(at - now) + lease + ttl)

@@ -28,7 +28,7 @@ from pipeline.core.settings import Settings
 from pipeline.llm.ratelimit import policy
 
 Sleep = Callable[[float], None]
-_FIELDS = ("log", "costs", "tokens", "inflight", "pause", "aimd", "pace", "learned")
+_FIELDS = ("log", "costs", "tokens", "inflight", "pause", "aimd", "pace", "learned", "retired")
 
 
 @dataclass(frozen=True)
@@ -193,6 +193,7 @@ class RedisLimiter:
                 max(0, int(max_wait_s * 1000)),
                 int(self.limits.learn),
                 self.probe_ms,
+                self.lease_ms,  # a call's answer comes back within its lease
             ],
         )
         return Decision(
@@ -269,10 +270,10 @@ class RedisLimiter:
         `charged_tokens`: what the provider charged the quota, when known; a reservation above it
         is refunded. Providers charge a request's prompt and its max_tokens when it arrives
         (OpenAI's guide), not what the answer used, so that is what the caller passes."""
-        log, costs, tokens, inflight, _, aimd, pace, learned = keys(permit.scope)
+        log, costs, tokens, inflight, _, aimd, pace, learned, retired = keys(permit.scope)
         headers = told or policy.ProviderLimits()
         pushed_requests, pushed_tokens, _ = self._release(
-            keys=[log, inflight, pace, learned, aimd, costs, tokens],
+            keys=[log, inflight, pace, learned, aimd, costs, tokens, retired],
             args=[
                 permit.id,
                 self.window_ms,
@@ -309,7 +310,7 @@ class RedisLimiter:
 
     def view(self, scope: Scope) -> ScopeView:
         """A read-only look at a scope's state."""
-        log, costs, _, inflight, pause, aimd, _, learned = keys(scope)
+        log, costs, _, inflight, pause, aimd, _, learned, _ = keys(scope)
         # Pipelines: fewer round trips, and results typed alike by every redis-py version.
         with self.client.pipeline(transaction=False) as pipe:
             pipe.time()

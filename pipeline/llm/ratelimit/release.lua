@@ -8,6 +8,7 @@
 -- KEYS[5] aimd     HASH  factor, cut_at (ms)
 -- KEYS[6] costs    HASH  permit id -> tokens reserved
 -- KEYS[7] tokens   STRING sum of costs in the window
+-- KEYS[8] retired  ZSET  permit id -> send time, of admissions that left the window (costs kept)
 --
 -- ARGV[1] permit id           ARGV[2] window (ms)        ARGV[3] recovery (ms)
 -- ARGV[4] configured rpm      ARGV[5] configured tpm
@@ -76,9 +77,10 @@ local heard = redis.call('HMGET', KEYS[4], 'rpm', 'tpm')
 local limits = {in_force(rpm, tonumber(heard[1]) or 0), in_force(tpm, tonumber(heard[2]) or 0)}
 
 local reserved = tonumber(redis.call('HGET', KEYS[6], id) or '-1')
+local in_window = redis.call('ZSCORE', KEYS[1], id)
 if charged >= 0 and reserved > charged then
   redis.call('HSET', KEYS[6], id, charged)
-  redis.call('DECRBY', KEYS[7], reserved - charged)
+  if in_window then redis.call('DECRBY', KEYS[7], reserved - charged) end
   local tat = tonumber(redis.call('HGET', KEYS[3], 'tokens') or '-1')
   local eff_tpm = math.max(1, math.floor(limits[2] * factor))
   if limits[2] > 0 and tat > now then
@@ -90,7 +92,10 @@ end
 -- that window began: later calls included, so we never think we have more room than we had.
 -- (Comparing stale headers with the current window would push the pacing later whenever the
 -- rate fell, and so make it fall further.)
-local sent_at = tonumber(redis.call('ZSCORE', KEYS[1], id) or '-1')
+-- Admissions that have left our window since this call's window began are in `retired`: without
+-- them our count would miss the call's latency worth of the oldest calls, and whenever the rate
+-- falls (the end of a run) the provider would seem to have less room than we think.
+local sent_at = tonumber(in_window or redis.call('ZSCORE', KEYS[8], id) or '-1')
 local pushed = {0, 0}
 local floor = nil
 for k = 1, 2 do
@@ -99,16 +104,19 @@ for k = 1, 2 do
     local since = sent_at - window
     local ours
     if k == 1 then
-      ours = limit * factor - redis.call('ZCOUNT', KEYS[1], '(' .. since, '+inf')
+      local sent = redis.call('ZCOUNT', KEYS[1], '(' .. since, '+inf')
+      ours = limit * factor - sent - redis.call('ZCOUNT', KEYS[8], '(' .. since, '+inf')
     else
       local used = tonumber(redis.call('GET', KEYS[7]) or '0')
-      local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', since)
-      for i = 1, #gone, 500 do
-        local batch = {unpack(gone, i, math.min(i + 499, #gone))}
-        for _, c in ipairs(redis.call('HMGET', KEYS[6], unpack(batch))) do
-          used = used - (tonumber(c) or 0)
+      local function add(ids, sign)
+        for i = 1, #ids, 500 do
+          for _, c in ipairs(redis.call('HMGET', KEYS[6], unpack(ids, i, math.min(i + 499, #ids)))) do
+            used = used + sign * (tonumber(c) or 0)
+          end
         end
       end
+      add(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', since), -1)
+      add(redis.call('ZRANGEBYSCORE', KEYS[8], '(' .. since, '+inf'), 1)
       ours = limit * factor - used
     end
     if h.remaining < ours then
