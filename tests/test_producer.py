@@ -8,7 +8,7 @@ from pathlib import Path
 from sqlalchemy import select
 
 from pipeline.core.settings import Settings
-from pipeline.ingest.producer import prepare_run
+from pipeline.ingest.producer import enqueue_order, prepare_run
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Chunk, Content, Document, Run
 from tests.conftest import run_cli
@@ -105,9 +105,19 @@ def test_worker_without_a_broker_says_what_to_set(tmp_path: Path) -> None:
     assert "PIPELINE_REDIS_URL is not set" in result.stderr
 
 
-def test_documents_with_the_most_chunks_are_enqueued_first(
-    pipeline_env: dict[str, str], tmp_path: Path
-) -> None:
+def test_the_shortest_quarter_goes_last_longest_first_and_the_rest_is_shuffled() -> None:
+    counts = {doc_id: 1 + doc_id % 5 for doc_id in range(40)}  # 8 documents each of 1 to 5 chunks
+    order = enqueue_order(list(counts), counts, seed="run-a")
+    assert sorted(order) == list(range(40)), "every document, once"
+    head, tail = order[:30], order[30:]
+    assert [counts[d] for d in tail] == sorted((counts[d] for d in tail), reverse=True)
+    assert max(counts[d] for d in tail) <= min(counts[d] for d in head), "the shortest come last"
+    lengths = [counts[d] for d in head]
+    assert lengths != sorted(lengths, reverse=True), "equal lengths do not start in lockstep"
+    assert order == enqueue_order(list(counts), counts, seed="run-a"), "the same run, the same order"
+
+
+def test_documents_are_enqueued_in_that_order(pipeline_env: dict[str, str], tmp_path: Path) -> None:
     for name, paragraphs in (("a-short.txt", 5), ("b-long.txt", 3_000), ("c-medium.txt", 800)):
         (tmp_path / name).write_text("Revenue grew in every segment this year.\n\n" * paragraphs)
     engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
@@ -115,4 +125,4 @@ def test_documents_with_the_most_chunks_are_enqueued_first(
     plan = prepare_run(engine, settings, [str(tmp_path)])
     with session_scope(engine) as session:
         names = [Path(session.get(Document, i).path).name for i in plan.document_ids]  # type: ignore[union-attr]
-    assert names == ["b-long.txt", "c-medium.txt", "a-short.txt"]
+    assert sorted(names[:2]) == ["b-long.txt", "c-medium.txt"] and names[2] == "a-short.txt"

@@ -5,6 +5,8 @@ Enqueueing is the caller's (the Celery layer's) job: this returns the ids to enq
 
 from __future__ import annotations
 
+import math
+import random
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -32,7 +34,7 @@ DEFAULT_QUERY = "Summarize revenue and the top risk factors across these filings
 class SubmitPlan:
     run_id: str
     document_ids: list[int] = field(default_factory=list)
-    """In the order to enqueue them: most chunks first (see `prepare_run`)."""
+    """In the order to enqueue them (see `enqueue_order`)."""
     chunk_counts: dict[int, int] = field(default_factory=dict)
     rejected: list[tuple[str, str]] = field(default_factory=list)
     """(path, reason) of every file that will not be extracted."""
@@ -98,16 +100,34 @@ def prepare_run(
             intake.delete_run(session, plan.run_id)
         plan.created = False
         return plan
-    # Longest first: a document's chunks go one after another, so its chain of calls is as
-    # long as its chunk count. Started first, long chains overlap the rest of the batch
-    # instead of trailing after it (the end of a rate-limited run is otherwise chain-bound).
-    plan.document_ids.sort(key=lambda doc_id: -plan.chunk_counts[doc_id])
+    plan.document_ids = enqueue_order(plan.document_ids, plan.chunk_counts, plan.run_id)
     with session_scope(engine) as session:
         if plan.document_ids:
             run_state.set_run_status(session, plan.run_id, RunStatus.RUNNING)
         else:
             run_state.set_run_status(session, plan.run_id, RunStatus.FAILED, error="no usable document")
     return plan
+
+
+SORTED_TAIL_SHARE = 0.25
+"""The share of a run's documents, the shortest, enqueued last in order of length."""
+
+
+def enqueue_order(document_ids: list[int], chunk_counts: dict[int, int], seed: str) -> list[int]:
+    """Documents in the order to enqueue them: shuffled, then the shortest quarter, longest first.
+
+    A document's chunks go one after another, so its chain of calls is as long as its chunk
+    count: the run should end on short chains, not trail after a long one. Before that, the order
+    is shuffled (seeded by the run): documents of equal length started together finish together,
+    and each thread then starts its next one at the same moment, so in a length-sorted run the
+    threads move in lockstep and their compressions come in waves that spend the request quota
+    while the token quota idles.
+    """
+    by_length = sorted(document_ids, key=lambda doc_id: -chunk_counts[doc_id])
+    cut = len(by_length) - math.ceil(len(by_length) * SORTED_TAIL_SHARE)
+    head = by_length[:cut]
+    random.Random(seed).shuffle(head)
+    return head + by_length[cut:]
 
 
 def _add_file(
