@@ -17,7 +17,7 @@ from celery import Celery
 from sqlalchemy import Engine, func, select
 
 from pipeline.core.settings import get_settings
-from pipeline.ingest.producer import prepare_run
+from pipeline.ingest.producer import SubmitPlan, prepare_run
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Document, LLMCall, Report, Run
 from pipeline_dev.synth_filings import write_filings
@@ -77,6 +77,13 @@ def _calls(engine: Engine, run_id: str) -> int:
         return int(session.scalar(select(func.count()).where(LLMCall.run_id == run_id)) or 0)
 
 
+def _stored_run(pipeline_env: dict[str, str], directory: Path, seed: int) -> tuple[Engine, SubmitPlan]:
+    """Two filings stored as a run, nothing enqueued yet."""
+    write_filings(directory, 2, seed=seed, sizes=[21_000] * 2)
+    engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
+    return engine, prepare_run(engine, get_settings(), [str(directory)])
+
+
 @pytest.mark.usefixtures("celery_worker")
 def test_a_redelivered_extract_or_finalize_changes_nothing(
     pipeline_env: dict[str, str], tmp_path: Path
@@ -84,9 +91,7 @@ def test_a_redelivered_extract_or_finalize_changes_nothing(
     from workers.canvas import enqueue_run
     from workers.tasks import extract, finalize
 
-    write_filings(tmp_path, 2, seed=95, sizes=[21_000] * 2)
-    engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
-    plan = prepare_run(engine, get_settings(), [str(tmp_path)])
+    engine, plan = _stored_run(pipeline_env, tmp_path, seed=95)
     enqueue_run(plan.run_id, plan.document_ids)
     _until(lambda: _reports(engine, plan.run_id) == 1, "the run's chord wrote no report")
     calls = _calls(engine, plan.run_id)
@@ -106,9 +111,7 @@ def test_finalize_before_every_document_is_final_waits_for_them(
     """The chord's callback checks completeness in the database, not in the chord's results."""
     from workers.tasks import extract, finalize
 
-    write_filings(tmp_path, 2, seed=97, sizes=[21_000] * 2)
-    engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
-    plan = prepare_run(engine, get_settings(), [str(tmp_path)])
+    engine, plan = _stored_run(pipeline_env, tmp_path, seed=97)
     early = finalize.delay(plan.run_id)
     _until(lambda: early.state == "RETRY", "finalize did not wait for the documents")
     assert _reports(engine, plan.run_id) == 0

@@ -186,8 +186,9 @@ if burst >= 0 and (eff_rpm > 0 or eff_tpm > 0) then
   redis.call('HSET', KEYS[7], 'requests', requests_next, 'tokens', tokens_next)
   redis.call('PEXPIRE', KEYS[7], math.ceil(math.max(requests_next, tokens_next) - now) + ttl)
 end
-for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], math.ceil(at - now) + ttl) end
+redis.call('PEXPIRE', KEYS[1], math.ceil(at - now) + ttl)
 redis.call('PEXPIRE', KEYS[2], math.ceil(at - now) + ttl + keep)  -- costs outlive the window in `retired`
+redis.call('PEXPIRE', KEYS[3], math.ceil(at - now) + ttl)
 if max_inflight > 0 then
   redis.call('ZADD', KEYS[4], at + lease, id)
   redis.call('PEXPIRE', KEYS[4], math.ceil(at - now) + lease + ttl)
