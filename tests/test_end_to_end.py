@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
+from pipeline.ingest.producer import EARLY_DOCUMENTS
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Chunk, Content, Document, Extraction, LLMCall, Report, RiskFactor, Run
 from pipeline_dev.synth_filings import generate_filing
@@ -143,3 +144,30 @@ def test_a_document_whose_answers_never_validate_fails_while_the_run_completes(
         report = session.scalar(select(Report).where(Report.run_id == run_id))
         assert report is not None and "RUN FAILED" in report.markdown
         assert session.get(Run, run_id).status == "failed"  # type: ignore[union-attr]
+
+
+def test_a_run_larger_than_its_early_start_reports_every_document(
+    pipeline_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The first documents go before the run's chord exists: finalize still waits for them."""
+    count = EARLY_DOCUMENTS + 4
+    companies = [_write(tmp_path, i, 3_000)[1] for i in range(count)]
+    run_id = _submit(pipeline_env, str(tmp_path))
+    engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
+    with session_scope(engine) as session:
+        statuses = dict(
+            session.execute(
+                select(Document.status, func.count())
+                .where(Document.run_id == run_id)
+                .group_by(Document.status)
+            ).all()
+        )
+        assert statuses == {"extracted": count}
+        summaries = session.scalar(
+            select(func.count()).where(Extraction.run_id == run_id, Extraction.summary.is_not(None))
+        )
+        assert summaries == count
+        report = session.scalar(select(Report).where(Report.run_id == run_id))
+        assert report is not None
+        assert all(company in report.markdown for company in companies)
+        assert session.scalar(select(Run.status).where(Run.id == run_id)) == "completed"

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from pipeline.core.settings import Settings
-from pipeline.ingest.producer import enqueue_order, prepare_run
+from pipeline.ingest.producer import EARLY_DOCUMENTS, enqueue_order, prepare_run
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Chunk, Content, Document, Run
 from tests.conftest import run_cli
@@ -126,3 +126,39 @@ def test_documents_are_enqueued_in_that_order(pipeline_env: dict[str, str], tmp_
     with session_scope(engine) as session:
         names = [Path(session.get(Document, i).path).name for i in plan.document_ids]  # type: ignore[union-attr]
     assert sorted(names[:2]) == ["b-long.txt", "c-medium.txt"] and names[2] == "a-short.txt"
+
+
+def test_a_large_run_starts_while_the_rest_is_stored(pipeline_env: dict[str, str], tmp_path: Path) -> None:
+    count = EARLY_DOCUMENTS + 6
+    for i in range(count):
+        (tmp_path / f"f{i:03}.txt").write_text(f"Item 7. Company {i} revenue was ${i + 1} million.\n" * 20)
+    (tmp_path / "f001.txt").write_text(" \n")  # skipped: the early start takes the usable ones
+    engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
+    seen: list[tuple[list[int], str, int]] = []
+
+    def on_early(ids: list[int]) -> None:
+        with session_scope(engine) as session:
+            run = session.scalars(select(Run).order_by(Run.created_at.desc())).first()
+            assert run is not None
+            stored = session.scalar(select(func.count()).where(Document.run_id == run.id))
+            seen.append((list(ids), run.status, stored))
+
+    plan = prepare_run(
+        engine, _settings(pipeline_env["PIPELINE_DATABASE_URL"]), [str(tmp_path)], on_early=on_early
+    )
+    assert len(seen) == 1
+    early, status, stored = seen[0]
+    assert status == "running" and stored == EARLY_DOCUMENTS, "handed over before the rest was read"
+    assert early == plan.early_ids and len(early) == EARLY_DOCUMENTS - 1
+    assert not set(early) & set(plan.document_ids)
+    assert len(early) + len(plan.document_ids) == count - 1
+
+    small = tmp_path / "small"
+    small.mkdir()
+    for i in range(3):
+        (small / f"s{i}.txt").write_text("Item 7. Revenue was $3 million.\n" * (20 + i))
+    calls: list[list[int]] = []
+    plan = prepare_run(
+        engine, _settings(pipeline_env["PIPELINE_DATABASE_URL"]), [str(small)], on_early=calls.append
+    )
+    assert calls == [] and plan.early_ids == [] and len(plan.document_ids) == 3, "a small run: one chord"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -162,6 +163,29 @@ def test_a_reservation_above_what_the_provider_charged_is_refunded(client: redis
     after = limiter.try_acquire(scope, 100, uuid.uuid4().hex, max_wait_s=1.0)
     assert after.tokens_in_window == 300
     assert after.wait_s <= 0.21, "the 300 tokens not charged are free again"
+
+
+def test_a_call_with_a_horizon_reserves_its_turn_only_once_it_is_near(
+    client: redis.Redis, scope: Scope
+) -> None:
+    """An uncalibrated call's cost is a guess: it must not hold a place far down the queue."""
+    limiter = RedisLimiter(client, Limits(tpm=60_000), lease_s=5, max_wait_s=5)  # 1,000 tokens/s
+    limiter.acquire([scope], 1_500)  # the next 1.5 s of token quota are taken
+    log = keys(scope)[0]
+    reserved_at: list[float] = []
+
+    def call() -> None:
+        limiter.acquire([scope], 100, horizon_s=0.3)
+        reserved_at.append(time.monotonic())
+
+    started = time.monotonic()
+    waiter = threading.Thread(target=call)
+    waiter.start()
+    time.sleep(0.5)
+    assert client.zcard(log) == 1, "1 s away: not reserved yet"
+    waiter.join(5)
+    assert client.zcard(log) == 2
+    assert 1.4 <= reserved_at[0] - started <= 2.0, "it still goes at its turn"
 
 
 def test_without_pacing_the_window_alone_admits_a_whole_windows_quota(

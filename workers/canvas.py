@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from celery import chord
+from celery import chord, group
 from sqlalchemy import Engine
 
 from pipeline.core.settings import Settings
@@ -15,10 +15,21 @@ from workers.tasks import extract, finalize
 
 
 def enqueue_run(run_id: str, document_ids: Sequence[int]) -> str:
-    """Send the run's chord; messages carry ids only. Returns the chord's result id."""
+    """Send the run's chord; messages carry ids only. Returns the chord's result id.
+
+    Documents sent before (`enqueue_early`) are not in it: finalize reads from the database
+    whether every document is final, and waits for them. Without documents, finalize goes alone."""
+    if not document_ids:
+        return enqueue_finalize(run_id)
     header = [extract.si(document_id) for document_id in document_ids]
     result = chord(header)(finalize.si(run_id))
     return str(result.id)
+
+
+def enqueue_early(document_ids: Sequence[int]) -> None:
+    """Send a run's first documents while the producer still reads the rest (no chord: the
+    run's chord, sent once everything is stored, carries finalize)."""
+    group(extract.si(document_id) for document_id in document_ids).apply_async()
 
 
 def enqueue_finalize(run_id: str) -> str:

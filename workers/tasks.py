@@ -207,18 +207,18 @@ def nightly() -> str | None:
 
     Runs on a worker, so the inbox must be readable there (a shared volume or directory)."""
     from pipeline.runs.nightly import prepare_nightly
-    from workers.canvas import enqueue_run
+    from workers.canvas import enqueue_early, enqueue_run
 
     ctx = worker_context()
-    plan = prepare_nightly(ctx.engine, ctx.settings)
+    plan = prepare_nightly(ctx.engine, ctx.settings, on_early=enqueue_early)
     if plan is None:
         return None
     log.info(
         "nightly: %d new, %d skipped, %d processed before",
-        len(plan.document_ids),
+        len(plan.document_ids) + len(plan.early_ids),
         len(plan.rejected),
         len(plan.already_processed),
     )
-    if plan.document_ids:
+    if plan.document_ids or plan.early_ids:
         enqueue_run(plan.run_id, plan.document_ids)
     return plan.run_id if plan.created else None

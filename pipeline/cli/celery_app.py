@@ -39,6 +39,13 @@ def enqueue_run(run_id: str, document_ids: Sequence[int]) -> str:
     return send(run_id, document_ids)
 
 
+def enqueue_early(document_ids: Sequence[int]) -> None:
+    """Send a run's first documents while the rest is still being stored."""
+    from workers.canvas import enqueue_early as send
+
+    send(document_ids)
+
+
 def enqueue_resume(plan: ResumePlan) -> None:
     """Send what a resume plan says: its documents and finalize, or finalize alone."""
     from workers.canvas import enqueue_resume as send

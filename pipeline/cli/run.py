@@ -70,7 +70,7 @@ def submit_and_wait(
     check: Callable[[], str | None] | None = None,
 ) -> tuple[int, str]:
     """Store and enqueue the run; with `wait`, follow it. Returns the exit code and run id."""
-    from pipeline.cli.celery_app import enqueue_run
+    from pipeline.cli.celery_app import enqueue_early, enqueue_run
     from pipeline.ingest.producer import prepare_run
 
     if schema:
@@ -86,12 +86,13 @@ def submit_and_wait(
         reuse_answers=not fresh,
         only_new=new_only,
         schema=schema,
+        on_early=enqueue_early,
     )
     refused = _refused(plan, paths)
     if refused is not None:
         return refused
     enqueue_run(plan.run_id, plan.document_ids)
-    console.print(f"submitted {len(plan.document_ids)} documents")
+    console.print(f"submitted {len(plan.document_ids) + len(plan.early_ids)} documents")
     click.echo(plan.run_id)
     if not wait:
         return 0, plan.run_id
@@ -117,7 +118,7 @@ def _refused(plan: SubmitPlan, paths: list[str]) -> tuple[int, str] | None:
         return 0, ""
     for path, reason in plan.rejected:
         console.print(f"[yellow]skipped[/] {escape(path)}: {escape(reason)}")
-    if not plan.document_ids:
+    if not plan.document_ids and not plan.early_ids:
         console.print(f"[bold red]error:[/] no usable document in {escape(' '.join(paths))}")
         click.echo(plan.run_id)
         return 1, plan.run_id

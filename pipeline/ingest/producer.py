@@ -24,6 +24,8 @@ from pipeline.storage.models import DocStatus, RunStatus
 
 COMMIT_EVERY_DOCUMENTS = 200
 """Documents per transaction: bounds memory (text is held until commit) and lock time."""
+EARLY_DOCUMENTS = 64
+"""With `on_early`, a larger run's first documents, sent to the workers while the rest is read."""
 
 T = TypeVar("T")
 
@@ -34,7 +36,9 @@ DEFAULT_QUERY = "Summarize revenue and the top risk factors across these filings
 class SubmitPlan:
     run_id: str
     document_ids: list[int] = field(default_factory=list)
-    """In the order to enqueue them (see `enqueue_order`)."""
+    """In the order to enqueue them (see `enqueue_order`); without those in `early_ids`."""
+    early_ids: list[int] = field(default_factory=list)
+    """Documents already handed to `on_early` while the rest of the run was being read."""
     chunk_counts: dict[int, int] = field(default_factory=dict)
     rejected: list[tuple[str, str]] = field(default_factory=list)
     """(path, reason) of every file that will not be extracted."""
@@ -62,12 +66,17 @@ def prepare_run(
     only_new: bool = False,
     schema: str | None = None,
     on_file: Callable[[inputs.LoadedFile], None] | None = None,
+    on_early: Callable[[list[int]], None] | None = None,
 ) -> SubmitPlan:
     """Store a run and its documents; rejected files are stored `skipped` with their reason.
 
     With `reuse_answers`, workers take stored chunk answers of earlier runs for unchanged
     filings instead of asking the LLM again. With `only_new` (the nightly inbox), files whose
-    content an earlier run extracted are left out, and no run is stored when nothing is new."""
+    content an earlier run extracted are left out, and no run is stored when nothing is new.
+
+    With `on_early`, a run of more than `EARLY_DOCUMENTS` files starts at once: the first ones
+    are handed to it (the run is then `running`) as soon as they are stored, and the calls
+    begin while the rest is read, which takes seconds for hundreds of filings."""
     plan = SubmitPlan(new_run_id())
     with session_scope(engine) as session:
         intake.create_run(
@@ -83,7 +92,11 @@ def prepare_run(
             schema=schema,
         )
     first_path_of: dict[str, str] = {}
-    for batch in _batches(inputs.expand(paths), COMMIT_EVERY_DOCUMENTS):
+    candidates = inputs.expand(paths)
+    first = EARLY_DOCUMENTS if on_early else COMMIT_EVERY_DOCUMENTS
+    for number, batch in enumerate(_batches(candidates, COMMIT_EVERY_DOCUMENTS, first=first)):
+        if number == 1 and on_early and plan.document_ids:
+            _start_early(engine, plan, on_early)
         with session_scope(engine) as session:
             for candidate in batch:
                 if only_new and candidate.problem in inputs.NOTHING_THERE:
@@ -95,18 +108,28 @@ def prepare_run(
                     plan.already_processed.append(loaded.path)
                     continue
                 _add_file(session, settings, plan, loaded, first_path_of)
-    if only_new and not plan.document_ids and not plan.rejected:
+    if only_new and not plan.document_ids and not plan.early_ids and not plan.rejected:
         with session_scope(engine) as session:
             intake.delete_run(session, plan.run_id)
         plan.created = False
         return plan
     plan.document_ids = enqueue_order(plan.document_ids, plan.chunk_counts, plan.run_id)
+    if plan.early_ids:
+        return plan  # running since the early start
     with session_scope(engine) as session:
         if plan.document_ids:
             run_state.set_run_status(session, plan.run_id, RunStatus.RUNNING)
         else:
             run_state.set_run_status(session, plan.run_id, RunStatus.FAILED, error="no usable document")
     return plan
+
+
+def _start_early(engine: Engine, plan: SubmitPlan, on_early: Callable[[list[int]], None]) -> None:
+    """The run is `running` from here: hand the documents stored so far to `on_early`."""
+    with session_scope(engine) as session:
+        run_state.set_run_status(session, plan.run_id, RunStatus.RUNNING)
+    plan.early_ids, plan.document_ids = plan.document_ids, []
+    on_early(plan.early_ids)
 
 
 SORTED_TAIL_SHARE = 0.25
@@ -190,12 +213,14 @@ def _over_token_caps(settings: Settings, plan: SubmitPlan, tokens: int) -> str |
     return None
 
 
-def _batches(items: Iterable[T], size: int) -> Iterator[list[T]]:
+def _batches(items: Iterable[T], size: int, *, first: int | None = None) -> Iterator[list[T]]:
+    """`items` in lists of `size` (the first one of `first`)."""
     batch: list[T] = []
+    limit = first or size
     for item in items:
         batch.append(item)
-        if len(batch) == size:
+        if len(batch) == limit:
             yield batch
-            batch = []
+            batch, limit = [], size
     if batch:
         yield batch

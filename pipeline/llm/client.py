@@ -45,6 +45,8 @@ PROMPT_RATIO_WEIGHT = 0.1
 """Weight of the newest answer in the moving average of counted / estimated prompt tokens."""
 PROMPT_RATIO_MARGIN = 1.05
 PROMPT_RATIO_MAX = 2.0
+UNCALIBRATED_HORIZON_S = 1.0
+"""How far ahead a call reserves its send time before any answer calibrated the estimate."""
 CALL_BACKOFF_BASE_S = 1.0
 CALL_BACKOFF_CAP_S = 20.0
 
@@ -254,7 +256,11 @@ class LLMClient:
     def _acquire(self, scopes: list[Scope], tokens: int, waited_s: float) -> Permit:
         if self.limiter is None:
             return Permit(self._rng.choice(scopes), "", tokens, 0.0)
-        return self.limiter.acquire(scopes, tokens, waited_s=waited_s)
+        # Until an answer has calibrated this model's estimate, its cost is a guess (and errs
+        # high): such calls reserve only a short way ahead.
+        calibrated = scopes[0].model in self._prompt_ratio
+        horizon = None if calibrated else UNCALIBRATED_HORIZON_S
+        return self.limiter.acquire(scopes, tokens, waited_s=waited_s, horizon_s=horizon)
 
     def _send(
         self,
@@ -283,8 +289,11 @@ class LLMClient:
             response = raw.parse()
         except openai.APIError as exc:
             said = provider_limits(exc.response.headers) if isinstance(exc, openai.APIStatusError) else None
-            self._settle(permit, said)
             error = self._map_error(exc, said)
+            # A refused call was not charged tokens (a provider that counts them says so in its
+            # headers, and the limiter then follows them); a call that failed otherwise may
+            # have been, so its reservation stays.
+            self._settle(permit, said, 0 if isinstance(error, errors.RateLimited) else None)
             latency_ms = int((time.monotonic() - started) * 1000)
             status = _STATUS_OF[type(error)]
             cost = call_cost(self._prices, model, 0, 0)  # no answer, no usage: nothing billed

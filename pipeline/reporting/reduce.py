@@ -32,12 +32,14 @@ def pack(items: Sequence[str], budget_tokens: int) -> list[list[str]]:
 
 
 def reduce_to_one(
-    items: Sequence[str], budget_tokens: int, synthesize: Synthesize, parallelism: int = 4
+    items: Sequence[str], budget_tokens: int, synthesize: Synthesize, parallelism: int = 16
 ) -> tuple[str, int]:
     """Synthesize `items` into one answer; returns it and the number of levels used.
 
     While the items do not fit one prompt, each batch is synthesized (in parallel) into an
-    intermediate answer, and the intermediate answers are reduced in turn.
+    intermediate answer, and the intermediate answers are reduced in turn. A level's calls
+    all go at once (up to `parallelism`; the limiter paces them): each level waits for its
+    slowest call, and the run's end waits for every level.
     """
     level = list(items) or ["(no documents were extracted)"]
     depth = 1

@@ -28,6 +28,8 @@ from pipeline.core.settings import Settings
 from pipeline.llm.ratelimit import policy
 
 Sleep = Callable[[float], None]
+_PACED = ("rpm", "tpm", "rpm window", "tpm window")
+"""Refusal reasons that mean "your turn is later", not "stop"."""
 _FIELDS = ("log", "costs", "tokens", "inflight", "pause", "aimd", "pace", "learned", "retired")
 
 
@@ -208,10 +210,17 @@ class RedisLimiter:
             tpm=int(tpm),
         )
 
-    def acquire(self, scopes: Sequence[Scope], tokens: int, *, waited_s: float = 0.0) -> Permit:
+    def acquire(
+        self, scopes: Sequence[Scope], tokens: int, *, waited_s: float = 0.0, horizon_s: float | None = None
+    ) -> Permit:
         """A permit from the first of `scopes` that admits the call, having slept until its
         send time. Raises Deferred (with the wait) when the wait would exceed `max_wait_s`, so
-        the task goes back to the queue, and RequestTooLarge when no window can ever hold it."""
+        the task goes back to the queue, and RequestTooLarge when no window can ever hold it.
+
+        `horizon_s`: reserve a send time at most this far ahead; a later turn is asked for
+        again once it comes within reach. For calls whose cost is a rough guess (no answer has
+        calibrated the estimate yet): a long queue of overestimates would hold the quota idle,
+        and their refunds would then crowd the calls reserved after them into the same seconds."""
         if policy.too_large(tokens, self.limits.tpm):
             raise RequestTooLarge(_too_large(tokens, self.limits.tpm))
         start = random.randrange(len(scopes))  # spread calls over the key slots
@@ -219,8 +228,11 @@ class RedisLimiter:
         while True:
             permit_id = uuid.uuid4().hex
             decisions = []
+            reach = self.max_wait_s - waited_s
+            if horizon_s is not None:
+                reach = min(reach, horizon_s)
             for scope in ordered:
-                decision = self.try_acquire(scope, tokens, permit_id, self.max_wait_s - waited_s)
+                decision = self.try_acquire(scope, tokens, permit_id, reach)
                 if decision.admitted:
                     break
                 if decision.reason == "too_large":
@@ -229,6 +241,8 @@ class RedisLimiter:
             else:
                 best = min(decisions, key=lambda d: d.wait_s)
                 wait = best.wait_s if best.reason != "inflight" else c.LIMITER_INFLIGHT_POLL_S
+                if horizon_s is not None and best.reason in _PACED:
+                    wait = max(c.LIMITER_INFLIGHT_POLL_S, wait - horizon_s)  # until it is within reach
                 # A little jitter keeps waiting workers from retrying in lock-step.
                 wait *= 1 + random.random() * 0.05
                 if not policy.wait_in_place(wait, waited_s, self.max_wait_s):
