@@ -19,7 +19,7 @@ from sqlalchemy import Engine, func, select
 from pipeline.core.settings import get_settings
 from pipeline.ingest.producer import SubmitPlan, prepare_run
 from pipeline.storage.db import get_engine, session_scope
-from pipeline.storage.models import Document, LLMCall, Report, Run
+from pipeline.storage.models import Document, Extraction, LLMCall, Report, Run
 from pipeline_dev.synth_filings import write_filings
 from tests.conftest import claimed_redis_db
 
@@ -124,3 +124,31 @@ def test_finalize_before_every_document_is_final_waits_for_them(
         assert run is not None and run.status == "completed"
         statuses = set(session.scalars(select(Document.status).where(Document.run_id == plan.run_id)))
     assert statuses == {"extracted"}
+
+
+def test_a_document_counts_as_extracted_only_once_its_summary_is_written(
+    pipeline_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Finalize compresses every extracted document without a summary: if a document counted as
+    extracted while its own task still compressed it, the two would compress it twice."""
+    from pipeline.extraction.extract import extract_document
+    from workers.context import worker_context
+    from workers.tasks import _compress_now
+
+    engine, plan = _stored_run(pipeline_env, tmp_path, seed=98)
+    document_id = plan.document_ids[0]
+    seen: list[str] = []
+
+    def compress(doc_id: int) -> None:
+        with session_scope(engine) as session:
+            seen.append(str(session.scalar(select(Document.status).where(Document.id == doc_id))))
+        _compress_now(doc_id)
+
+    assert extract_document(worker_context(), document_id, before_done=compress) == "extracted"
+    with session_scope(engine) as session:
+        status, summary = session.execute(
+            select(Document.status, Extraction.summary)
+            .join(Extraction, Extraction.document_id == Document.id)
+            .where(Document.id == document_id)
+        ).one()
+    assert seen == ["running"] and status == "extracted" and summary

@@ -101,15 +101,12 @@ def extract(self: Task, document_id: int, deferrals: int = 0) -> str:
 
 def _extract(self: Task, document_id: int) -> str:
     ctx = worker_context()
-    status = _retry_or(
+    return _retry_or(
         self,
-        lambda failed: extracting.extract_document(ctx, document_id, failed),
+        lambda failed: extracting.extract_document(ctx, document_id, failed, before_done=_compress_now),
         lambda reason: _fail(ctx, document_id, reason),
         lambda reason: extracting.note_retry(ctx, document_id, reason),
     )
-    if status == "extracted":
-        _compress_now(document_id)
-    return status
 
 
 def _fail(ctx: extracting.Context, document_id: int, reason: str) -> str:
@@ -118,9 +115,9 @@ def _fail(ctx: extracting.Context, document_id: int, reason: str) -> str:
 
 
 def _compress_now(document_id: int) -> None:
-    """Compress right after extracting, while other documents are still being extracted:
-    the calls fill threads that the end of the extraction phase leaves idle. Best effort:
-    whatever is not compressed here, finalize compresses."""
+    """Compress right after extracting (before the document counts as extracted), while other
+    documents are still being extracted: the calls fill threads that the end of the extraction
+    phase leaves idle. Best effort: whatever is not compressed here, finalize compresses."""
     try:
         compressing.compress_document(worker_context(), document_id)
     except Exception as exc:  # never out of the chord's header; finalize retries it

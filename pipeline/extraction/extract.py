@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pydantic import BaseModel
@@ -34,7 +35,12 @@ class Context:
     llm: LLMClient
 
 
-def extract_document(ctx: Context, document_id: int, failed_attempts: int = 0) -> str:
+def extract_document(
+    ctx: Context,
+    document_id: int,
+    failed_attempts: int = 0,
+    before_done: Callable[[int], None] | None = None,
+) -> str:
     """Extract and store one document; returns its final status.
 
     Chunks answered by an earlier attempt (same prompt version), or by an earlier run for the
@@ -42,6 +48,10 @@ def extract_document(ctx: Context, document_id: int, failed_attempts: int = 0) -
     calls go to the fallback model. Raises RetryableError for transient failures (Deferred
     when the document is handed back to the queue on purpose) and PermanentError when the
     document cannot be extracted; the caller records the latter with `fail`.
+
+    `before_done(document_id)` runs once the extraction is stored and before the document is
+    marked extracted (the task layer compresses there): whoever waits for every document to be
+    final (finalize) then never finds one whose summary is still being written.
     """
     started = time.monotonic()
     work = _start(ctx, document_id, failed_attempts)
@@ -53,6 +63,10 @@ def extract_document(ctx: Context, document_id: int, failed_attempts: int = 0) -
         _save_custom(ctx, work, [part for part, _ in answers], model)
     else:
         _save_filing(ctx, work, [part for part, _ in answers if isinstance(part, FilingExtraction)], model)
+    if before_done is not None:
+        before_done(document_id)
+    with session_scope(ctx.engine) as session:
+        documents.mark_extracted(session, document_id)
     return "extracted"
 
 

@@ -142,7 +142,8 @@ def save_extraction(
     model: str,
     prompt_version: str,
 ) -> None:
-    """Upsert the document's extraction and replace its risk factors, then mark it extracted.
+    """Upsert the document's extraction and replace its risk factors (`mark_extracted` then
+    ends the document).
 
     Every fact is stored, grounded or not: the flags and offsets say which quotes were
     found in the filing's text.
@@ -179,7 +180,6 @@ def save_extraction(
         )
         for i, (r, check) in enumerate(zip(extraction.risk_factors, checked.risks, strict=True))
     )
-    _finish_document(session, doc.id, DocStatus.EXTRACTED, None)
 
 
 def save_custom_extraction(
@@ -192,7 +192,7 @@ def save_custom_extraction(
     model: str,
     prompt_version: str,
 ) -> None:
-    """Upsert the JSON answer of a user's schema (no fact columns), then mark it extracted."""
+    """Upsert the JSON answer of a user's schema (no fact columns); see `save_extraction`."""
     _upsert_extraction(
         session,
         doc,
@@ -202,7 +202,10 @@ def save_custom_extraction(
         quotes_total=quotes_total,
         quotes_grounded=quotes_grounded,
     )
-    _finish_document(session, doc.id, DocStatus.EXTRACTED, None)
+
+
+def mark_extracted(session: Session, document_id: int) -> None:
+    _finish_document(session, document_id, DocStatus.EXTRACTED, None)
 
 
 def _upsert_extraction(session: Session, doc: Document, **columns: Any) -> None:
