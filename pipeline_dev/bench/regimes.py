@@ -74,8 +74,8 @@ class BenchConfig:
 
 
 R1_FILINGS = 600
-"""Enough that the run's fixed costs (submit ~7 s, the report's compress and synthesis ~13 s)
-are a small share of the quota's minimum (~236 s at 600 RPM)."""
+"""About 4 minutes of quota at 600 RPM (~236 s). The run's fixed costs, ~3 s before the first
+call and ~10-12 s of the report's chain after the last extraction, are ~5 % of it."""
 
 FAULT_ARGS = [
     "--error-rate",
