@@ -42,6 +42,14 @@ from pipeline.core.settings import get_settings
     help="Share of quotes replaced by text not in the document (deterministic with --seed).",
 )
 @click.option(
+    "--reject-shape",
+    "rejected_shapes",
+    multiple=True,
+    type=click.Choice(["json_schema", "json_object_schema", "json_object"]),
+    help="Answer requests of this structured-output shape with an error naming response_format.",
+)
+@click.option("--reject-status", default=500, show_default=True, help="The status of that error.")
+@click.option(
     "--record",
     "record_path",
     type=click.Path(dir_okay=False),
@@ -64,6 +72,8 @@ def sim(
     bad_json_rate: float,
     truncate_rate: float,
     ungrounded_rate: float,
+    rejected_shapes: tuple[str, ...],
+    reject_status: int,
     record_path: str | None,
 ) -> None:
     """Run the OpenAI-compatible LLM simulator (tests, dry runs, benchmarks)."""
@@ -84,6 +94,8 @@ def sim(
         truncate_rate=truncate_rate,
         ungrounded_rate=ungrounded_rate,
         record_path=record_path,
+        rejected_shapes=rejected_shapes,
+        rejected_status=reject_status,
     )
     serve(host, port, config)
 

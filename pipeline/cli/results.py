@@ -67,6 +67,7 @@ def status(run: str | None, as_json: bool) -> None:
     if limiter:
         columns = [
             "model",
+            "structured_output",
             "key_slot",
             "limits_from",
             "rpm",

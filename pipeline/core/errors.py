@@ -11,6 +11,7 @@
     └── PermanentError              trying again will not help
         ├── SchemaViolation         the answer did not validate, even after one repair
         ├── ProviderRejected        4xx other than 429 (bad request, auth, content policy)
+        │   └── FormatRejected      the endpoint rejects the request's shape (response_format)
         └── RequestTooLarge         one call needs more tokens than the quota allows per window
 
 Tasks decide by class: retry a RetryableError with backoff, record a PermanentError
@@ -61,6 +62,11 @@ class SchemaViolation(PermanentError):
 
 class ProviderRejected(PermanentError):
     """The provider rejected the request itself (4xx other than 429)."""
+
+
+class FormatRejected(ProviderRejected):
+    """The endpoint rejects the request's `response_format` (a 400 or 422, or a 5xx whose body
+    names it, as llama-cpp-python answers `json_schema`): never retried as an outage."""
 
 
 class BudgetSpent(PermanentError):

@@ -40,6 +40,13 @@ class Settings(BaseSettings):
     )
     llm_model: str = c.DEFAULT_MODEL
     llm_timeout_s: float = Field(default=c.DEFAULT_LLM_TIMEOUT_S, gt=0)
+    llm_structured_output: Literal["auto", "json_schema", "json_object_schema", "json_object", "prompt"] = (
+        Field(
+            default="auto",
+            description="how extraction asks for JSON; auto: json_schema, one step down each time the "
+            "endpoint rejects the request's shape (kept in Redis for every worker)",
+        )
+    )
     log_format: Literal["text", "json"] = Field(
         default="text", description="worker logs: text with run/document ids, or JSON lines"
     )

@@ -31,6 +31,7 @@ from pipeline.llm import prompts
 from pipeline.llm.prompts import response_format
 from pipeline.llm.ratelimit import Permit, RedisLimiter, Scope
 from pipeline.llm.ratelimit.policy import ProviderLimits, provider_limits, provider_wait_s
+from pipeline.llm.structured import ModeStore
 from pipeline.llm.tokens import estimate_prompt
 
 log = logging.getLogger(__name__)
@@ -110,6 +111,7 @@ class LLMClient:
         self._warned_limits: set[tuple[str, int]] = set()
         self._prompt_ratio: dict[str, float] = {}
         """Per model: the provider's prompt tokens / our estimate, a moving average."""
+        self._modes = ModeStore(settings.llm_structured_output, limiter.client if limiter else None)
         self._keys = settings.api_keys()
         self._extract_models = settings.extract_models()
         self._prices = settings.prices()
@@ -178,8 +180,27 @@ class LLMClient:
         Raises SchemaViolation when the repaired answer does not validate either.
         """
         model = model or self.model
-        fmt = response_format(schema)
-        done = self._complete(messages, stage=stage, model=model, max_tokens=max_tokens, sink=sink, fmt=fmt)
+        while True:
+            mode = self._modes.current(self.endpoint, model)
+            fmt = response_format(schema, mode)
+            asked = messages if mode in prompts.CARRIES_SCHEMA else prompts.with_schema(messages, schema)
+            try:
+                done = self._complete(
+                    asked, stage=stage, model=model, max_tokens=max_tokens, sink=sink, fmt=fmt
+                )
+                break
+            except errors.FormatRejected as exc:
+                lower = self._modes.step_down(self.endpoint, model, mode) if self._modes.auto else None
+                if lower is None:
+                    how = (
+                        "no mode was left" if self._modes.auto else "set PIPELINE_LLM_STRUCTURED_OUTPUT=auto"
+                    )
+                    raise errors.FormatRejected(
+                        f"the endpoint rejects structured output as {mode} ({how}): {exc}"
+                    ) from None
+                log.warning(
+                    "%s rejects structured output as %s: asking as %s from now on", model, mode, lower
+                )
         try:
             parsed = schema.model_validate_json(done.content)
         except ValidationError as exc:
@@ -188,7 +209,7 @@ class LLMClient:
         else:
             sink(done.record)
             return parsed
-        retry = prompts.repair_messages(messages, done.content, problem)
+        retry = prompts.repair_messages(asked, done.content, problem)
         done = self._complete(retry, stage="repair", model=model, max_tokens=max_tokens, sink=sink, fmt=fmt)
         try:
             parsed = schema.model_validate_json(done.content)
@@ -376,6 +397,8 @@ class LLMClient:
         if isinstance(exc, openai.RateLimitError):
             spent = told.spent if told is not None else True
             return errors.RateLimited(message, provider_wait_s(exc.response.headers), quota_spent=spent)
+        if isinstance(exc, openai.APIStatusError) and _names_the_format(exc):
+            return errors.FormatRejected(message)
         if isinstance(exc, openai.APIStatusError) and exc.status_code < 500:
             return errors.ProviderRejected(message)
         # 5xx, timeouts, dropped connections, bodies that are not JSON at all
@@ -391,9 +414,21 @@ class _Failure(Exception):
         self.record = record
 
 
+def _names_the_format(exc: openai.APIStatusError) -> bool:
+    """A 400 or 422, or a 5xx, whose body names the request's response_format."""
+    if exc.status_code not in (400, 422) and exc.status_code < 500:
+        return False
+    try:
+        body = exc.response.text
+    except Exception:  # a streamed or closed body: the message is all there is
+        body = str(exc)
+    return "response_format" in body or "json_schema" in body
+
+
 _STATUS_OF: dict[type[errors.PipelineError], str] = {
     errors.RateLimited: "rate_limited",
     errors.ProviderRejected: "rejected",
+    errors.FormatRejected: "rejected",
     errors.UpstreamUnavailable: "unavailable",
 }
 

@@ -94,9 +94,34 @@ def synthesize_messages(query: str, summaries: list[str]) -> list[Message]:
     return [{"role": "system", "content": SYNTHESIZE_SYSTEM}, {"role": "user", "content": user}]
 
 
-def response_format(model: type[BaseModel]) -> dict[str, Any]:
-    """The `response_format` argument asking for `model`'s JSON schema, strictly."""
-    return {
-        "type": "json_schema",
-        "json_schema": {"name": model.__name__, "schema": model.model_json_schema(), "strict": True},
-    }
+STRUCTURED_MODES = ("json_schema", "json_object_schema", "json_object", "prompt")
+"""How a request asks for JSON, from the most to the least the server enforces: OpenAI's
+`json_schema` (OpenAI, vLLM, Ollama, llama.cpp's server, LM Studio); `json_object` with a
+`schema` (llama-cpp-python, Together: enforced by grammar); `json_object` alone; nothing."""
+CARRIES_SCHEMA = ("json_schema", "json_object_schema")
+"""Modes whose request carries the schema; with the others it goes in the prompt."""
+
+
+def response_format(model: type[BaseModel], mode: str = "json_schema") -> dict[str, Any] | None:
+    """The `response_format` argument asking for `model`'s JSON in `mode` (None: no argument)."""
+    schema = model.model_json_schema()
+    if mode == "json_schema":
+        return {
+            "type": "json_schema",
+            "json_schema": {"name": model.__name__, "schema": schema, "strict": True},
+        }
+    if mode == "json_object_schema":
+        return {"type": "json_object", "schema": schema}
+    if mode == "json_object":
+        return {"type": "json_object"}
+    return None
+
+
+def with_schema(messages: list[Message], model: type[BaseModel]) -> list[Message]:
+    """`messages` with `model`'s JSON schema stated in the system message, for the modes whose
+    request does not carry it."""
+    schema = json.dumps(model.model_json_schema(), ensure_ascii=False)
+    rule = f"\n\nAnswer with one JSON object, and nothing else, that validates against this JSON schema:\n<schema>\n{schema}\n</schema>"
+    if messages and messages[0]["role"] == "system":
+        return [{"role": "system", "content": f"{messages[0]['content']}{rule}"}, *messages[1:]]
+    return [{"role": "system", "content": rule.strip()}, *messages]

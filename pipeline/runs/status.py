@@ -205,6 +205,7 @@ def limiter_views(settings: Settings) -> list[dict[str, Any]]:
     """The global limiter's state for every scope these settings call: configured and
     effective rates, use of the current window, calls in flight, any shared pause."""
     from pipeline.llm.ratelimit import RedisLimiter, Scope
+    from pipeline.llm.structured import ModeStore
 
     limiter = RedisLimiter.from_settings(settings, pool_size=1)
     if limiter is None or not settings.llm_base_url:
@@ -214,13 +215,20 @@ def limiter_views(settings: Settings) -> list[dict[str, Any]]:
         + [settings.llm_model, settings.llm_fallback_model or ""]
     )
     views = []
+    modes = ModeStore(settings.llm_structured_output, limiter.client if limiter else None)
     try:
         for model in filter(None, models):
+            found = modes.found(settings.llm_base_url, model)
+            if not modes.auto:
+                structured_output = f"{modes.configured} (configured)"
+            else:
+                structured_output = f"{found} (found by auto)" if found else "auto: nothing tried yet"
             for slot in range(len(settings.api_keys())):
                 view = limiter.view(Scope(settings.llm_base_url, model, slot))
                 views.append(
                     {
                         "model": model,
+                        "structured_output": structured_output,
                         "key_slot": slot,
                         "rpm": settings.rate_limit_rpm,
                         "tpm": settings.rate_limit_tpm,

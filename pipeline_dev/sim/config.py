@@ -29,6 +29,11 @@ class SimConfig:
     truncate_rate: float = 0.0
     ungrounded_rate: float = 0.0  # share of quotes replaced by text not in the document
     record_path: str | None = None
+    rejected_shapes: tuple[str, ...] = ()
+    """Request shapes answered with an error naming response_format, as servers without them do
+    (json_schema, json_object_schema, json_object)."""
+    rejected_status: int = 500
+    """The status of that error: 500 as llama-cpp-python answers json_schema, or 400/422."""
 
     def __post_init__(self) -> None:
         if self.p50_s < 0 or self.p95_s < 0 or self.hang_s < 0:

@@ -28,7 +28,8 @@ class ChatRequest:
     model: str
     messages: list[dict[str, Any]]
     format_type: str | None  # response_format.type, None when absent
-    schema: dict[str, Any] | None  # the json_schema's schema
+    shape: str  # json_schema | json_object_schema | json_object | prompt (the client's mode names)
+    schema: dict[str, Any] | None  # the schema asked for: in response_format, or in the prompt
     max_tokens: int | None
     prompt: str  # all message text
     prompt_tokens: int
@@ -68,6 +69,7 @@ def content_text(content: Any) -> str:
 
 
 _DOCUMENT = re.compile(r"<document>(.*?)</document>", re.DOTALL)
+_SCHEMA = re.compile(r"<schema>(.*?)</schema>", re.DOTALL)
 
 
 def document_text(messages: list[dict[str, Any]]) -> str:
@@ -78,6 +80,29 @@ def document_text(messages: list[dict[str, Any]]) -> str:
     user = [content_text(m.get("content")) for m in messages if m.get("role") == "user"]
     inside = [match.group(1).strip("\n") for text in user for match in _DOCUMENT.finditer(text)]
     return "\n\n".join(inside) if inside else "\n\n".join(user)
+
+
+def request_shape(format_type: str | None, fmt: Any) -> str:
+    """How the request asks for JSON, in the pipeline's structured-output mode names."""
+    if format_type == "json_schema":
+        return "json_schema"
+    if format_type == "json_object":
+        return "json_object_schema" if isinstance(fmt, dict) and "schema" in fmt else "json_object"
+    return "prompt"
+
+
+def schema_in_prompt(messages: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """A JSON schema the system or user messages state between `<schema>` tags."""
+    for message in messages:
+        if message.get("role") in ("system", "user"):
+            match = _SCHEMA.search(content_text(message.get("content")))
+            if match:
+                try:
+                    found = json.loads(match.group(1))
+                except ValueError:
+                    return None
+                return found if isinstance(found, dict) else None
+    return None
 
 
 def prompt_text(messages: list[dict[str, Any]]) -> str:
@@ -128,11 +153,17 @@ def parse(body: Any) -> ChatRequest:
             schema = spec.get("schema") if isinstance(spec, dict) else None
             if not isinstance(schema, dict):
                 raise RequestError("Missing required parameter: 'response_format.json_schema'.")
+        elif format_type == "json_object" and isinstance(fmt.get("schema"), dict):
+            schema = fmt["schema"]  # llama-cpp-python's form, enforced by grammar there
     prompt = prompt_text(messages)
+    shape = request_shape(format_type, fmt)
+    if schema is None and format_type != "text":
+        schema = schema_in_prompt(messages)  # a model that follows the prompt's instruction
     return ChatRequest(
         model=model,
         messages=messages,
         format_type=format_type,
+        shape=shape,
         schema=schema,
         max_tokens=_max_tokens(body),
         prompt=prompt,

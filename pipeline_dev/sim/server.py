@@ -122,6 +122,14 @@ async def _chat(request: web.Request, state: SimState) -> web.StreamResponse:
         state.record(None, None, None, 400)
         return error_response(400, str(exc), "invalid_request_error")
     state.models.add(chat.model)
+    if chat.shape in state.config.rejected_shapes:
+        if state.config.rejected_status >= 500:
+            state.counters.errors_5xx += 1
+        else:
+            state.counters.bad_request_400 += 1
+        state.record(chat.model, chat.messages, chat.format_type, state.config.rejected_status)
+        message = f"response_format of this shape ({chat.shape}) is not supported by this server"
+        return error_response(state.config.rejected_status, message, "invalid_request_error")
     loop = asyncio.get_running_loop()
     composed: Composed | None = None
     if chat.max_tokens is None:  # the token charge needs the answer's length

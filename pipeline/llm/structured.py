@@ -1,0 +1,93 @@
+"""Which structured-output mode an endpoint takes: configured, or found by `auto` and shared.
+
+`auto` starts with `json_schema`. When the endpoint rejects the request's shape, the call moves
+one mode down (see `prompts.STRUCTURED_MODES`) and the mode that works is kept in Redis per
+endpoint and model, so every worker starts from it; each process keeps it in memory and looks
+again only when its mode is rejected.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+
+import redis
+
+from pipeline.llm.prompts import STRUCTURED_MODES
+
+log = logging.getLogger(__name__)
+KEY_PREFIX = "pipeline:structured"
+TTL_S = 7 * 24 * 3600
+"""A week: a server that gains json_schema support is tried again after that."""
+
+# Only ever moves down: a worker that saw an older, higher mode rejected must not undo another's
+# step further down.
+_STEP_DOWN = """
+local rank = {}
+for i, mode in ipairs(cjson.decode(ARGV[3])) do rank[mode] = i end
+local current = redis.call('GET', KEYS[1])
+if current and rank[current] and rank[current] >= rank[ARGV[1]] then return current end
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+return ARGV[1]
+"""
+
+
+def key(endpoint: str, model: str) -> str:
+    tag = hashlib.sha256(f"{endpoint}|{model}".encode()).hexdigest()[:16]
+    return f"{KEY_PREFIX}:{tag}"
+
+
+class ModeStore:
+    def __init__(self, configured: str, client: redis.Redis | None) -> None:
+        self.configured = configured
+        self._client = client
+        self._known: dict[str, str] = {}
+        self._step_down = client.register_script(_STEP_DOWN) if client is not None else None
+
+    @property
+    def auto(self) -> bool:
+        return self.configured == "auto"
+
+    def current(self, endpoint: str, model: str) -> str:
+        """The mode a call to `model` at `endpoint` uses now."""
+        if not self.auto:
+            return self.configured
+        k = key(endpoint, model)
+        if k not in self._known:
+            self._known[k] = self._stored(k) or STRUCTURED_MODES[0]
+        return self._known[k]
+
+    def found(self, endpoint: str, model: str) -> str | None:
+        """What `auto` has recorded for every worker (None: nothing yet)."""
+        return self._stored(key(endpoint, model))
+
+    def step_down(self, endpoint: str, model: str, rejected: str) -> str | None:
+        """The mode after `rejected` (or the one another worker has already gone down to),
+        recorded for every worker; None when no mode is left."""
+        index = STRUCTURED_MODES.index(rejected)
+        if index + 1 >= len(STRUCTURED_MODES):
+            return None
+        lower = STRUCTURED_MODES[index + 1]
+        k = key(endpoint, model)
+        if self._step_down is not None:
+            try:
+                raw = self._step_down(keys=[k], args=[lower, TTL_S, _json_modes()])
+                lower = raw.decode() if isinstance(raw, bytes) else str(raw)
+            except redis.RedisError as exc:  # this process goes on alone
+                log.warning("could not share the structured-output mode: %s", exc)
+        self._known[k] = lower
+        return lower
+
+    def _stored(self, k: str) -> str | None:
+        if self._client is None:
+            return None
+        try:
+            raw = self._client.get(k)
+        except redis.RedisError:
+            return None
+        mode = raw.decode() if isinstance(raw, bytes) else raw
+        return mode if mode in STRUCTURED_MODES else None
+
+
+def _json_modes() -> str:
+    return "[" + ",".join(f'"{m}"' for m in STRUCTURED_MODES) + "]"
