@@ -400,7 +400,7 @@ class LLMClient:
         if isinstance(exc, openai.APIStatusError) and _names_the_format(exc):
             return errors.FormatRejected(message)
         if isinstance(exc, openai.APIStatusError) and exc.status_code < 500:
-            return errors.ProviderRejected(message)
+            return errors.ProviderRejected(f"{_rejection(exc)}: {message}")
         # 5xx, timeouts, dropped connections, bodies that are not JSON at all
         return errors.UpstreamUnavailable(message)
 
@@ -412,6 +412,25 @@ class _Failure(Exception):
         super().__init__(str(error))
         self.error = error
         self.record = record
+
+
+def _rejection(exc: openai.APIStatusError) -> str:
+    """What a 4xx other than 429 means for the run, in words (retrying will not change it)."""
+    text = str(exc)
+    if exc.status_code == 401:
+        return "the endpoint refused the API key (PIPELINE_LLM_API_KEY)"
+    if exc.status_code == 403:
+        return "the API key may not use this model or endpoint"
+    if exc.status_code == 404:
+        return "the endpoint has no such model (PIPELINE_LLM_MODEL)"
+    if exc.code == "context_length_exceeded" or "context length" in text:
+        return (
+            "the request exceeds the model's context window "
+            "(set PIPELINE_MODEL_CONTEXT_TOKENS to the model's, or lower PIPELINE_CHUNK_TOKENS)"
+        )
+    if exc.code == "unsupported_parameter" or "Unsupported parameter" in text:
+        return "the endpoint does not take a parameter the pipeline sends"
+    return "the endpoint rejected the request"
 
 
 def _names_the_format(exc: openai.APIStatusError) -> bool:

@@ -34,6 +34,14 @@ class SimConfig:
     (json_schema, json_object_schema, json_object)."""
     rejected_status: int = 500
     """The status of that error: 500 as llama-cpp-python answers json_schema, or 400/422."""
+    api_key: str | None = None
+    """When set, any other key is refused with 401 (invalid_api_key), as providers do."""
+    served_models: tuple[str, ...] = ()
+    """When set, any other model is refused with 404 (model_not_found)."""
+    context_tokens: int = 0
+    """When set, prompt + max_tokens above it is refused with 400 (context_length_exceeded)."""
+    unsupported_params: tuple[str, ...] = ()
+    """Request parameters refused with 400 (unsupported_parameter), e.g. temperature on some models."""
 
     def __post_init__(self) -> None:
         if self.p50_s < 0 or self.p95_s < 0 or self.hang_s < 0:

@@ -34,6 +34,7 @@ class ChatRequest:
     prompt: str  # all message text
     prompt_tokens: int
     hooks: frozenset[str]  # the [[sim:...]] test hooks the prompt holds
+    params: frozenset[str] = frozenset()  # the body's top-level keys
 
 
 @dataclass(frozen=True)
@@ -166,6 +167,7 @@ def parse(body: Any) -> ChatRequest:
         shape=shape,
         schema=schema,
         max_tokens=_max_tokens(body),
+        params=frozenset(body),
         prompt=prompt,
         prompt_tokens=estimate_tokens(prompt),
         hooks=frozenset(hook for hook in HOOKS if f"[[sim:{hook}]]" in prompt),

@@ -92,6 +92,31 @@ def _rate_limited(decision: Decision, model: str, tokens: int) -> web.Response:
     return error_response(429, message, "requests", "rate_limit_exceeded", headers)
 
 
+def _refused(chat: ChatRequest, authorization: str, config: SimConfig) -> web.Response | None:
+    """A request the provider refuses whatever its load, in OpenAI's words, or None."""
+    presented = authorization.removeprefix("Bearer ")
+    if config.api_key is not None and presented != config.api_key:
+        shown = f"{presented[:3]}***{presented[-4:]}" if len(presented) > 8 else "***"
+        message = f"Incorrect API key provided: {shown}. You can find your API key in your account."
+        return error_response(401, message, "invalid_request_error", "invalid_api_key")
+    if config.served_models and chat.model not in config.served_models:
+        message = f"The model `{chat.model}` does not exist or you do not have access to it."
+        return error_response(404, message, "invalid_request_error", "model_not_found")
+    for param in config.unsupported_params:
+        if param in chat.params:
+            message = f"Unsupported parameter: '{param}' is not supported with this model."
+            return error_response(400, message, "invalid_request_error", "unsupported_parameter")
+    wanted = chat.prompt_tokens + (chat.max_tokens or 0)
+    if config.context_tokens and wanted > config.context_tokens:
+        message = (
+            f"This model's maximum context length is {config.context_tokens} tokens. However, you "
+            f"requested {wanted} tokens ({chat.prompt_tokens} in the messages, {chat.max_tokens or 0} "
+            "in the completion). Please reduce the length of the messages or completion."
+        )
+        return error_response(400, message, "invalid_request_error", "context_length_exceeded")
+    return None
+
+
 async def _abort(request: web.Request) -> web.StreamResponse:
     """Reset the connection without an HTTP answer."""
     if request.transport is not None:
@@ -121,6 +146,11 @@ async def _chat(request: web.Request, state: SimState) -> web.StreamResponse:
         state.counters.bad_request_400 += 1
         state.record(None, None, None, 400)
         return error_response(400, str(exc), "invalid_request_error")
+    refused = _refused(chat, request.headers.get("Authorization", ""), state.config)
+    if refused is not None:
+        state.counters.bad_request_400 += 1
+        state.record(chat.model, chat.messages, chat.format_type, refused.status)
+        return refused
     state.models.add(chat.model)
     if chat.shape in state.config.rejected_shapes:
         if state.config.rejected_status >= 500:
