@@ -1,13 +1,16 @@
-"""Operating a deployment: `pipeline db upgrade`, `worker`, `beat`, `watchdog`, `flower`."""
+"""Operating a deployment: `pipeline db upgrade`, `worker`, `beat`, `watchdog`, `flower`, `doctor`."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
 
 import click
+from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 
 from pipeline.cli.base import broker_settings, console, fail, main, open_engine
 from pipeline.core.settings import get_settings
@@ -126,3 +129,51 @@ def flower(address: str | None, port: int | None, unauthenticated: bool) -> None
     from pipeline.cli import celery_app
 
     sys.exit(celery_app.start(flower_argv(address, port)) or 0)
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
+def doctor(as_json: bool) -> None:
+    """Probe the configured endpoint: models, structured-output modes, rate-limit headers, Batch API.
+
+    Exits 1 when no structured-output mode works."""
+    from pipeline.llm.doctor import diagnose
+
+    settings = get_settings()
+    if not settings.llm_base_url:
+        fail("PIPELINE_LLM_BASE_URL (or OPENAI_BASE_URL) is not set: point it at the LLM endpoint")
+    found = diagnose(settings)
+    out = Console(soft_wrap=True)  # the report is the output: stdout
+    if as_json:
+        click.echo(json.dumps(found.as_dict(), indent=2))
+        sys.exit(0 if found.working_mode else 1)
+    out.print(f"endpoint {escape(found.endpoint)}, model {escape(found.model)}")
+    if found.models is not None:
+        listed = "yes" if found.model in found.models else "[yellow]no[/]"
+        out.print(
+            f"models listed: {escape(', '.join(found.models) or '(none)')} (this model listed: {listed})"
+        )
+    else:
+        out.print(f"models: [yellow]not listed[/] ({escape(found.models_problem or '')})")
+    out.print(f"context window: {found.context_window or 'not stated'}")
+    table = Table("structured output", "works", "latency s", "detail", title="one-line calls")
+    for mode in found.modes:
+        latency = f"{mode.latency_s:.2f}" if mode.latency_s is not None else ""
+        table.add_row(mode.mode, "yes" if mode.works else "no", latency, escape(mode.detail))
+    out.print(table)
+    if found.headers_sent and found.limits is not None:
+        told = found.limits
+        out.print(
+            f"x-ratelimit headers: yes (requests {told.limit_requests}, remaining {told.remaining_requests}; "
+            f"tokens {told.limit_tokens}, remaining {told.remaining_tokens})"
+        )
+    else:
+        out.print("x-ratelimit headers: none (set PIPELINE_RATE_LIMIT_RPM/_TPM yourself)")
+    out.print(f"Batch API: {found.batch}")
+    if found.working_mode is None:
+        out.print("[bold red]no structured-output mode works:[/] extraction cannot run against this endpoint")
+        sys.exit(1)
+    out.print(
+        f"the pipeline will use: {found.working_mode} "
+        f"(PIPELINE_LLM_STRUCTURED_OUTPUT={settings.llm_structured_output} finds it)"
+    )
