@@ -27,7 +27,7 @@ from pipeline.core import errors
 from pipeline.core.cost import call_cost
 from pipeline.core.retry import backoff_s
 from pipeline.core.settings import Settings
-from pipeline.llm import prompts
+from pipeline.llm import lenient, prompts
 from pipeline.llm.prompts import response_format
 from pipeline.llm.ratelimit import Permit, RedisLimiter, Scope
 from pipeline.llm.ratelimit.policy import ProviderLimits, provider_limits, provider_wait_s
@@ -201,27 +201,28 @@ class LLMClient:
                 log.warning(
                     "%s rejects structured output as %s: asking as %s from now on", model, mode, lower
                 )
-        try:
-            parsed = schema.model_validate_json(done.content)
-        except ValidationError as exc:
-            problem = _describe(exc, done.finish_reason)
-            sink(replace(done.record, status="invalid", error=problem))
-        else:
-            sink(done.record)
-            return parsed
+        reading = lenient.read(done.content, schema, done.finish_reason)
+        if reading.value is not None:
+            sink(_with_notes(done.record, reading.notes))
+            return reading.value
+        assert reading.error is not None
+        problem = _describe(reading.error, done.finish_reason)
+        sink(replace(done.record, status="invalid", error=problem))
         retry = prompts.repair_messages(asked, done.content, problem)
         done = self._complete(retry, stage="repair", model=model, max_tokens=max_tokens, sink=sink, fmt=fmt)
-        try:
-            parsed = schema.model_validate_json(done.content)
-        except ValidationError as exc:
-            problem = _describe(exc, done.finish_reason)
+        reading = lenient.read(done.content, schema, done.finish_reason)
+        if reading.value is None:
+            assert reading.error is not None
+            problem = _describe(reading.error, done.finish_reason)
             sink(replace(done.record, status="invalid", error=problem))
             # Garbled (not cut off at max_tokens, which would recur): worth asking again later.
-            if done.finish_reason != "length" and all(e["type"] == "json_invalid" for e in exc.errors()):
+            if done.finish_reason != "length" and all(
+                e["type"] == "json_invalid" for e in reading.error.errors()
+            ):
                 raise errors.MalformedAnswer(f"answer was not JSON, even after repair: {problem}") from None
             raise errors.SchemaViolation(f"answer did not validate after repair: {problem}") from None
-        sink(done.record)
-        return parsed
+        sink(_with_notes(done.record, reading.notes))
+        return reading.value
 
     def _complete(
         self,
@@ -450,6 +451,13 @@ _STATUS_OF: dict[type[errors.PipelineError], str] = {
     errors.FormatRejected: "rejected",
     errors.UpstreamUnavailable: "unavailable",
 }
+
+
+def _with_notes(record: CallRecord, notes: list[str]) -> CallRecord:
+    """An answer that validated once mended: its record says what was mended (status ok)."""
+    if not notes:
+        return record
+    return replace(record, error=f"mended: {'; '.join(notes)}"[:MAX_ERROR_CHARS])
 
 
 def _describe(exc: ValidationError, finish_reason: str) -> str:

@@ -15,7 +15,10 @@ from pipeline_dev.sim.replies import build_text_answer, malformed_json, truncate
 from pipeline_dev.sim.ungrounded import replace_quotes
 
 CHARS_PER_TOKEN = 4
-HOOKS = ("invalid", "error", "badjson", "badkey")
+HOOKS = ("invalid", "error", "badjson", "badkey", "ctrlchar", "baditem", "cutoff")
+"""What a prompt can ask for with `[[sim:NAME]]`: a schema violation, a 5xx, broken JSON, a 401
+that echoes the key, and as small models write: a raw control character inside a string, one
+list item that breaks the schema (an empty string), an answer cut off at max_tokens mid-item."""
 _FORMATS = ("text", "json_object", "json_schema")
 
 
@@ -174,6 +177,31 @@ def parse(body: Any) -> ChatRequest:
     )
 
 
+CUTOFF_FRACTION = 0.85
+"""Where `[[sim:cutoff]]` cuts an answer: inside its last list items, past the fields before them."""
+
+
+def blank_one_item(instance: Any) -> Any:
+    """`instance` with one string of the first list of objects emptied (a schema that wants it
+    non-empty then refuses that item alone)."""
+    if isinstance(instance, dict):
+        for value in instance.values():
+            if isinstance(value, list) and value and isinstance(value[0], dict):
+                for key, item in value[0].items():
+                    if isinstance(item, str):
+                        value[0] = {**value[0], key: ""}
+                        return instance
+    return instance
+
+
+def raw_newline_in_a_string(content: str) -> str:
+    """JSON `content` with its first escaped newline, or else its first string value, holding a
+    raw newline and tab instead (what strict JSON parsers refuse)."""
+    if "\\n" in content:
+        return content.replace("\\n", "\n\t", 1)
+    return re.sub(r'(:\s*"[^"\\]{2})', lambda m: m.group(1) + "\n\t", content, count=1)
+
+
 def compose(chat: ChatRequest, ungrounded_rate: float = 0.0, seed: int | None = None) -> Composed:
     """The answer the request asks for, built from its document text (CPU only); a share
     `ungrounded_rate` of its quotes is replaced by text the document does not hold."""
@@ -184,7 +212,11 @@ def compose(chat: ChatRequest, ungrounded_rate: float = 0.0, seed: int | None = 
         instance, invented = replace_quotes(instance, document, ungrounded_rate, seed)
         if "invalid" in chat.hooks:
             instance = violate_schema(instance, chat.schema)
+        if "baditem" in chat.hooks:
+            instance = blank_one_item(instance)
         content = json.dumps(instance, ensure_ascii=False)
+        if "ctrlchar" in chat.hooks:
+            content = raw_newline_in_a_string(content)
         return Composed(content, True, invented.quotes_seen, tuple(invented.quotes))
     if chat.format_type == "json_object":
         summary = build_text_answer(document, max_chars and max_chars - 20)
@@ -198,9 +230,9 @@ def finish(chat: ChatRequest, composed: Composed, draw: Draw, number: int) -> Fi
     bad_json = composed.is_json and (draw.bad_json or "badjson" in chat.hooks)
     if bad_json:
         content = malformed_json(content)
-    truncated = draw.truncate and len(content) > 1
+    truncated = (draw.truncate or "cutoff" in chat.hooks) and len(content) > 1
     if truncated:
-        content = truncate(content, draw.truncate_fraction)
+        content = truncate(content, draw.truncate_fraction if draw.truncate else CUTOFF_FRACTION)
     if chat.max_tokens is not None and len(content) > chat.max_tokens * CHARS_PER_TOKEN:
         content = content[: chat.max_tokens * CHARS_PER_TOKEN]
         truncated = True

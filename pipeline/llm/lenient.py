@@ -1,0 +1,101 @@
+"""Reading a structured answer as real models write it, not only as a strict parser wants it.
+
+Small models under a grammar write raw control characters inside strings, one list item that
+breaks the schema (an empty quote), or stop at `max_tokens` mid-item. None of these should cost
+the whole answer: control characters are escaped, an invalid list item is dropped (and said so),
+and a cut-off answer keeps its complete items. What cannot be mended is handed back with the
+validation error, for the client's one repair.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import pydantic_core
+from pydantic import BaseModel, ValidationError
+
+M = TypeVar("M", bound=BaseModel)
+MAX_DROPPED = 5
+"""More invalid items than this and the answer is not mended but repaired."""
+
+
+@dataclass(frozen=True)
+class Reading(Generic[M]):
+    value: M | None
+    error: ValidationError | None = None
+    """Why no value (the strict parse's error when nothing parsed)."""
+    notes: list[str] = field(default_factory=list)
+    """What was mended, for the call's record."""
+
+
+def read(content: str, schema: type[M], finish_reason: str = "stop") -> Reading[M]:
+    """`content` validated against `schema`, mended where it can be."""
+    try:
+        return Reading(schema.model_validate_json(content))
+    except ValidationError as exc:
+        strict_error = exc
+    notes: list[str] = []
+    text = escape_control_characters(content)
+    if text != content:
+        notes.append("control characters inside strings escaped")
+    cut = finish_reason == "length"
+    try:
+        data = pydantic_core.from_json(text, allow_partial=cut)
+    except ValueError:
+        return Reading(None, strict_error)
+    if cut:
+        notes.append("cut off at max_tokens: the complete items kept")
+    dropped = 0
+    while True:
+        try:
+            return Reading(schema.model_validate(data), notes=notes)
+        except ValidationError as exc:
+            removed = _drop_invalid_items(data, exc)
+            dropped += len(removed)
+            if not removed or dropped > MAX_DROPPED:
+                return Reading(None, exc)
+            notes.extend(removed)
+
+
+def escape_control_characters(text: str) -> str:
+    """`text` with raw control characters inside JSON strings written as escapes (outside
+    strings, newlines and tabs are whitespace and stay)."""
+    out: list[str] = []
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+            elif ord(char) < 0x20:
+                out.append(f"\\u{ord(char):04x}")
+                continue
+        elif char == '"':
+            in_string = True
+        out.append(char)
+    return "".join(out)
+
+
+def _drop_invalid_items(data: Any, exc: ValidationError) -> list[str]:
+    """Remove the list items the errors point into, when every error points into one; returns
+    what was dropped and why (nothing when an error lies elsewhere)."""
+    if not isinstance(data, dict):
+        return []
+    doomed: dict[str, set[int]] = {}
+    reasons: list[str] = []
+    for error in exc.errors():
+        loc = error["loc"]
+        if len(loc) < 2 or not isinstance(loc[0], str) or not isinstance(loc[1], int):
+            return []
+        if not isinstance(data.get(loc[0]), list):
+            return []
+        doomed.setdefault(loc[0], set()).add(loc[1])
+        where = ".".join(str(part) for part in loc)
+        reasons.append(f"dropped {where}: {error['msg']}")
+    for name, indexes in doomed.items():
+        data[name] = [item for i, item in enumerate(data[name]) if i not in indexes]
+    return reasons

@@ -1,0 +1,72 @@
+"""Answers as small models write them (raw control characters, one invalid list item, a cut at
+max_tokens) are mended, not failed: the simulator's hooks produce each, the real SDK reads them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pipeline.core.settings import Settings
+from pipeline.extraction.schemas import FilingExtraction
+from pipeline.llm.client import CallRecord, LLMClient
+from pipeline.llm.lenient import escape_control_characters
+from pipeline.llm.prompts import extract_messages
+from pipeline_dev.sim import SimConfig, SimServer
+from pipeline_dev.synth_filings import generate_filing
+from tests.conftest import run_cli
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[LLMClient]:
+    with SimServer(SimConfig(p50_s=0, p95_s=0)) as sim:
+        made = LLMClient(Settings(_env_file=None, llm_base_url=sim.base_url), pool_size=2)  # type: ignore[call-arg]
+        yield made
+        made.close()
+
+
+def _answer(client: LLMClient, hook: str) -> tuple[FilingExtraction, list[CallRecord]]:
+    text, _ = generate_filing(3, seed=5, target_bytes=6_000)
+    records: list[CallRecord] = []
+    answer = client.structured(
+        extract_messages(f"{text}\n[[sim:{hook}]]", 0, 1),
+        FilingExtraction,
+        stage="extract",
+        max_tokens=2_000,
+        sink=records.append,
+    )
+    return answer, records
+
+
+def test_raw_control_characters_inside_strings_are_read() -> None:
+    assert escape_control_characters('{"a": "x\ny",\n "b": 1}') == '{"a": "x\\u000ay",\n "b": 1}'
+
+
+@pytest.mark.parametrize(
+    ("hook", "note"),
+    [
+        ("ctrlchar", "control characters inside strings escaped"),
+        ("baditem", "dropped risk_factors.0.title"),
+        ("cutoff", "cut off at max_tokens: the complete items kept"),
+    ],
+)
+def test_a_mendable_answer_is_kept_in_one_call_and_says_what_was_mended(
+    client: LLMClient, hook: str, note: str
+) -> None:
+    answer, records = _answer(client, hook)
+    assert [r.status for r in records] == ["ok"], "no repair call"
+    assert note in (records[0].error or "")
+    assert answer.company and answer.risk_factors, "the valid items are kept"
+
+
+@pytest.mark.usefixtures("workers")
+def test_a_filing_whose_answers_need_mending_is_extracted(
+    pipeline_env: dict[str, str], tmp_path: Path
+) -> None:
+    text, truth = generate_filing(4, seed=6, target_bytes=6_000)
+    (tmp_path / truth.filename).write_text(f"{text}\n[[sim:ctrlchar]] [[sim:baditem]] [[sim:cutoff]]\n")
+    result = run_cli("submit", str(tmp_path), "--wait", env=pipeline_env)
+    assert result.returncode == 0, result.stderr
+    status = run_cli("status", result.stdout.strip().splitlines()[-1], "--json", env=pipeline_env)
+    assert '"extracted": 1' in status.stdout
