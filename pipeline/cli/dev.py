@@ -49,6 +49,14 @@ from pipeline.core.settings import get_settings
     help="Answer requests of this structured-output shape with an error naming response_format.",
 )
 @click.option("--reject-status", default=500, show_default=True, help="The status of that error.")
+@click.option("--api-key", "sim_api_key", default=None, help="Refuse any other key with 401.")
+@click.option("--serve-model", "served_models", multiple=True, help="Refuse any other model with 404.")
+@click.option(
+    "--context-tokens", default=0, show_default=True, help="Refuse prompt + max_tokens above it (400)."
+)
+@click.option(
+    "--unsupported-param", "unsupported_params", multiple=True, help="Refuse requests with it (400)."
+)
 @click.option(
     "--record",
     "record_path",
@@ -74,6 +82,10 @@ def sim(
     ungrounded_rate: float,
     rejected_shapes: tuple[str, ...],
     reject_status: int,
+    sim_api_key: str | None,
+    served_models: tuple[str, ...],
+    context_tokens: int,
+    unsupported_params: tuple[str, ...],
     record_path: str | None,
 ) -> None:
     """Run the OpenAI-compatible LLM simulator (tests, dry runs, benchmarks)."""
@@ -96,6 +108,10 @@ def sim(
         record_path=record_path,
         rejected_shapes=rejected_shapes,
         rejected_status=reject_status,
+        api_key=sim_api_key,
+        served_models=served_models,
+        context_tokens=context_tokens,
+        unsupported_params=unsupported_params,
     )
     serve(host, port, config)
 
