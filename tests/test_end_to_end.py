@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from pipeline.ingest.producer import EARLY_DOCUMENTS
 from pipeline.storage.db import get_engine, session_scope
@@ -25,6 +26,13 @@ def _write(directory: Path, index: int, target_bytes: int, marker: str = "") -> 
     return path, truth.company
 
 
+def _statuses(session: Session, run_id: str) -> dict[str, int]:
+    rows = session.execute(
+        select(Document.status, func.count()).where(Document.run_id == run_id).group_by(Document.status)
+    )
+    return {str(status): int(count) for status, count in rows.tuples()}
+
+
 def _submit(env: dict[str, str], *args: str) -> str:
     result = run_cli("submit", *args, "--wait", env=env)
     assert result.returncode == 0, result.stderr
@@ -40,13 +48,7 @@ def test_a_batch_ends_with_a_report_and_every_document_accounted_for(
 
     engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
     with session_scope(engine) as session:
-        statuses = dict(
-            session.execute(
-                select(Document.status, func.count())
-                .where(Document.run_id == run_id)
-                .group_by(Document.status)
-            ).all()
-        )
+        statuses = _statuses(session, run_id)
         assert statuses == {"extracted": 5, "skipped": 1}
         skipped = session.scalar(
             select(Document.error).where(Document.run_id == run_id, Document.status == "skipped")
@@ -155,13 +157,7 @@ def test_a_run_larger_than_its_early_start_reports_every_document(
     run_id = _submit(pipeline_env, str(tmp_path))
     engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
     with session_scope(engine) as session:
-        statuses = dict(
-            session.execute(
-                select(Document.status, func.count())
-                .where(Document.run_id == run_id)
-                .group_by(Document.status)
-            ).all()
-        )
+        statuses = _statuses(session, run_id)
         assert statuses == {"extracted": count}
         summaries = session.scalar(
             select(func.count()).where(Extraction.run_id == run_id, Extraction.summary.is_not(None))
