@@ -10,7 +10,6 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from pipeline.ingest.producer import EARLY_DOCUMENTS
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Chunk, Content, Document, Extraction, LLMCall, Report, RiskFactor, Run
 from pipeline_dev.synth_filings import generate_filing
@@ -152,9 +151,9 @@ def test_a_run_larger_than_its_early_start_reports_every_document(
     pipeline_env: dict[str, str], tmp_path: Path
 ) -> None:
     """The first documents go before the run's chord exists: finalize still waits for them."""
-    count = EARLY_DOCUMENTS + 4
+    count = 7
     companies = [_write(tmp_path, i, 3_000)[1] for i in range(count)]
-    run_id = _submit(pipeline_env, str(tmp_path))
+    run_id = _submit({**pipeline_env, "PIPELINE_EARLY_DOCUMENTS": "3"}, str(tmp_path))
     engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
     with session_scope(engine) as session:
         statuses = _statuses(session, run_id)

@@ -8,7 +8,7 @@ from pathlib import Path
 from sqlalchemy import func, select
 
 from pipeline.core.settings import Settings
-from pipeline.ingest.producer import EARLY_DOCUMENTS, enqueue_order, prepare_run
+from pipeline.ingest.producer import enqueue_order, prepare_run
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Chunk, Content, Document, Run
 from tests.conftest import run_cli
@@ -129,7 +129,8 @@ def test_documents_are_enqueued_in_that_order(pipeline_env: dict[str, str], tmp_
 
 
 def test_a_large_run_starts_while_the_rest_is_stored(pipeline_env: dict[str, str], tmp_path: Path) -> None:
-    count = EARLY_DOCUMENTS + 6
+    early = 5
+    count = early + 6
     for i in range(count):
         (tmp_path / f"f{i:03}.txt").write_text(f"Item 7. Company {i} revenue was ${i + 1} million.\n" * 20)
     (tmp_path / "f001.txt").write_text(" \n")  # skipped: the early start takes the usable ones
@@ -143,22 +144,19 @@ def test_a_large_run_starts_while_the_rest_is_stored(pipeline_env: dict[str, str
             stored = session.scalar(select(func.count()).where(Document.run_id == run.id))
             seen.append((list(ids), run.status, stored))
 
-    plan = prepare_run(
-        engine, _settings(pipeline_env["PIPELINE_DATABASE_URL"]), [str(tmp_path)], on_early=on_early
-    )
+    settings = _settings(pipeline_env["PIPELINE_DATABASE_URL"]).model_copy(update={"early_documents": early})
+    plan = prepare_run(engine, settings, [str(tmp_path)], on_early=on_early)
     assert len(seen) == 1
-    early, status, stored = seen[0]
-    assert status == "running" and stored == EARLY_DOCUMENTS, "handed over before the rest was read"
-    assert early == plan.early_ids and len(early) == EARLY_DOCUMENTS - 1
-    assert not set(early) & set(plan.document_ids)
-    assert len(early) + len(plan.document_ids) == count - 1
+    sent, status, stored = seen[0]
+    assert status == "running" and stored == early, "handed over before the rest was read"
+    assert sent == plan.early_ids and len(sent) == early - 1
+    assert not set(sent) & set(plan.document_ids)
+    assert len(sent) + len(plan.document_ids) == count - 1
 
     small = tmp_path / "small"
     small.mkdir()
     for i in range(3):
         (small / f"s{i}.txt").write_text("Item 7. Revenue was $3 million.\n" * (20 + i))
     calls: list[list[int]] = []
-    plan = prepare_run(
-        engine, _settings(pipeline_env["PIPELINE_DATABASE_URL"]), [str(small)], on_early=calls.append
-    )
+    plan = prepare_run(engine, settings, [str(small)], on_early=calls.append)
     assert calls == [] and plan.early_ids == [] and len(plan.document_ids) == 3, "a small run: one chord"

@@ -74,3 +74,7 @@ VISIBILITY_TIMEOUT_S = 3 * 60 * 60
 
 EXTRACT_QUEUE = "extract"
 REPORT_QUEUE = "report"
+
+DEFAULT_EARLY_DOCUMENTS = 64
+"""A run's first documents sent while the rest is stored: enough to keep two workers of 32
+threads busy for the seconds that storing hundreds of filings takes."""

@@ -51,6 +51,12 @@ class Settings(BaseSettings):
         default="text", description="worker logs: text with run/document ids, or JSON lines"
     )
     worker_concurrency: int = Field(default=8, ge=1, le=512)
+    early_documents: int = Field(
+        default=c.DEFAULT_EARLY_DOCUMENTS,
+        ge=1,
+        le=10_000,
+        description="a larger run's first documents go to the workers while the rest is still being stored",
+    )
     data_dir: Path = Path(".pipeline")
 
     chunk_tokens: int = Field(default=c.DEFAULT_CHUNK_TOKENS, ge=200)

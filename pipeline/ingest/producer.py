@@ -24,8 +24,6 @@ from pipeline.storage.models import DocStatus, RunStatus
 
 COMMIT_EVERY_DOCUMENTS = 200
 """Documents per transaction: bounds memory (text is held until commit) and lock time."""
-EARLY_DOCUMENTS = 64
-"""With `on_early`, a larger run's first documents, sent to the workers while the rest is read."""
 
 T = TypeVar("T")
 
@@ -74,7 +72,7 @@ def prepare_run(
     filings instead of asking the LLM again. With `only_new` (the nightly inbox), files whose
     content an earlier run extracted are left out, and no run is stored when nothing is new.
 
-    With `on_early`, a run of more than `EARLY_DOCUMENTS` files starts at once: the first ones
+    With `on_early`, a run of more than `settings.early_documents` files starts at once: the first ones
     are handed to it (the run is then `running`) as soon as they are stored, and the calls
     begin while the rest is read, which takes seconds for hundreds of filings."""
     plan = SubmitPlan(new_run_id())
@@ -93,7 +91,7 @@ def prepare_run(
         )
     first_path_of: dict[str, str] = {}
     candidates = inputs.expand(paths)
-    first = EARLY_DOCUMENTS if on_early else COMMIT_EVERY_DOCUMENTS
+    first = settings.early_documents if on_early else COMMIT_EVERY_DOCUMENTS
     for number, batch in enumerate(_batches(candidates, COMMIT_EVERY_DOCUMENTS, first=first)):
         if number == 1 and on_early and plan.document_ids:
             _start_early(engine, plan, on_early)
