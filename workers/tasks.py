@@ -212,10 +212,10 @@ def nightly() -> str | None:
         return None
     log.info(
         "nightly: %d new, %d skipped, %d processed before",
-        len(plan.document_ids) + len(plan.early_ids),
+        plan.submitted,
         len(plan.rejected),
         len(plan.already_processed),
     )
-    if plan.document_ids or plan.early_ids:
+    if plan.submitted:
         enqueue_run(plan.run_id, plan.document_ids)
     return plan.run_id if plan.created else None

@@ -92,7 +92,7 @@ def submit_and_wait(
     if refused is not None:
         return refused
     enqueue_run(plan.run_id, plan.document_ids)
-    console.print(f"submitted {len(plan.document_ids) + len(plan.early_ids)} documents")
+    console.print(f"submitted {plan.submitted} documents")
     click.echo(plan.run_id)
     if not wait:
         return 0, plan.run_id
@@ -118,7 +118,7 @@ def _refused(plan: SubmitPlan, paths: list[str]) -> tuple[int, str] | None:
         return 0, ""
     for path, reason in plan.rejected:
         console.print(f"[yellow]skipped[/] {escape(path)}: {escape(reason)}")
-    if not plan.document_ids and not plan.early_ids:
+    if not plan.submitted:
         console.print(f"[bold red]error:[/] no usable document in {escape(' '.join(paths))}")
         click.echo(plan.run_id)
         return 1, plan.run_id

@@ -47,6 +47,11 @@ class SubmitPlan:
     created: bool = True
     """False when `only_new` found nothing new: no run was stored."""
 
+    @property
+    def submitted(self) -> int:
+        """Documents the run extracts: those sent early and those still to enqueue."""
+        return len(self.early_ids) + len(self.document_ids)
+
 
 def new_run_id() -> str:
     return uuid.uuid4().hex
@@ -106,7 +111,7 @@ def prepare_run(
                     plan.already_processed.append(loaded.path)
                     continue
                 _add_file(session, settings, plan, loaded, first_path_of)
-    if only_new and not plan.document_ids and not plan.early_ids and not plan.rejected:
+    if only_new and not plan.submitted and not plan.rejected:
         with session_scope(engine) as session:
             intake.delete_run(session, plan.run_id)
         plan.created = False

@@ -28,7 +28,6 @@ from pipeline.core.cost import call_cost
 from pipeline.core.retry import backoff_s
 from pipeline.core.settings import Settings
 from pipeline.llm import lenient, prompts
-from pipeline.llm.prompts import response_format
 from pipeline.llm.ratelimit import Permit, RedisLimiter, Scope
 from pipeline.llm.ratelimit.policy import ProviderLimits, provider_limits, provider_wait_s
 from pipeline.llm.structured import ModeStore
@@ -182,8 +181,7 @@ class LLMClient:
         model = model or self.model
         while True:
             mode = self._modes.current(self.endpoint, model)
-            fmt = response_format(schema, mode)
-            asked = messages if mode in prompts.CARRIES_SCHEMA else prompts.with_schema(messages, schema)
+            asked, fmt = prompts.structured_request(messages, schema, mode)
             try:
                 done = self._complete(
                     asked, stage=stage, model=model, max_tokens=max_tokens, sink=sink, fmt=fmt

@@ -118,9 +118,7 @@ def _try_mode(client: openai.OpenAI, found: Diagnosis, mode: str, keys: list[str
         {"role": "system", "content": "You answer with JSON only."},
         {"role": "user", "content": 'Answer with the JSON object {"ok": true}.'},
     ]
-    if mode not in prompts.CARRIES_SCHEMA:
-        messages = prompts.with_schema(messages, Probe)
-    fmt = prompts.response_format(Probe, mode)
+    messages, fmt = prompts.structured_request(messages, Probe, mode)
     kwargs: dict[str, Any] = {"response_format": fmt} if fmt else {}
     started = time.monotonic()
     try:

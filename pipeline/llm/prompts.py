@@ -117,6 +117,15 @@ def response_format(model: type[BaseModel], mode: str = "json_schema") -> dict[s
     return None
 
 
+def structured_request(
+    messages: list[Message], model: type[BaseModel], mode: str
+) -> tuple[list[Message], dict[str, Any] | None]:
+    """The messages and `response_format` that ask for `model`'s JSON in `mode`: the schema in
+    the request where the mode carries it, in the system message where it does not."""
+    asked = messages if mode in CARRIES_SCHEMA else with_schema(messages, model)
+    return asked, response_format(model, mode)
+
+
 def with_schema(messages: list[Message], model: type[BaseModel]) -> list[Message]:
     """`messages` with `model`'s JSON schema stated in the system message, for the modes whose
     request does not carry it."""

@@ -9,6 +9,7 @@ again only when its mode is rejected.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 
 import redis
@@ -71,7 +72,7 @@ class ModeStore:
         k = key(endpoint, model)
         if self._step_down is not None:
             try:
-                raw = self._step_down(keys=[k], args=[lower, TTL_S, _json_modes()])
+                raw = self._step_down(keys=[k], args=[lower, TTL_S, json.dumps(STRUCTURED_MODES)])
                 lower = raw.decode() if isinstance(raw, bytes) else str(raw)
             except redis.RedisError as exc:  # this process goes on alone
                 log.warning("could not share the structured-output mode: %s", exc)
@@ -87,7 +88,3 @@ class ModeStore:
             return None
         mode = raw.decode() if isinstance(raw, bytes) else raw
         return mode if mode in STRUCTURED_MODES else None
-
-
-def _json_modes() -> str:
-    return "[" + ",".join(f'"{m}"' for m in STRUCTURED_MODES) + "]"

@@ -215,14 +215,15 @@ def limiter_views(settings: Settings) -> list[dict[str, Any]]:
         + [settings.llm_model, settings.llm_fallback_model or ""]
     )
     views = []
-    modes = ModeStore(settings.llm_structured_output, limiter.client if limiter else None)
+    modes = ModeStore(settings.llm_structured_output, limiter.client)
     try:
         for model in filter(None, models):
-            found = modes.found(settings.llm_base_url, model)
             if not modes.auto:
                 structured_output = f"{modes.configured} (configured)"
+            elif found := modes.found(settings.llm_base_url, model):
+                structured_output = f"{found} (found by auto)"
             else:
-                structured_output = f"{found} (found by auto)" if found else "auto: nothing tried yet"
+                structured_output = "auto: nothing tried yet"
             for slot in range(len(settings.api_keys())):
                 view = limiter.view(Scope(settings.llm_base_url, model, slot))
                 views.append(
