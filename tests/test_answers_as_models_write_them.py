@@ -48,7 +48,6 @@ def test_raw_control_characters_inside_strings_are_read() -> None:
     [
         ("ctrlchar", "control characters inside strings escaped"),
         ("baditem", "dropped risk_factors.0.title"),
-        ("cutoff", "cut off at max_tokens: the complete items kept"),
     ],
 )
 def test_a_mendable_answer_is_kept_in_one_call_and_says_what_was_mended(
@@ -58,6 +57,19 @@ def test_a_mendable_answer_is_kept_in_one_call_and_says_what_was_mended(
     assert [r.status for r in records] == ["ok"], "no repair call"
     assert note in (records[0].error or "")
     assert answer.company and answer.risk_factors, "the valid items are kept"
+
+
+def test_an_answer_cut_off_at_max_tokens_keeps_its_items_and_asks_for_the_rest(
+    client: LLMClient,
+) -> None:
+    whole, _ = _answer(client, "none")
+    answer, records = _answer(client, "cutoff")
+    assert [(r.stage, r.status) for r in records] == [("extract", "ok"), ("rest", "ok")]
+    assert "cut off at max_tokens: the complete items kept" in (records[0].error or "")
+    titles = [risk.title for risk in answer.risk_factors]
+    assert len(titles) == len(set(titles)), "the rest repeats none of the kept items"
+    assert sorted(titles) == sorted(risk.title for risk in whole.risk_factors), "nothing is lost"
+    assert answer.company == whole.company and answer.revenue_usd == whole.revenue_usd
 
 
 @pytest.mark.usefixtures("workers")

@@ -202,7 +202,7 @@ class LLMClient:
         reading = lenient.read(done.content, schema, done.finish_reason)
         if reading.value is not None:
             sink(_with_notes(done.record, reading.notes))
-            return reading.value
+            return self._and_the_rest(reading.value, asked, done, schema, model, max_tokens, sink, fmt)
         assert reading.error is not None
         problem = _describe(reading.error, done.finish_reason)
         sink(replace(done.record, status="invalid", error=problem))
@@ -220,7 +220,37 @@ class LLMClient:
                 raise errors.MalformedAnswer(f"answer was not JSON, even after repair: {problem}") from None
             raise errors.SchemaViolation(f"answer did not validate after repair: {problem}") from None
         sink(_with_notes(done.record, reading.notes))
-        return reading.value
+        return self._and_the_rest(reading.value, retry, done, schema, model, max_tokens, sink, fmt)
+
+    def _and_the_rest(
+        self,
+        kept: M,
+        asked: list[prompts.Message],
+        done: Completion,
+        schema: type[M],
+        model: str,
+        max_tokens: int,
+        sink: CallSink,
+        fmt: dict[str, Any] | None,
+    ) -> M:
+        """`kept`, and when its answer was cut off at max_tokens, the items the cut left out:
+        one more call asks for them. The kept items stand whatever that call answers."""
+        if done.finish_reason != "length":
+            return kept
+        ask = prompts.rest_messages(asked, done.content, kept.model_dump(mode="json"))
+        try:
+            rest = self._complete(ask, stage="rest", model=model, max_tokens=max_tokens, sink=sink, fmt=fmt)
+        except errors.PipelineError as exc:
+            log.warning("asking for the rest of a cut-off answer failed, the kept items stand: %s", exc)
+            return kept
+        reading = lenient.read(rest.content, schema, rest.finish_reason)
+        if reading.value is None:
+            assert reading.error is not None
+            problem = _describe(reading.error, rest.finish_reason)
+            sink(replace(rest.record, status="invalid", error=problem))
+            return kept
+        sink(_with_notes(rest.record, reading.notes))
+        return lenient.combine(kept, reading.value)
 
     def _complete(
         self,

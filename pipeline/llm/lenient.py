@@ -58,6 +58,23 @@ def read(content: str, schema: type[M], finish_reason: str = "stop") -> Reading[
             notes.extend(removed)
 
 
+def combine(kept: M, rest: M) -> M:
+    """The items kept from a cut-off answer with those of the answer asked for after it: lists
+    joined without repeats, other fields as kept unless the cut left them empty."""
+    first, second = kept.model_dump(), rest.model_dump()
+    joined: dict[str, Any] = {}
+    for name, value in first.items():
+        more = second.get(name)
+        if isinstance(value, list) and isinstance(more, list):
+            joined[name] = value + [item for item in more if item not in value]
+        else:
+            joined[name] = more if value in (None, "", []) else value
+    try:
+        return type(kept).model_validate(joined)
+    except ValidationError:
+        return kept
+
+
 def escape_control_characters(text: str) -> str:
     """`text` with raw control characters inside JSON strings written as escapes (outside
     strings, newlines and tabs are whitespace and stay)."""

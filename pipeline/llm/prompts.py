@@ -82,6 +82,27 @@ def repair_messages(messages: list[Message], bad_answer: str, validation_error: 
     ]
 
 
+REST_MAX_ITEMS = 10
+"""At most this many items per list in the answer asked for after a cut (it must fit)."""
+
+
+def rest_messages(messages: list[Message], cut_answer: str, kept: dict[str, Any]) -> list[Message]:
+    """The conversation once more, with the answer cut off at max_tokens and the items kept from
+    it, asking for what the cut left out."""
+    return [
+        *messages,
+        {"role": "assistant", "content": cut_answer},
+        {
+            "role": "user",
+            "content": "That answer was cut off at max_tokens. These items are kept:\n"
+            f"<kept>\n{json.dumps(kept, ensure_ascii=False)}\n</kept>\n"
+            "Answer again with JSON matching the schema, holding only the list items that are "
+            f"not kept (at most {REST_MAX_ITEMS} per list, shortest quotes first), and the other "
+            "fields as before.",
+        },
+    ]
+
+
 def compress_messages(query: str, extraction: dict[str, Any]) -> list[Message]:
     facts = json.dumps(extraction, ensure_ascii=False)
     user = f"Question: {query}\n<document>\n{facts}\n</document>"

@@ -38,6 +38,7 @@ class ChatRequest:
     prompt_tokens: int
     hooks: frozenset[str]  # the [[sim:...]] test hooks the prompt holds
     params: frozenset[str] = frozenset()  # the body's top-level keys
+    kept: dict[str, Any] | None = None  # after a cut: the items the client kept (`<kept>` tags)
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,30 @@ def content_text(content: Any) -> str:
 
 _DOCUMENT = re.compile(r"<document>(.*?)</document>", re.DOTALL)
 _SCHEMA = re.compile(r"<schema>(.*?)</schema>", re.DOTALL)
+_KEPT = re.compile(r"<kept>(.*?)</kept>", re.DOTALL)
+
+
+def kept_items(messages: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """What the last user message says was kept of a cut-off answer, asking for the rest."""
+    last = content_text(messages[-1].get("content")) if messages[-1].get("role") == "user" else ""
+    match = _KEPT.search(last)
+    try:
+        kept = json.loads(match.group(1)) if match else None
+    except ValueError:
+        return None
+    return kept if isinstance(kept, dict) else None
+
+
+def without_kept(instance: Any, kept: dict[str, Any]) -> Any:
+    """`instance` without the list items already kept (a model answering "the rest")."""
+    if not isinstance(instance, dict):
+        return instance
+    return {
+        key: [item for item in value if item not in (kept.get(key) or [])]
+        if isinstance(value, list)
+        else value
+        for key, value in instance.items()
+    }
 
 
 def document_text(messages: list[dict[str, Any]]) -> str:
@@ -174,6 +199,7 @@ def parse(body: Any) -> ChatRequest:
         prompt=prompt,
         prompt_tokens=estimate_tokens(prompt),
         hooks=frozenset(hook for hook in HOOKS if f"[[sim:{hook}]]" in prompt),
+        kept=kept_items(messages),
     )
 
 
@@ -210,6 +236,8 @@ def compose(chat: ChatRequest, ungrounded_rate: float = 0.0, seed: int | None = 
     if chat.schema is not None:
         instance = build_json_answer(chat.schema, document)
         instance, invented = replace_quotes(instance, document, ungrounded_rate, seed)
+        if chat.kept is not None:
+            instance = without_kept(instance, chat.kept)
         if "invalid" in chat.hooks:
             instance = violate_schema(instance, chat.schema)
         if "baditem" in chat.hooks:
@@ -230,7 +258,9 @@ def finish(chat: ChatRequest, composed: Composed, draw: Draw, number: int) -> Fi
     bad_json = composed.is_json and (draw.bad_json or "badjson" in chat.hooks)
     if bad_json:
         content = malformed_json(content)
-    truncated = (draw.truncate or "cutoff" in chat.hooks) and len(content) > 1
+    # `[[sim:cutoff]]` cuts a first answer; the rest asked for after it is short enough.
+    cut_by_hook = "cutoff" in chat.hooks and chat.kept is None
+    truncated = (draw.truncate or cut_by_hook) and len(content) > 1
     if truncated:
         content = truncate(content, draw.truncate_fraction if draw.truncate else CUTOFF_FRACTION)
     if chat.max_tokens is not None and len(content) > chat.max_tokens * CHARS_PER_TOKEN:
