@@ -11,7 +11,7 @@ import pytest
 from pipeline.core.settings import Settings
 from pipeline.extraction.schemas import FilingExtraction
 from pipeline.llm.client import CallRecord, LLMClient
-from pipeline.llm.lenient import escape_control_characters
+from pipeline.llm.lenient import escape_control_characters, read
 from pipeline.llm.prompts import extract_messages
 from pipeline_dev.sim import SimConfig, SimServer
 from pipeline_dev.synth_filings import generate_filing
@@ -41,6 +41,16 @@ def _answer(client: LLMClient, hook: str) -> tuple[FilingExtraction, list[CallRe
 
 def test_raw_control_characters_inside_strings_are_read() -> None:
     assert escape_control_characters('{"a": "x\ny",\n "b": 1}') == '{"a": "x\\u000ay",\n "b": 1}'
+
+
+def test_an_absurd_figure_is_nulled_not_the_whole_answer_failed() -> None:
+    # As SmolLM2-135M wrote it: a grounded revenue sentence, and revenue_usd 1.3879e+46.
+    answer = '{"company": "Amber", "fiscal_year": 2025, "revenue_usd": 1.3879e46, '
+    answer += '"revenue_quote": "Revenue was $1.2 billion.", "risk_factors": []}'
+    reading = read(answer, FilingExtraction)
+    assert reading.value is not None and reading.value.revenue_usd is None
+    assert reading.value.company == "Amber" and reading.value.revenue_quote
+    assert reading.notes and reading.notes[0].startswith("dropped revenue_usd: ")
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,8 @@ from pydantic import BaseModel, ConfigDict, field_validator
 
 MIN_FISCAL_YEAR = 1950
 MAX_FISCAL_YEAR = 2100
+MAX_REVENUE_USD = 1e13
+"""Ten trillion dollars: no company's annual revenue comes near (a small model wrote 1.4e46)."""
 
 
 class RiskFactor(BaseModel):
@@ -55,4 +57,6 @@ class FilingExtraction(BaseModel):
     def _non_negative(cls, value: float | None) -> float | None:
         if value is not None and value < 0:
             raise ValueError("revenue cannot be negative")
+        if value is not None and value > MAX_REVENUE_USD:
+            raise ValueError(f"revenue {value:.3g} is above {MAX_REVENUE_USD:.0e} USD, no company's")
         return value

@@ -1,8 +1,9 @@
 """Reading a structured answer as real models write it, not only as a strict parser wants it.
 
 Small models under a grammar write raw control characters inside strings, one list item that
-breaks the schema (an empty quote), or stop at `max_tokens` mid-item. None of these should cost
-the whole answer: control characters are escaped, an invalid list item is dropped (and said so),
+breaks the schema (an empty quote), an absurd figure (revenue of 1.4e46 dollars), or stop at
+`max_tokens` mid-item. None of these should cost the whole answer: control characters are
+escaped, an invalid list item is dropped and an invalid nullable field nulled (and said so),
 and a cut-off answer keeps its complete items. What cannot be mended is handed back with the
 validation error, for the client's one repair.
 """
@@ -10,7 +11,7 @@ validation error, for the client's one repair.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, get_args
 
 import pydantic_core
 from pydantic import BaseModel, ValidationError
@@ -51,7 +52,7 @@ def read(content: str, schema: type[M], finish_reason: str = "stop") -> Reading[
         try:
             return Reading(schema.model_validate(data), notes=notes)
         except ValidationError as exc:
-            removed = _drop_invalid_items(data, exc)
+            removed = _drop_invalid(data, exc, schema)
             dropped += len(removed)
             if not removed or dropped > MAX_DROPPED:
                 return Reading(None, exc)
@@ -97,22 +98,42 @@ def escape_control_characters(text: str) -> str:
     return "".join(out)
 
 
-def _drop_invalid_items(data: Any, exc: ValidationError) -> list[str]:
-    """Remove the list items the errors point into, when every error points into one; returns
-    what was dropped and why (nothing when an error lies elsewhere)."""
+def _drop_invalid(data: Any, exc: ValidationError, schema: type[BaseModel]) -> list[str]:
+    """Remove the list items the errors point into, and null the nullable fields they name, when
+    every error points at one of those; returns what was dropped and why (nothing when an error
+    lies elsewhere)."""
     if not isinstance(data, dict):
         return []
     doomed: dict[str, set[int]] = {}
+    nulled: set[str] = set()
     reasons: list[str] = []
     for error in exc.errors():
         loc = error["loc"]
-        if len(loc) < 2 or not isinstance(loc[0], str) or not isinstance(loc[1], int):
+        if (
+            len(loc) == 1
+            and isinstance(loc[0], str)
+            and _nullable(schema, loc[0])
+            and data.get(loc[0]) is not None
+        ):
+            nulled.add(loc[0])
+        elif (
+            len(loc) >= 2
+            and isinstance(loc[0], str)
+            and isinstance(loc[1], int)
+            and isinstance(data.get(loc[0]), list)
+        ):
+            doomed.setdefault(loc[0], set()).add(loc[1])
+        else:
             return []
-        if not isinstance(data.get(loc[0]), list):
-            return []
-        doomed.setdefault(loc[0], set()).add(loc[1])
         where = ".".join(str(part) for part in loc)
         reasons.append(f"dropped {where}: {error['msg']}")
     for name, indexes in doomed.items():
         data[name] = [item for i, item in enumerate(data[name]) if i not in indexes]
+    for name in nulled:
+        data[name] = None
     return reasons
+
+
+def _nullable(schema: type[BaseModel], name: str) -> bool:
+    field = schema.model_fields.get(name)
+    return field is not None and type(None) in get_args(field.annotation)
