@@ -24,16 +24,18 @@ def test_attempts_are_capped_across_deliveries_and_hand_backs_do_not_count(
     write_filings(tmp_path, 1, seed=61, sizes=[21_000])
     engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
     (doc_id,) = prepare_run(engine, get_settings(), [str(tmp_path)]).document_ids
-    for _ in range(3):  # three deliveries whose worker died: nothing but the count is left
+    # Three deliveries whose worker died (each lease ran out at once): only the count is left.
+    for owner in ("a", "b", "c"):
         with session_scope(engine) as session:
-            assert repo.start_document(session, doc_id, max_attempts=3) is not None
+            assert repo.start_document(session, doc_id, 3, owner, lease_s=0) is not None
     with session_scope(engine) as session:  # a retried transient error: not an attempt
-        repo.hand_back_attempt(session, doc_id)
-        repo.note_attempt_error(session, doc_id, "UpstreamUnavailable: 503")
+        fence = session.get(Document, doc_id).fence  # type: ignore[union-attr]
+        repo.hand_back_attempt(session, doc_id, fence, grace_s=60)
+        repo.note_attempt_error(session, doc_id, "UpstreamUnavailable: 503", "c")
     with session_scope(engine) as session:
-        assert repo.start_document(session, doc_id, max_attempts=3) is not None
+        assert repo.start_document(session, doc_id, 3, "d", lease_s=0) is not None
     with session_scope(engine) as session:
-        assert repo.start_document(session, doc_id, max_attempts=3) is None
+        assert repo.start_document(session, doc_id, 3, "e", lease_s=0) is None
         doc = session.get(Document, doc_id)
         assert doc is not None
         assert doc.status == "failed"

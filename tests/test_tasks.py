@@ -139,10 +139,10 @@ def test_a_document_counts_as_extracted_only_once_its_summary_is_written(
     document_id = plan.document_ids[0]
     seen: list[str] = []
 
-    def compress(doc_id: int) -> None:
+    def compress(doc_id: int, fence: int) -> None:
         with session_scope(engine) as session:
             seen.append(str(session.scalar(select(Document.status).where(Document.id == doc_id))))
-        _compress_now(doc_id)
+        _compress_now(doc_id, fence)
 
     assert extract_document(worker_context(), document_id, before_done=compress) == "extracted"
     with session_scope(engine) as session:

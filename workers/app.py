@@ -62,7 +62,12 @@ def _structured_logs(logger: logging.Logger, **_: Any) -> None:
 def create_app() -> Celery:
     settings = get_settings()
     redis_url = settings.redis_url or LOCAL_REDIS_URL
-    app = Celery("pipeline", broker=redis_url, backend=backend_url(redis_url), include=["workers.tasks"])
+    app = Celery(
+        "pipeline",
+        broker=redis_url,
+        backend=backend_url(redis_url),
+        include=["workers.tasks", "workers.heartbeat"],
+    )
     transport = {"visibility_timeout": VISIBILITY_TIMEOUT_S}
     app.conf.update(
         task_serializer="json",
@@ -77,9 +82,9 @@ def create_app() -> Celery:
         task_soft_time_limit=TASK_SOFT_TIME_LIMIT_S,
         task_time_limit=TASK_HARD_TIME_LIMIT_S,
         worker_prefetch_multiplier=1,
-        # A task running when the broker connection drops will be redelivered anyway (acks
-        # late): cancel it rather than finish work whose ack can no longer be sent.
-        worker_cancel_long_running_tasks_on_connection_loss=True,
+        # No worker_cancel_long_running_tasks_on_connection_loss: it does nothing under the
+        # thread pool. A task goes on through a broker outage under its document's lease; the
+        # unacknowledged message, redelivered hours later, finds the document final.
         # On a warm shutdown (SIGTERM), give in-flight LLM calls time to finish first.
         worker_soft_shutdown_timeout=SOFT_SHUTDOWN_S,
         worker_enable_soft_shutdown_on_idle=True,

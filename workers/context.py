@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+import redis
 from celery.signals import worker_process_init
 
 from pipeline.core.settings import get_settings
@@ -11,9 +12,12 @@ from pipeline.extraction.extract import Context
 from pipeline.llm.client import LLMClient
 from pipeline.llm.ratelimit import RedisLimiter
 from pipeline.storage.db import dispose_engines, get_engine
+from pipeline.storage.leases import Leases
+from workers.app import LOCAL_REDIS_URL
 
 _lock = threading.Lock()
 _context: Context | None = None
+_redis: redis.Redis | None = None
 
 
 def worker_context() -> Context:
@@ -27,14 +31,25 @@ def worker_context() -> Context:
                 settings=settings,
                 engine=get_engine(settings.resolved_database_url, pool_size=pool),
                 llm=LLMClient(settings, pool_size=pool, limiter=RedisLimiter.from_settings(settings, pool)),
+                leases=Leases(settings.lease_s),
             )
         return _context
+
+
+def redis_client() -> redis.Redis:
+    """The process's Redis client for its own keys (heartbeats, the report lock)."""
+    global _redis
+    with _lock:
+        if _redis is None:
+            _redis = redis.Redis.from_url(get_settings().redis_url or LOCAL_REDIS_URL, max_connections=8)
+        return _redis
 
 
 @worker_process_init.connect
 def _reset_after_fork(**_: object) -> None:
     # A forked child must not share its parent's sockets.
-    global _context
+    global _context, _redis
     with _lock:
         _context = None
+        _redis = None
     dispose_engines()

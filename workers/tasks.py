@@ -15,7 +15,7 @@ import redis.exceptions
 from celery import Task, chord
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from pipeline.core.errors import Deferred, PermanentError, RetryableError
+from pipeline.core.errors import Deferred, LeaseLost, PermanentError, RetryableError
 from pipeline.core.logs import log_context
 from pipeline.core.retry import backoff_s
 from pipeline.extraction import extract as extracting
@@ -23,13 +23,17 @@ from pipeline.reporting import compress as compressing
 from pipeline.reporting import synthesize as reporting
 from pipeline.runs import finalize as finalizing
 from workers.app import app
-from workers.context import worker_context
+from workers.context import redis_client, worker_context
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
+T = TypeVar("T")
 
 FINALIZE_POLL_S = 5.0
 """How soon finalize looks again when it fires before every document is final."""
+REPORT_LOCK_PREFIX = "pipeline:reporting:"
+REPORT_LOCK_S = 600
+"""One finalize of a run sends its report: reclaims and resumes send finalizes of their own."""
 
 # Every task has max_retries=None: Celery's own limit (3 by default) would end a chord step
 # with MaxRetriesExceededError; `_retry_or` counts failed attempts itself and gives up with
@@ -50,9 +54,11 @@ def _retry_or(
     fn: Callable[[int], R],
     give_up: Callable[[str], R],
     note: Callable[[str], None] | None = None,
+    due: Callable[[float], None] | None = None,
 ) -> R:
-    """Run `fn(failed_attempts)`; retry transient failures with backoff (telling `note` why),
-    and `give_up` with the reason after the last attempt or on a permanent failure.
+    """Run `fn(failed_attempts)`; retry transient failures with backoff (telling `note` why,
+    and `due` the retry's countdown), and `give_up` with the reason after the last attempt or
+    on a permanent failure.
 
     A deferral (limiter, time budget) goes back to the queue without counting as a failure.
     When recording the failure itself fails for a transient reason (the database is down),
@@ -64,6 +70,8 @@ def _retry_or(
         return fn(failed)
     except Deferred as exc:
         kwargs = {**task.request.kwargs, "deferrals": deferrals + 1}
+        if due is not None:
+            _best_effort(due, exc.retry_after_s or 0.0)
         raise task.retry(countdown=exc.retry_after_s, kwargs=kwargs, max_retries=None) from None
     except TRANSIENT as exc:
         reason = f"{type(exc).__name__}: {exc}"
@@ -72,7 +80,10 @@ def _retry_or(
                 _best_effort(note, reason)
             log.warning("retrying %s %s: %s", task.name, task.request.args, reason)
             retry_after = exc.retry_after_s if isinstance(exc, RetryableError) else None
-            raise task.retry(countdown=backoff_s(failed, retry_after), max_retries=None) from None
+            countdown = backoff_s(failed, retry_after)
+            if due is not None:
+                _best_effort(due, countdown)
+            raise task.retry(countdown=countdown, max_retries=None) from None
         verdict = f"gave up after {failed + 1} attempts: {reason}"
     except PermanentError as exc:
         verdict = str(exc)
@@ -86,9 +97,9 @@ def _retry_or(
         raise task.retry(countdown=backoff_s(failed, None), max_retries=None) from None
 
 
-def _best_effort(fn: Callable[[str], None], reason: str) -> None:
+def _best_effort(fn: Callable[[T], None], value: T) -> None:
     try:
-        fn(reason)
+        fn(value)
     except Exception as exc:  # the database may be what failed
         log.info("could not note a failed attempt: %s", exc)
 
@@ -101,11 +112,20 @@ def extract(self: Task, document_id: int, deferrals: int = 0) -> str:
 
 def _extract(self: Task, document_id: int) -> str:
     ctx = worker_context()
+
+    def attempt(failed: int) -> str:
+        try:
+            return extracting.extract_document(ctx, document_id, failed, before_done=_compress_now)
+        except LeaseLost as exc:
+            log.warning("document %s: %s; its new holder carries on", document_id, exc)
+            return "superseded"
+
     return _retry_or(
         self,
-        lambda failed: extracting.extract_document(ctx, document_id, failed, before_done=_compress_now),
+        attempt,
         lambda reason: _fail(ctx, document_id, reason),
         lambda reason: extracting.note_retry(ctx, document_id, reason),
+        lambda countdown: extracting.retry_due(ctx, document_id, countdown),
     )
 
 
@@ -114,12 +134,13 @@ def _fail(ctx: extracting.Context, document_id: int, reason: str) -> str:
     return extracting.fail(ctx, document_id, reason)
 
 
-def _compress_now(document_id: int) -> None:
-    """Compress right after extracting (before the document counts as extracted), while other
-    documents are still being extracted: the calls fill threads that the end of the extraction
-    phase leaves idle. Best effort: whatever is not compressed here, finalize compresses."""
+def _compress_now(document_id: int, fence: int) -> None:
+    """Compress right after extracting (before the document counts as extracted, under its
+    lease), while other documents are still being extracted: the calls fill threads that the
+    end of the extraction phase leaves idle. Best effort: what is not compressed here,
+    finalize compresses."""
     try:
-        compressing.compress_document(worker_context(), document_id)
+        compressing.compress_document(worker_context(), document_id, fence=fence)
     except Exception as exc:  # never out of the chord's header; finalize retries it
         log.info("compress of %s left to finalize: %s", document_id, exc)
 
@@ -143,6 +164,10 @@ def _finalize(self: Task, run_id: str) -> str:
             raise self.retry(countdown=FINALIZE_POLL_S, max_retries=None)
         if step.action != "report":
             return step.action
+        if not redis_client().set(
+            f"{REPORT_LOCK_PREFIX}{run_id}", self.request.id or "-", nx=True, ex=REPORT_LOCK_S
+        ):
+            return "reporting elsewhere"  # a reclaim's or a resume's finalize got there first
         if step.compress_ids:
             chord(compress.si(d) for d in step.compress_ids)(synthesize.si(run_id))
         else:

@@ -7,6 +7,7 @@ import sys
 from typing import TYPE_CHECKING, NoReturn
 
 import click
+from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
@@ -44,6 +45,18 @@ def fail(message: str, code: int = 2) -> NoReturn:
 @click.version_option(__version__)
 def main() -> None:
     """Batch LLM extraction over filings: submit, work, report."""
+    try:
+        get_settings()
+    except ValidationError as exc:
+        # Every command, a worker above all, refuses to start on a setting that cannot work.
+        problems = "; ".join(_setting_problem(e["loc"], e["msg"]) for e in exc.errors())
+        fail(f"bad setting: {problems}")
+
+
+def _setting_problem(loc: tuple[int | str, ...], message: str) -> str:
+    message = message.removeprefix("Value error, ")
+    name = f"PIPELINE_{'_'.join(map(str, loc)).upper()}"
+    return message if message.startswith(name) else f"{name}: {message}"
 
 
 def outcome(view: RunStatusView) -> int:

@@ -25,7 +25,14 @@ def status(run: str | None, as_json: bool) -> None:
     global limiter's state."""
     from dataclasses import asdict
 
-    from pipeline.runs.status import UnknownRun, document_grounding, limiter_views, resolve_run_id, run_status
+    from pipeline.runs.status import (
+        UnknownRun,
+        document_grounding,
+        limiter_views,
+        resolve_run_id,
+        run_status,
+        worker_views,
+    )
 
     settings = get_settings()
     engine = open_engine(settings)
@@ -34,10 +41,12 @@ def status(run: str | None, as_json: bool) -> None:
     except UnknownRun as exc:
         fail(str(exc))
     limiter = limiter_views(settings)
+    workers = worker_views(settings)
     grounding = document_grounding(engine, view.run_id)
     if as_json:
         documents = [asdict(d) for d in grounding]
-        click.echo(json.dumps({**view.as_dict(), "grounding": documents, "limiter": limiter}, indent=2))
+        found = {**view.as_dict(), "grounding": documents, "limiter": limiter, "workers": workers}
+        click.echo(json.dumps(found, indent=2))
         return
     out = Console()
     table = Table(title=f"run {view.run_id}", show_header=False)
@@ -46,6 +55,11 @@ def status(run: str | None, as_json: bool) -> None:
             continue
         table.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
     table.add_row("cost", cost_text(view))
+    if workers is not None:
+        names = ", ".join(f"{w['name'] or w['owner']} ({w['held']} held)" for w in workers)
+        table.add_row(
+            "live workers", f"{len(workers)}: {escape(names)}" if workers else "none (no heartbeat)"
+        )
     out.print(table)
     if grounding:
         shown = grounding[:STATUS_GROUNDING_ROWS]

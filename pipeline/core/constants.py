@@ -78,3 +78,7 @@ REPORT_QUEUE = "report"
 DEFAULT_EARLY_DOCUMENTS = 64
 """A run's first documents sent while the rest is stored: enough to keep two workers of 32
 threads busy for the seconds that storing hundreds of filings takes."""
+
+DEFAULT_LEASE_S = 30.0
+"""A running document's lease: its worker's heartbeat renews it every third of this, and a live
+worker reclaims it within about a third more after the lease ran out (under 60 s in all)."""

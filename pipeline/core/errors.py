@@ -8,6 +8,7 @@
     │   ├── UpstreamUnavailable     5xx, dropped connection, timeout
     │   ├── MalformedAnswer         not even JSON, twice: a garbled answer, asked again later
     │   └── Deferred                our own limiter asks to come back later (not a failure)
+    ├── LeaseLost                   another worker took the document over: stop, write nothing
     └── PermanentError              trying again will not help
         ├── SchemaViolation         the answer did not validate, even after one repair
         ├── ProviderRejected        4xx other than 429 (bad request, auth, content policy)
@@ -50,6 +51,12 @@ class RateLimited(RetryableError):
 
 class UpstreamUnavailable(RetryableError):
     """The provider failed (5xx), dropped the connection or timed out."""
+
+
+class LeaseLost(PipelineError):
+    """This worker's lease on the document ran out and another took it over (its fencing token
+    moved on), or the document is already final: whatever this holder would write is refused.
+    Neither a failure nor a retry: the task ends and the new holder carries on."""
 
 
 class PermanentError(PipelineError):

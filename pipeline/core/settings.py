@@ -80,6 +80,11 @@ class Settings(BaseSettings):
         gt=0,
         description="an extract task past this hands its document back to the queue (answers kept)",
     )
+    lease_s: float = Field(
+        default=c.DEFAULT_LEASE_S,
+        ge=3,
+        description="a running document's lease, renewed by its worker's heartbeat; live workers reclaim it this long after its worker died",
+    )
     watchdog_idle_s: float = Field(
         default=c.DEFAULT_WATCHDOG_IDLE_S,
         gt=0,
@@ -182,6 +187,13 @@ class Settings(BaseSettings):
         parse_prices(value)
         return value
 
+    @field_validator("llm_models")
+    @classmethod
+    def _models_parse(cls, value: str | None) -> str | None:
+        if value:
+            parse_models(value)
+        return value
+
     @field_validator("inbox_schedule")
     @classmethod
     def _five_cron_fields(cls, value: str) -> str:
@@ -229,21 +241,24 @@ class Settings(BaseSettings):
 
     def extract_models(self) -> list[tuple[str, float]]:
         """(model, weight) pairs for the extract stage; the configured model alone by default."""
-        if not self.llm_models:
-            return [(self.llm_model, 1.0)]
-        pairs: list[tuple[str, float]] = []
-        for part in self.llm_models.split(","):
-            name, _, weight = part.strip().partition(":")
-            try:
-                value = float(weight) if weight else 1.0
-            except ValueError:
-                raise ValueError(f"PIPELINE_LLM_MODELS: weight of {name!r} is not a number") from None
-            if not name or value < 0:
-                raise ValueError(f"PIPELINE_LLM_MODELS: bad entry {part!r}")
-            pairs.append((name, value))
-        if not pairs or sum(w for _, w in pairs) <= 0:
-            raise ValueError("PIPELINE_LLM_MODELS: no model with a positive weight")
-        return pairs
+        return parse_models(self.llm_models) if self.llm_models else [(self.llm_model, 1.0)]
+
+
+def parse_models(text: str) -> list[tuple[str, float]]:
+    """`PIPELINE_LLM_MODELS` ("model:weight,…") as (model, weight) pairs."""
+    pairs: list[tuple[str, float]] = []
+    for part in text.split(","):
+        name, _, weight = part.strip().partition(":")
+        try:
+            value = float(weight) if weight else 1.0
+        except ValueError:
+            raise ValueError(f"PIPELINE_LLM_MODELS: weight of {name!r} is not a number") from None
+        if not name or value < 0:
+            raise ValueError(f"PIPELINE_LLM_MODELS: bad entry {part!r}")
+        pairs.append((name, value))
+    if not pairs or sum(w for _, w in pairs) <= 0:
+        raise ValueError("PIPELINE_LLM_MODELS: no model with a positive weight")
+    return pairs
 
 
 @lru_cache(maxsize=1)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pydantic import BaseModel
 from sqlalchemy import Engine
@@ -23,7 +24,10 @@ from pipeline.llm import prompts
 from pipeline.llm.client import CallRecord, LLMClient
 from pipeline.storage import documents, llm_calls
 from pipeline.storage.db import session_scope
+from pipeline.storage.leases import Leases
 from pipeline.storage.models import Chunk, Document, Run
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -33,41 +37,77 @@ class Context:
     settings: Settings
     engine: Engine
     llm: LLMClient
+    leases: Leases = field(default_factory=Leases)
+    """This process's name as a lease owner and the leases its threads hold (the heartbeat
+    renews them)."""
 
 
 def extract_document(
     ctx: Context,
     document_id: int,
     failed_attempts: int = 0,
-    before_done: Callable[[int], None] | None = None,
+    before_done: Callable[[int, int], None] | None = None,
 ) -> str:
-    """Extract and store one document; returns its final status.
+    """Extract and store one document under a lease; returns its final status.
 
     Chunks answered by an earlier attempt (same prompt version), or by an earlier run for the
     same text, are not sent again; once `failed_attempts` reach the configured threshold,
     calls go to the fallback model. Raises RetryableError for transient failures (Deferred
-    when the document is handed back to the queue on purpose) and PermanentError when the
-    document cannot be extracted; the caller records the latter with `fail`.
+    when the document is handed back to the queue on purpose), PermanentError when the
+    document cannot be extracted (the caller records it with `fail`), and LeaseLost when
+    another worker took the document over (nothing more is written).
 
-    `before_done(document_id)` runs once the extraction is stored and before the document is
-    marked extracted (the task layer compresses there): whoever waits for every document to be
-    final (finalize) then never finds one whose summary is still being written.
+    `before_done(document_id, fence)` runs once the extraction is stored and before the
+    document is marked extracted (the task layer compresses there): whoever waits for every
+    document to be final (finalize) then never finds one whose summary is still being written.
     """
     started = time.monotonic()
     work = _start(ctx, document_id, failed_attempts)
     if work is None:
         return current_status(ctx, document_id)
-    answers = _answer_chunks(ctx, work, started)
-    model = Counter(model for _, model in answers).most_common(1)[0][0]
-    if work.schema:
-        _save_custom(ctx, work, [part for part, _ in answers], model)
-    else:
-        _save_filing(ctx, work, [part for part, _ in answers if isinstance(part, FilingExtraction)], model)
-    if before_done is not None:
-        before_done(document_id)
-    with session_scope(ctx.engine) as session:
-        documents.mark_extracted(session, document_id)
+    with ctx.leases.holding(document_id, work.fence):
+        try:
+            answers = _answer_chunks(ctx, work, started)
+            model = Counter(model for _, model in answers).most_common(1)[0][0]
+            if work.schema:
+                _save_custom(ctx, work, [part for part, _ in answers], model)
+            else:
+                parts = [part for part, _ in answers if isinstance(part, FilingExtraction)]
+                _save_filing(ctx, work, parts, model)
+            if before_done is not None:
+                before_done(document_id, work.fence)
+            with session_scope(ctx.engine) as session:
+                documents.mark_extracted(session, document_id, work.fence)
+        except (errors.LeaseLost, errors.PermanentError, errors.RetryableError):
+            raise  # lost, failed by the caller, or handed back already
+        except BaseException:
+            _release(ctx, document_id, work.fence)
+            raise
     return "extracted"
+
+
+def _grace_s(ctx: Context, exc: BaseException | None = None) -> float:
+    """How long a released document waits for its retry before a live worker reclaims it: a
+    lease, past the wait the error asks for. The task layer sets it to the retry's own
+    countdown (`retry_due`); a reclaim that comes before the retry is harmless."""
+    wait = exc.retry_after_s if isinstance(exc, errors.RetryableError) and exc.retry_after_s else 0.0
+    return ctx.leases.lease_s + wait
+
+
+def retry_due(ctx: Context, document_id: int, countdown_s: float) -> None:
+    """The released document's retry is due in `countdown_s`: reclaim waits that long, and a
+    lease more, for it."""
+    with session_scope(ctx.engine) as session:
+        documents.expect_retry(session, document_id, countdown_s + ctx.leases.lease_s)
+
+
+def _release(ctx: Context, document_id: int, fence: int) -> None:
+    """Best effort (the database may be what failed): a lease not released runs out instead."""
+    try:
+        with session_scope(ctx.engine) as session:
+            documents.release_lease(session, document_id, fence, _grace_s(ctx))
+    except Exception as exc:
+        log.info("document %s: lease %s left to run out (%s)", document_id, fence, exc)
 
 
 @dataclass
@@ -81,13 +121,22 @@ class _Work:
     capped: bool
     """The run has a budget: check it before each call."""
     failed_attempts: int
+    fence: int
+    """This attempt's lease: every write it makes is refused once the fence moved on."""
 
 
 def _start(ctx: Context, document_id: int, failed_attempts: int) -> _Work | None:
     """Count the attempt and load the document, its text and chunks (filling those an earlier
     run answered for the same text); None when the document is final or out of attempts."""
     with session_scope(ctx.engine) as session:
-        doc = documents.start_document(session, document_id, ctx.settings.document_max_attempts)
+        doc = documents.start_document(
+            session,
+            document_id,
+            ctx.settings.document_max_attempts,
+            ctx.leases.owner,
+            ctx.leases.lease_s,
+            mine_idle=not ctx.leases.holds(document_id),
+        )
         if doc is None:
             return None
         logs.bind(run_id=doc.run_id)
@@ -104,6 +153,7 @@ def _start(ctx: Context, document_id: int, failed_attempts: int) -> _Work | None
             schema=schema,
             capped=run is not None and run.budget_usd is not None,
             failed_attempts=max(failed_attempts, doc.attempts - 1),  # earlier deliveries count too
+            fence=doc.fence,
         )
 
 
@@ -124,13 +174,14 @@ def _answer_chunks(ctx: Context, work: _Work, started: float) -> list[tuple[Base
                     work.failed_attempts,
                     work.capped,
                     work.schema,
+                    work.fence,
                 )
             )
-    except errors.RetryableError:
+    except errors.RetryableError as exc:
         # Handed back to the task layer, which retries with backoff (or defers): not a lost
         # delivery. The stored count is for deliveries that never came back (a worker died).
         with session_scope(ctx.engine) as session:
-            documents.hand_back_attempt(session, work.doc.id)
+            documents.hand_back_attempt(session, work.doc.id, work.fence, _grace_s(ctx, exc))
         raise
     return answers
 
@@ -141,6 +192,7 @@ def _save_custom(ctx: Context, work: _Work, parts: list[BaseModel], model: str) 
         custom.merge([p.model_dump(mode="json") for p in parts]), Source(work.text)
     )
     with session_scope(ctx.engine) as session:
+        documents.hold(session, work.doc.id, work.fence)
         documents.save_custom_extraction(
             session,
             work.doc,
@@ -157,6 +209,7 @@ def _save_filing(ctx: Context, work: _Work, parts: list[FilingExtraction], model
     source = Source(work.text)
     merged = merge_chunks(parts, lambda quote: source.find(quote) is not None)
     with session_scope(ctx.engine) as session:
+        documents.hold(session, work.doc.id, work.fence)
         documents.save_extraction(
             session,
             work.doc,
@@ -174,7 +227,8 @@ def _chunk_result(
     count: int,
     failed_attempts: int,
     capped: bool,
-    schema: str | None = None,
+    schema: str | None,
+    fence: int,
 ) -> tuple[BaseModel, str]:
     """The chunk's answer and the model that gave it: stored, or asked for now."""
     answer_model: type[BaseModel] = custom.load_schema(schema) if schema else FilingExtraction
@@ -205,9 +259,14 @@ def _chunk_result(
         with session_scope(ctx.engine) as session:
             llm_calls.record_calls(session, doc.run_id, doc.id, chunk.idx, calls)
         raise
-    with session_scope(ctx.engine) as session:
-        llm_calls.record_calls(session, doc.run_id, doc.id, chunk.idx, calls)
-        documents.save_chunk_result(session, chunk.id, result, model=model, prompt_version=version)
+    try:
+        with session_scope(ctx.engine) as session:
+            llm_calls.record_calls(session, doc.run_id, doc.id, chunk.idx, calls)
+            documents.save_chunk_result(session, chunk, fence, result, model=model, prompt_version=version)
+    except errors.LeaseLost:
+        with session_scope(ctx.engine) as session:  # the answer is refused; what it cost is not
+            llm_calls.record_calls(session, doc.run_id, doc.id, chunk.idx, calls)
+        raise
     return result, model
 
 
@@ -221,13 +280,13 @@ def prompt_version(schema: str | None) -> str:
 def note_retry(ctx: Context, document_id: int, reason: str) -> None:
     """Remember why an attempt failed; the document is retried."""
     with session_scope(ctx.engine) as session:
-        documents.note_attempt_error(session, document_id, reason)
+        documents.note_attempt_error(session, document_id, reason, ctx.leases.owner)
 
 
 def fail(ctx: Context, document_id: int, reason: str) -> str:
     """Record that the document cannot be extracted, and why."""
     with session_scope(ctx.engine) as session:
-        documents.fail_document(session, document_id, reason)
+        documents.fail_document(session, document_id, reason, ctx.leases.owner)
     return current_status(ctx, document_id)
 
 

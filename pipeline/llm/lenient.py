@@ -11,7 +11,7 @@ validation error, for the client's one repair.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar, get_args
+from typing import Any, Generic, TypeVar, get_args, get_origin
 
 import pydantic_core
 from pydantic import BaseModel, ValidationError
@@ -47,6 +47,7 @@ def read(content: str, schema: type[M], finish_reason: str = "stop") -> Reading[
         return Reading(None, strict_error)
     if cut:
         notes.append("cut off at max_tokens: the complete items kept")
+        _fill_missing(data, schema)
     dropped = 0
     while True:
         try:
@@ -132,6 +133,19 @@ def _drop_invalid(data: Any, exc: ValidationError, schema: type[BaseModel]) -> l
     for name in nulled:
         data[name] = None
     return reasons
+
+
+def _fill_missing(data: Any, schema: type[BaseModel]) -> None:
+    """The fields a cut left out: lists empty, nullable fields null (required ones stay out)."""
+    if not isinstance(data, dict):
+        return
+    for name, info in schema.model_fields.items():
+        if name in data:
+            continue
+        if get_origin(info.annotation) is list:
+            data[name] = []
+        elif _nullable(schema, name):
+            data[name] = None
 
 
 def _nullable(schema: type[BaseModel], name: str) -> bool:

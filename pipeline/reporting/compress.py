@@ -13,7 +13,7 @@ from pipeline.extraction.extract import Context
 from pipeline.llm import prompts
 from pipeline.llm.client import CallRecord
 from pipeline.reporting import render
-from pipeline.storage import llm_calls, reports
+from pipeline.storage import documents, llm_calls, reports
 from pipeline.storage.db import session_scope
 from pipeline.storage.models import Extraction, RiskFactor, Run
 
@@ -21,8 +21,11 @@ CUSTOM_FALLBACK_CHARS = 600
 """A custom schema's stored JSON, cut to this, stands in for a summary the LLM did not give."""
 
 
-def compress_document(ctx: Context, document_id: int, failed_attempts: int = 0) -> str:
-    """Store a short summary of the document's extraction, by the LLM; idempotent."""
+def compress_document(
+    ctx: Context, document_id: int, failed_attempts: int = 0, *, fence: int | None = None
+) -> str:
+    """Store a short summary of the document's extraction, by the LLM; idempotent. Under a
+    document's lease (`fence`), the summary is written only while the lease holds."""
     with session_scope(ctx.engine) as session:
         row = session.execute(
             select(Extraction, Run.query, Run.budget_usd, Run.schema)
@@ -63,7 +66,7 @@ def compress_document(ctx: Context, document_id: int, failed_attempts: int = 0) 
     elif not summary:
         titles = [r["title"] for r in facts["risk_factors"]]
         summary = fallback_summary(extraction.company, extraction.fiscal_year, facts["revenue_usd"], titles)
-    save_summary(ctx, document_id, summary)
+    save_summary(ctx, document_id, summary, fence)
     return "done"
 
 
@@ -79,8 +82,10 @@ def trusted_facts(extraction: Extraction, grounded_risks: list[tuple[str, str]])
     }
 
 
-def save_summary(ctx: Context, document_id: int, summary: str) -> None:
+def save_summary(ctx: Context, document_id: int, summary: str, fence: int | None = None) -> None:
     with session_scope(ctx.engine) as session:
+        if fence is not None:
+            documents.hold(session, document_id, fence)
         reports.save_summary(session, document_id, summary)
 
 

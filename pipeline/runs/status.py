@@ -56,6 +56,8 @@ class RunStatusView:
     """Share of the extracted quotes found in their filing's text."""
     injection_flagged: int = 0
     """Documents holding instruction-like text aimed at a model."""
+    reclaimed: dict[str, int] = field(default_factory=dict)
+    """Documents live workers took back, by the dead worker they were taken from."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -109,6 +111,11 @@ def run_status(engine: Engine, run_id: str) -> RunStatusView:
         flagged = session.scalar(
             select(func.count()).where(Document.run_id == run_id, Document.injection_flag)
         )
+        reclaimed = session.execute(
+            select(func.coalesce(Document.reclaimed_from, "a reclaim"), func.count())
+            .where(Document.run_id == run_id, Document.reclaims > 0)
+            .group_by(Document.reclaimed_from)
+        ).all()
     end = run.finished_at or utcnow()
     return RunStatusView(
         run_id=run.id,
@@ -137,6 +144,7 @@ def run_status(engine: Engine, run_id: str) -> RunStatusView:
         quotes_grounded=int(grounded),
         grounding_rate=rate(int(grounded), int(quotes)),
         injection_flagged=int(flagged or 0),
+        reclaimed={str(owner): int(n) for owner, n in reclaimed},
     )
 
 
@@ -257,3 +265,21 @@ def limiter_views(settings: Settings) -> list[dict[str, Any]]:
     finally:
         limiter.client.close()
     return views
+
+
+def worker_views(settings: Settings) -> list[dict[str, Any]] | None:
+    """The worker processes whose heartbeat is live, from Redis (None: no Redis configured or
+    reachable)."""
+    import redis
+
+    from pipeline.runs.heartbeat import live_workers
+
+    if not settings.redis_url:
+        return None
+    client = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=2)
+    try:
+        return [asdict(worker) for worker in live_workers(client)]
+    except redis.RedisError:
+        return None
+    finally:
+        client.close()

@@ -7,13 +7,15 @@ status changes never move a document out of a final state.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
-from sqlalchemy import delete, select, update
+from sqlalchemy import ColumnElement, delete, or_, select, update
 from sqlalchemy.orm import Session
 
 from pipeline.core.constants import PROMPT_VERSION
+from pipeline.core.errors import LeaseLost
 from pipeline.storage.models import (
     TERMINAL_DOC_STATUSES,
     Chunk,
@@ -37,17 +39,34 @@ def document_text(session: Session, doc: Document) -> str:
     return text
 
 
-def start_document(session: Session, document_id: int, max_attempts: int) -> Document | None:
-    """Mark the document running and count the attempt; None when it is already final, or
-    when it has used up its attempts (it is failed then, with the last error it met).
+def start_document(
+    session: Session,
+    document_id: int,
+    max_attempts: int,
+    owner: str,
+    lease_s: float,
+    *,
+    mine_idle: bool = False,
+) -> Document | None:
+    """Lease the document to `owner` for `lease_s`, raise its fencing token and count the
+    attempt; None when it is final, when another lease on it is live (this delivery is a
+    duplicate: a redelivery, a resume, a reclaim), or when it has used up its attempts (it is
+    failed then, with the last error it met). `mine_idle`: no thread of `owner` works on it,
+    so a live lease of `owner`'s is a leftover (one it could not release) and is taken over.
 
     Attempts that end in a retry the task layer handles are handed back (`hand_back_attempt`),
     so the stored count is of deliveries that never came back: a worker died or was lost.
-    It holds across redeliveries and resumes, so a document that kills its worker cannot loop
-    forever; transient errors are bounded by PIPELINE_TASK_MAX_RETRIES instead.
+    It holds across redeliveries, reclaims and resumes, so a document that kills its worker
+    cannot loop forever; transient errors are bounded by PIPELINE_TASK_MAX_RETRIES instead.
     """
     doc = session.get(Document, document_id, with_for_update=True)
     if doc is None or doc.status in TERMINAL_DOC_STATUSES:
+        return None
+    now = utcnow()
+    if doc.status == DocStatus.RUNNING and doc.lease_owner == owner:
+        if not mine_idle:  # a thread of this process works on it, its lease late or not
+            return None
+    elif doc.status == DocStatus.RUNNING and doc.lease_owner and _after(doc.lease_expires_at, now):
         return None
     if doc.attempts >= max_attempts:
         last = doc.error or "the task never finished (its worker was lost, or it was requeued)"
@@ -57,25 +76,127 @@ def start_document(session: Session, document_id: int, max_attempts: int) -> Doc
         return None
     doc.status = DocStatus.RUNNING
     doc.attempts += 1
-    doc.started_at = doc.started_at or utcnow()
+    doc.fence += 1
+    doc.lease_owner = owner
+    doc.lease_expires_at = now + timedelta(seconds=lease_s)
+    doc.started_at = doc.started_at or now
     return doc
 
 
-def hand_back_attempt(session: Session, document_id: int) -> None:
-    """The attempt ended in a retry the task layer handles (a transient error, the limiter,
-    the time budget): it does not count against the document's attempts."""
+def hold(session: Session, document_id: int, fence: int) -> None:
+    """Lock the document for a write by the holder of lease `fence`; raises LeaseLost when
+    another lease took it over, or it is already final."""
+    found = session.execute(
+        select(Document.status, Document.fence).where(Document.id == document_id).with_for_update()
+    ).first()
+    if found is None or found.fence != fence or found.status in TERMINAL_DOC_STATUSES:
+        state = "missing" if found is None else f"{found.status}, lease {found.fence}"
+        raise LeaseLost(f"document {document_id} is no longer held by lease {fence} ({state})")
+
+
+def release_lease(session: Session, document_id: int, fence: int, grace_s: float) -> None:
+    """The holder stops working on the document without ending it (a retry is to be queued):
+    the next delivery may lease it at once. If none has started it `grace_s` from now (the
+    retry was lost with the broker, say), a live worker reclaims it."""
     session.execute(
         update(Document)
-        .where(Document.id == document_id, Document.attempts > 0)
-        .values(attempts=Document.attempts - 1)
+        .where(Document.id == document_id, Document.fence == fence)
+        .values(lease_owner=None, lease_expires_at=utcnow() + timedelta(seconds=grace_s))
     )
 
 
-def note_attempt_error(session: Session, document_id: int, reason: str) -> None:
-    """Keep the error of a failed attempt that will be retried: the reason if it gives up."""
+def expect_retry(session: Session, document_id: int, grace_s: float) -> None:
+    """A released document's retry comes within `grace_s`: reclaim waits until then."""
     session.execute(
         update(Document)
-        .where(Document.id == document_id, Document.status.not_in(TERMINAL_DOC_STATUSES))
+        .where(
+            Document.id == document_id,
+            Document.status == DocStatus.RUNNING,
+            Document.lease_owner.is_(None),
+        )
+        .values(lease_expires_at=utcnow() + timedelta(seconds=grace_s))
+    )
+
+
+def renew_leases(session: Session, held: dict[int, int], lease_s: float) -> int:
+    """Extend the leases `held` ({document id: fence}) by `lease_s` from now; returns how
+    many were still this holder's."""
+    if not held:
+        return 0
+    until = utcnow() + timedelta(seconds=lease_s)
+    renewed = 0
+    for document_id, fence in held.items():
+        result = session.execute(
+            update(Document)
+            .where(Document.id == document_id, Document.fence == fence, Document.status == DocStatus.RUNNING)
+            .values(lease_expires_at=until)
+        )
+        renewed += result.rowcount or 0  # type: ignore[attr-defined]
+    return renewed
+
+
+def expired_leases(session: Session, limit: int = 500) -> list[tuple[int, str, str | None, int]]:
+    """Running documents whose lease ran out: (id, run id, owner, fence). The owner is None
+    for one reclaimed earlier whose new delivery has not started it within a lease."""
+    rows = session.execute(
+        select(Document.id, Document.run_id, Document.lease_owner, Document.fence)
+        .where(Document.status == DocStatus.RUNNING, Document.lease_expires_at < utcnow())
+        .order_by(Document.lease_expires_at)
+        .limit(limit)
+    )
+    return [(int(i), str(run), owner, int(fence)) for i, run, owner, fence in rows.tuples()]
+
+
+def take_back(session: Session, document_id: int, owner: str | None, fence: int, lease_s: float) -> bool:
+    """Clear the expired lease of a dead `owner` (only if it is still that lease), counting
+    the reclaim; True when this caller did it and should send the document again. The new
+    delivery has `lease_s` to start it, or it is reclaimed again."""
+    result = session.execute(
+        update(Document)
+        .where(
+            Document.id == document_id,
+            Document.status == DocStatus.RUNNING,
+            Document.lease_owner.is_(None) if owner is None else Document.lease_owner == owner,
+            Document.fence == fence,
+            Document.lease_expires_at < utcnow(),
+        )
+        .values(
+            lease_owner=None,
+            lease_expires_at=utcnow() + timedelta(seconds=lease_s),
+            reclaims=Document.reclaims + 1,
+            reclaimed_from=owner if owner is not None else Document.reclaimed_from,
+        )
+    )
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+def _after(moment: datetime | None, now: datetime) -> bool:
+    if moment is None:
+        return False
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)) > now
+
+
+def hand_back_attempt(session: Session, document_id: int, fence: int, grace_s: float) -> None:
+    """The attempt ended in a retry the task layer handles (a transient error, the limiter,
+    the time budget): it does not count against the document's attempts, and the lease is
+    released for the retry's delivery (see `release_lease`)."""
+    session.execute(
+        update(Document)
+        .where(Document.id == document_id, Document.fence == fence, Document.attempts > 0)
+        .values(
+            attempts=Document.attempts - 1,
+            lease_owner=None,
+            lease_expires_at=utcnow() + timedelta(seconds=grace_s),
+        )
+    )
+
+
+def note_attempt_error(session: Session, document_id: int, reason: str, owner: str) -> None:
+    """Keep the error of a failed attempt that will be retried: the reason if it gives up
+    (unless another worker holds the document now)."""
+    session.execute(
+        update(Document)
+        .where(Document.id == document_id, Document.status.not_in(TERMINAL_DOC_STATUSES), _unheld_or(owner))
         .values(error=reason)
     )
 
@@ -120,8 +241,11 @@ def chunks_of(session: Session, document_id: int) -> list[Chunk]:
 
 
 def save_chunk_result(
-    session: Session, chunk_id: int, result: BaseModel, *, model: str, prompt_version: str
+    session: Session, chunk: Chunk, fence: int, result: BaseModel, *, model: str, prompt_version: str
 ) -> None:
+    """Store a chunk's answer, if lease `fence` still holds its document."""
+    hold(session, chunk.document_id, fence)
+    chunk_id = chunk.id
     session.execute(
         update(Chunk)
         .where(Chunk.id == chunk_id)
@@ -204,7 +328,8 @@ def save_custom_extraction(
     )
 
 
-def mark_extracted(session: Session, document_id: int) -> None:
+def mark_extracted(session: Session, document_id: int, fence: int) -> None:
+    hold(session, document_id, fence)
     _finish_document(session, document_id, DocStatus.EXTRACTED, None)
 
 
@@ -214,13 +339,21 @@ def _upsert_extraction(session: Session, doc: Document, **columns: Any) -> None:
     upsert(session, Extraction, [row], ["document_id"], [k for k in row if k != "document_id"])
 
 
-def fail_document(session: Session, document_id: int, reason: str) -> None:
-    _finish_document(session, document_id, DocStatus.FAILED, reason)
+def fail_document(session: Session, document_id: int, reason: str, owner: str) -> None:
+    """Fail the document with `reason`, unless a lease of another worker holds it now."""
+    _finish_document(session, document_id, DocStatus.FAILED, reason, _unheld_or(owner))
 
 
-def _finish_document(session: Session, document_id: int, status: DocStatus, error: str | None) -> None:
+def _unheld_or(owner: str) -> ColumnElement[bool]:
+    """No lease is held on the document, or `owner` holds it."""
+    return or_(Document.lease_owner.is_(None), Document.lease_owner == owner)
+
+
+def _finish_document(
+    session: Session, document_id: int, status: DocStatus, error: str | None, *also: ColumnElement[bool]
+) -> None:
     session.execute(
         update(Document)
-        .where(Document.id == document_id, Document.status.not_in(TERMINAL_DOC_STATUSES))
-        .values(status=status, error=error, finished_at=utcnow())
+        .where(Document.id == document_id, Document.status.not_in(TERMINAL_DOC_STATUSES), *also)
+        .values(status=status, error=error, finished_at=utcnow(), lease_owner=None, lease_expires_at=None)
     )

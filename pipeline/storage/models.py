@@ -101,7 +101,10 @@ class Content(Base):
 
 class Document(Base):
     __tablename__ = "documents"
-    __table_args__ = (Index("ix_documents_run_status", "run_id", "status"),)
+    __table_args__ = (
+        Index("ix_documents_run_status", "run_id", "status"),
+        Index("ix_documents_status_lease", "status", "lease_expires_at"),
+    )
 
     id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
@@ -119,6 +122,16 @@ class Document(Base):
     """The text holds instruction-like passages aimed at a model (`pipeline.ingest.injection`)."""
     injection_excerpt: Mapped[str | None] = mapped_column(Text)
     """The first such passage, short, whitespace collapsed, control characters escaped."""
+    lease_owner: Mapped[str | None] = mapped_column(String(200))
+    """The worker process extracting it (`host:pid:tag`, its heartbeat's name) while running."""
+    lease_expires_at: Mapped[datetime | None]
+    """Until when the owner holds it; its process's heartbeat renews this while it works."""
+    fence: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """Fencing token: raised by every lease granted; a write from an older lease is refused."""
+    reclaims: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """How often a live worker took it back from a dead owner."""
+    reclaimed_from: Mapped[str | None] = mapped_column(String(200))
+    """The dead owner it was last reclaimed from."""
 
 
 class Chunk(Base):

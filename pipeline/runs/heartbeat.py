@@ -1,0 +1,189 @@
+"""Every worker process's heartbeat: it says the process is alive, renews the leases its threads
+hold, and takes back the documents of owners that died.
+
+One thread per process, every third of `PIPELINE_LEASE_S`:
+- `pipeline:worker:<owner>` in Redis, expiring after one lease, says the process is alive (and
+  what it holds, for `pipeline status`);
+- the leases its threads work under (`Leases.held`) are extended by one lease;
+- running documents whose lease ran out, and whose owner has no live heartbeat, are taken back
+  (a compare-and-set on owner and fence, so one worker does it) and sent again, with a finalize
+  for their run: the run's chord still waits for the dead worker's unacknowledged messages,
+  which Redis hands out again only after its visibility timeout;
+- runs whose documents are all final but whose report never came (the chord's callback was
+  lost with a Redis restart) are finalized.
+
+A killed worker's documents are sent again within about 1⅓ leases (under 60 s at 30 s).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from sqlalchemy import Engine
+
+from pipeline.storage import documents, run_state
+from pipeline.storage.db import session_scope
+from pipeline.storage.leases import Leases
+
+log = logging.getLogger(__name__)
+
+KEY_PREFIX = "pipeline:worker:"
+FINISHER_PREFIX = "pipeline:finisher:"
+
+
+def worker_key(owner: str) -> str:
+    return f"{KEY_PREFIX}{owner}"
+
+
+@dataclass(frozen=True)
+class LiveWorker:
+    owner: str
+    name: str
+    """The Celery worker's node name (`--name`), when it said."""
+    held: int
+    """Documents its threads were extracting at its last beat."""
+    seconds_ago: float
+
+
+def live_workers(client: redis.Redis) -> list[LiveWorker]:
+    """The worker processes whose heartbeat has not run out, from Redis."""
+    found: list[LiveWorker] = []
+    now = time.time()
+    for key in client.scan_iter(match=f"{KEY_PREFIX}*", count=500):
+        raw: Any = client.get(key)
+        if raw is None:
+            continue
+        try:
+            beat = json.loads(raw)
+        except ValueError:
+            continue
+        owner = key.decode() if isinstance(key, bytes) else str(key)
+        found.append(
+            LiveWorker(
+                owner=owner.removeprefix(KEY_PREFIX),
+                name=str(beat.get("name") or ""),
+                held=int(beat.get("held") or 0),
+                seconds_ago=max(0.0, now - float(beat.get("at") or now)),
+            )
+        )
+    return sorted(found, key=lambda w: w.owner)
+
+
+@dataclass(frozen=True)
+class Reclaimed:
+    document_id: int
+    run_id: str
+    owner: str | None
+    """The dead owner it was taken from (None: a reclaim whose delivery never started it)."""
+
+
+def reclaim(
+    engine: Engine, client: redis.Redis, leases: Leases, send: Callable[[list[Reclaimed]], None]
+) -> list[Reclaimed]:
+    """Take back running documents whose lease ran out and whose owner is dead, and `send`
+    them again; returns them. The caller's own leftovers (leases of its process that no thread
+    works under) count as dead."""
+    with session_scope(engine) as session:
+        expired = documents.expired_leases(session)
+    if not expired:
+        return []
+    others = {owner for _, _, owner, _ in expired if owner is not None and owner != leases.owner}
+    alive = {owner for owner in others if client.exists(worker_key(owner))}
+    taken: list[Reclaimed] = []
+    for document_id, run_id, owner, fence in expired:
+        if owner in alive or (owner == leases.owner and leases.holds(document_id)):
+            continue
+        with session_scope(engine) as session:
+            if documents.take_back(session, document_id, owner, fence, leases.lease_s):
+                taken.append(Reclaimed(document_id, run_id, owner))
+    if taken:
+        for item in taken:
+            log.warning(
+                "reclaimed document %s of run %s from %s",
+                item.document_id,
+                item.run_id,
+                item.owner or "a reclaim",
+            )
+        send(taken)
+    return taken
+
+
+def finish_stranded(
+    engine: Engine, client: redis.Redis, leases: Leases, finish: Callable[[str], None]
+) -> list[str]:
+    """`finish` (send a finalize for) each run whose documents are all final but whose report
+    never came: one worker per run and lease period does it."""
+    with session_scope(engine) as session:
+        stranded = run_state.stranded_runs(session, quiet_s=leases.lease_s)
+    sent = []
+    for run_id in stranded:
+        if client.set(f"{FINISHER_PREFIX}{run_id}", leases.owner, nx=True, px=int(leases.lease_s * 1000)):
+            log.warning("run %s: every document is final but no report came: finalizing it", run_id)
+            finish(run_id)
+            sent.append(run_id)
+    return sent
+
+
+class Heartbeat:
+    """The process's heartbeat thread (daemon): `start()` once, `stop()` at shutdown."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        client: redis.Redis,
+        leases: Leases,
+        send: Callable[[list[Reclaimed]], None],
+        finish: Callable[[str], None],
+        name: str = "",
+    ) -> None:
+        self.engine, self.client, self.leases, self.name = engine, client, leases, name
+        self.send, self.finish = send, finish
+        self.interval_s = leases.lease_s / 3
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pipeline-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        self.beat()
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop beating and say so at once (the process's leases are released by its tasks)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=self.interval_s + 5)
+        with contextlib.suppress(redis.RedisError):
+            self.client.delete(worker_key(self.leases.owner))
+
+    def beat(self) -> None:
+        """One beat: alive in Redis, leases renewed, the dead's documents taken back. Each part
+        goes on when another fails (Redis or the database may be down for a while)."""
+        held = self.leases.held()
+        body = {"name": self.name, "host": socket.gethostname(), "pid": os.getpid(), "held": len(held)}
+        try:
+            body["at"] = time.time()
+            self.client.set(
+                worker_key(self.leases.owner), json.dumps(body), px=int(self.leases.lease_s * 1000)
+            )
+        except redis.RedisError as exc:
+            log.warning("heartbeat: Redis: %s", exc)
+        try:
+            with session_scope(self.engine) as session:
+                documents.renew_leases(session, held, self.leases.lease_s)
+            reclaim(self.engine, self.client, self.leases, self.send)
+            finish_stranded(self.engine, self.client, self.leases, self.finish)
+        except Exception as exc:  # the database or Redis is down: the next beat tries again
+            log.warning("heartbeat: %s: %s", type(exc).__name__, exc)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.beat()

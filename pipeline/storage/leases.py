@@ -1,0 +1,51 @@
+"""The leases this worker process holds on documents, and its name as their owner.
+
+The process's heartbeat (`pipeline.runs.heartbeat`) renews exactly these, so a lease outlives
+its process by at most one lease period, and a document a thread stopped working on (whatever
+the reason) is not renewed by mistake.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from pipeline.core.constants import DEFAULT_LEASE_S
+
+
+def process_name() -> str:
+    """`host:pid:tag`: unique per process start, so a restarted worker never inherits leases."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class Leases:
+    def __init__(self, lease_s: float = DEFAULT_LEASE_S, owner: str | None = None) -> None:
+        self.lease_s = lease_s
+        self.owner = owner or process_name()
+        self._held: dict[int, int] = {}
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def holding(self, document_id: int, fence: int) -> Iterator[None]:
+        """While the block runs, the heartbeat renews lease `fence` on the document."""
+        with self._lock:
+            self._held[document_id] = fence
+        try:
+            yield
+        finally:
+            with self._lock:
+                if self._held.get(document_id) == fence:
+                    del self._held[document_id]
+
+    def holds(self, document_id: int) -> bool:
+        with self._lock:
+            return document_id in self._held
+
+    def held(self) -> dict[int, int]:
+        """{document id: fence} of the leases the process's threads work under now."""
+        with self._lock:
+            return dict(self._held)

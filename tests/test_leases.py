@@ -1,0 +1,167 @@
+"""Leases on documents in flight, against the real database and Redis: one live lease at a time,
+writes fenced by the lease's token, and reclaim of a dead owner's documents by a live worker."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from sqlalchemy import Engine
+
+from pipeline.core.errors import LeaseLost
+from pipeline.core.settings import get_settings
+from pipeline.extraction.schemas import FilingExtraction
+from pipeline.ingest.producer import prepare_run
+from pipeline.runs.heartbeat import Heartbeat, Reclaimed, live_workers, reclaim, worker_key
+from pipeline.storage import documents as repo
+from pipeline.storage.db import get_engine, session_scope
+from pipeline.storage.leases import Leases
+from pipeline.storage.models import Document
+from pipeline_dev.synth_filings import write_filings
+from tests.conftest import claimed_redis_db
+
+ANSWER = FilingExtraction(
+    company="A", fiscal_year=2024, revenue_usd=None, revenue_quote=None, risk_factors=[]
+)
+
+
+@pytest.fixture
+def engine(pipeline_env: dict[str, str]) -> Engine:
+    return get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
+
+
+@pytest.fixture
+def client(redis_base: str) -> Iterator[redis.Redis]:
+    with claimed_redis_db(redis_base) as url:
+        made = redis.Redis.from_url(url)
+        yield made
+        made.close()
+
+
+def _documents(engine: Engine, tmp_path: Path, count: int) -> list[int]:
+    write_filings(tmp_path, count, seed=71, sizes=[21_000] * count)
+    return list(prepare_run(engine, get_settings(), [str(tmp_path)]).document_ids)
+
+
+def _doc(engine: Engine, document_id: int) -> Document:
+    with session_scope(engine) as session:
+        doc = session.get(Document, document_id)
+        assert doc is not None
+        session.expunge(doc)
+        return doc
+
+
+def test_a_running_document_under_a_live_lease_is_not_started_again(engine: Engine, tmp_path: Path) -> None:
+    """The review's defect: a resume or the watchdog enqueued a running document, and a second
+    worker extracted (and paid for) it again."""
+    (doc_id,) = _documents(engine, tmp_path, 1)
+    with session_scope(engine) as session:
+        first = repo.start_document(session, doc_id, 3, "worker-a", lease_s=60)
+        assert first is not None and first.fence == 1
+    with session_scope(engine) as session:
+        assert repo.start_document(session, doc_id, 3, "worker-b", lease_s=60) is None
+        assert repo.start_document(session, doc_id, 3, "worker-a", lease_s=60) is None, "a's other thread"
+    doc = _doc(engine, doc_id)
+    assert (doc.lease_owner, doc.fence, doc.attempts) == ("worker-a", 1, 1)
+
+
+def test_a_holder_that_lost_its_lease_cannot_write(engine: Engine, tmp_path: Path) -> None:
+    (doc_id,) = _documents(engine, tmp_path, 1)
+    with session_scope(engine) as session:
+        old = repo.start_document(session, doc_id, 3, "slow", lease_s=0)  # its lease runs out at once
+        assert old is not None
+        old_fence = old.fence
+    with session_scope(engine) as session:
+        new = repo.start_document(session, doc_id, 3, "new", lease_s=60)
+        assert new is not None and new.fence == old_fence + 1
+        chunk = repo.chunks_of(session, doc_id)[0]
+        session.expunge(chunk)
+    for late_write in (
+        lambda session: repo.save_chunk_result(
+            session, chunk, old_fence, ANSWER, model="m", prompt_version="v"
+        ),
+        lambda session: repo.mark_extracted(session, doc_id, old_fence),
+    ):
+        with pytest.raises(LeaseLost), session_scope(engine) as session:
+            late_write(session)
+    with session_scope(engine) as session:
+        repo.fail_document(session, doc_id, "the slow worker's verdict", "slow")
+    assert _doc(engine, doc_id).status == "running", "a failure from the old owner is refused too"
+    with session_scope(engine) as session:
+        repo.save_chunk_result(session, chunk, new.fence, ANSWER, model="m", prompt_version="v")
+        repo.mark_extracted(session, doc_id, new.fence)
+    doc = _doc(engine, doc_id)
+    assert (doc.status, doc.lease_owner) == ("extracted", None)
+
+
+def test_a_lease_its_owner_could_not_release_is_taken_over_by_the_same_process(
+    engine: Engine, tmp_path: Path
+) -> None:
+    (doc_id,) = _documents(engine, tmp_path, 1)
+    with session_scope(engine) as session:
+        assert repo.start_document(session, doc_id, 3, "me", lease_s=60) is not None
+    with session_scope(engine) as session:  # the retry arrives here; no thread works on it
+        again = repo.start_document(session, doc_id, 3, "me", lease_s=60, mine_idle=True)
+        assert again is not None and again.fence == 2
+
+
+def test_a_handed_back_document_is_free_for_its_retry_and_not_reclaimed(
+    engine: Engine, client: redis.Redis, tmp_path: Path
+) -> None:
+    (doc_id,) = _documents(engine, tmp_path, 1)
+    with session_scope(engine) as session:
+        doc = repo.start_document(session, doc_id, 3, "dead-owner", lease_s=0)
+        assert doc is not None
+        repo.hand_back_attempt(session, doc_id, doc.fence, grace_s=60)
+    sent: list[list[Reclaimed]] = []
+    assert reclaim(engine, client, Leases(owner="live"), sent.append) == []
+    with session_scope(engine) as session:
+        assert repo.start_document(session, doc_id, 3, "retry", lease_s=60) is not None
+
+
+def test_a_live_worker_reclaims_the_documents_of_a_dead_one_once(
+    engine: Engine, client: redis.Redis, tmp_path: Path
+) -> None:
+    dead_ids = _documents(engine, tmp_path / "a", 2)
+    (alive_id,) = _documents(engine, tmp_path / "b", 1)
+    with session_scope(engine) as session:
+        for doc_id in dead_ids:
+            assert repo.start_document(session, doc_id, 3, "host:1:dead", lease_s=0) is not None
+        assert repo.start_document(session, alive_id, 3, "host:2:slow", lease_s=0) is not None
+    client.set(worker_key("host:2:slow"), '{"at": 0}', ex=60)  # its lease ran out, but it beats
+    sent: list[list[Reclaimed]] = []
+    first, second = Leases(owner="host:3:a"), Leases(owner="host:4:b")
+    taken = reclaim(engine, client, first, sent.append)
+    assert sorted(item.document_id for item in taken) == sorted(dead_ids)
+    assert {item.owner for item in taken} == {"host:1:dead"}
+    assert reclaim(engine, client, second, sent.append) == [], "the first took them"
+    assert len(sent) == 1
+    for doc_id in dead_ids:
+        doc = _doc(engine, doc_id)
+        assert (doc.reclaims, doc.reclaimed_from, doc.lease_owner) == (1, "host:1:dead", None)
+        with session_scope(engine) as session:  # the reclaim's delivery starts it
+            assert repo.start_document(session, doc_id, 3, "host:3:a", lease_s=60) is not None
+    assert _doc(engine, alive_id).reclaims == 0
+
+
+def test_the_heartbeat_renews_what_its_threads_hold_and_says_it_is_alive(
+    engine: Engine, client: redis.Redis, tmp_path: Path
+) -> None:
+    held_id, dropped_id = _documents(engine, tmp_path, 2)
+    leases = Leases(lease_s=3, owner="host:5:beat")
+    with session_scope(engine) as session:
+        held = repo.start_document(session, held_id, 3, leases.owner, lease_s=0)
+        dropped = repo.start_document(session, dropped_id, 3, leases.owner, lease_s=0)
+        assert held is not None and dropped is not None
+        fence = held.fence
+    beat = Heartbeat(engine, client, leases, lambda taken: None, lambda run_id: None, name="worker-5@host")
+    with leases.holding(held_id, fence):
+        beat.beat()
+    assert _doc(engine, held_id).lease_owner == leases.owner, "renewed"
+    assert _doc(engine, dropped_id).lease_owner is None, "its own leftover, taken back"
+    (alive,) = [w for w in live_workers(client) if w.owner == leases.owner]
+    assert alive.name == "worker-5@host" and alive.held == 1
+    beat.stop()
+    assert client.get(worker_key(leases.owner)) is None, "a stopped worker says so at once"

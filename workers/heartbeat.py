@@ -1,0 +1,58 @@
+"""The worker process's heartbeat (`pipeline.runs.heartbeat`), started when the worker is ready
+(and in each child of a prefork pool), stopped at shutdown."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import signals
+
+from pipeline.runs.heartbeat import Heartbeat, Reclaimed
+from workers.context import redis_client, worker_context
+
+log = logging.getLogger(__name__)
+_beats: list[Heartbeat] = []
+
+
+def send_again(taken: list[Reclaimed]) -> None:
+    """Reclaimed documents go to the queue again, with a finalize for each of their runs: the
+    run's chord waits for the dead worker's messages, which Redis returns only after hours."""
+    from workers.tasks import FINALIZE_POLL_S, extract, finalize
+
+    for item in taken:
+        extract.apply_async((item.document_id,))
+    for run_id in sorted({item.run_id for item in taken}):
+        finalize.apply_async((run_id,), countdown=FINALIZE_POLL_S)
+
+
+def finalize_run(run_id: str) -> None:
+    from workers.tasks import finalize
+
+    finalize.apply_async((run_id,))
+
+
+def _start(name: str) -> None:
+    ctx = worker_context()
+    beat = Heartbeat(ctx.engine, redis_client(), ctx.leases, send_again, finalize_run, name=name)
+    beat.start()
+    _beats.append(beat)
+    log.info(
+        "heartbeat every %.0f s as %s (lease %.0f s)", beat.interval_s, ctx.leases.owner, ctx.leases.lease_s
+    )
+
+
+@signals.worker_ready.connect
+def _on_ready(sender: Any = None, **_: Any) -> None:
+    _start(str(getattr(sender, "hostname", "") or ""))
+
+
+@signals.worker_process_init.connect
+def _on_child(**_: Any) -> None:
+    _start("")
+
+
+@signals.worker_shutdown.connect
+def _on_shutdown(**_: Any) -> None:
+    while _beats:
+        _beats.pop().stop()
