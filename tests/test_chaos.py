@@ -88,7 +88,9 @@ def test_a_worker_killed_mid_run_loses_nothing_and_the_run_completes_without_res
     write_filings(tmp_path, 8, seed=51, sizes=[40_000] * 8)
     with (
         claimed_redis_db(redis_base) as redis_url,
-        running_simulator(logs, "--p50", "0.4", "--p95", "0.8") as sim,
+        running_simulator(
+            logs, "--p50", "0.4", "--p95", "0.8", "--record", str(logs / "requests.jsonl")
+        ) as sim,
     ):
         env = {**pipeline_env, "PIPELINE_REDIS_URL": redis_url, "PIPELINE_LLM_BASE_URL": sim}
         env["PIPELINE_LEASE_S"] = str(LEASE_S)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
-from pipeline.extraction.grounding import Source, ground, rate
+from pipeline.extraction.grounding import Source, ground, normalise, rate
 from pipeline.extraction.merge import merge_chunks
 from pipeline.extraction.schemas import FilingExtraction, RiskFactor
 from pipeline.reporting import render
@@ -44,6 +46,26 @@ def test_characters_that_lower_into_two_keep_offsets_right() -> None:
     match = Source(text).find("i\u0307stanbul office WAS closed.")
     assert match is not None
     assert text[match.start : match.end] == "\u0130stanbul  Office was closed."
+
+
+def test_every_quote_found_after_normalising_maps_back_to_where_it_lies() -> None:
+    """Random text of words, runs of mixed whitespace and typographic characters; each quote is
+    a stretch of it re-wrapped and upper-cased, as models write them."""
+    rng = random.Random(7)
+    pieces = ["Risk", "may", "\u2019s", "\u2014", "cost", "\n", "\t", "  ", " \r\n ", "\u00a0", "İ"]
+    for _ in range(300):
+        text = " ".join(rng.choice(pieces) for _ in range(rng.randrange(5, 40)))
+        start = rng.randrange(len(text))
+        end = rng.randrange(start, len(text) + 1)
+        stretch = text[start:end]
+        if not stretch.strip() or len(stretch.strip()) < 3:
+            continue
+        quote = " ".join(stretch.split()).upper().replace("\u2019", "'")
+        found = Source(text).find(quote)
+        assert found is not None, (text, quote)
+        lying = text[found.start : found.end]
+        assert lying == lying.strip(), "the passage starts and ends on the quote's characters"
+        assert normalise(lying) == normalise(quote), (text, quote, lying)
 
 
 @pytest.mark.parametrize(

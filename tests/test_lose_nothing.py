@@ -109,6 +109,22 @@ def test_the_watchdog_resumes_an_idle_run_then_marks_it_stalled(
     assert verdicts() == []  # a stalled run waits for an operator
 
 
+def test_the_watchdog_stalls_an_idle_run_at_once_when_no_worker_is_alive(
+    pipeline_env: dict[str, str], tmp_path: Path
+) -> None:
+    write_filings(tmp_path, 1, seed=66, sizes=[21_000])
+    engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
+    plan = prepare_run(engine, get_settings(), [str(tmp_path)])
+    settings = get_settings().model_copy(update={"watchdog_idle_s": 0.2})
+    time.sleep(0.3)
+    (verdict,) = watchdog.check(engine, settings, [plan.run_id], workers_alive=0)
+    assert verdict.action == "stalled"
+    with session_scope(engine) as session:
+        run = session.get(Run, plan.run_id)
+        assert run is not None and run.status == "stalled" and run.resumes == 0
+        assert run.error is not None and "no worker is alive" in run.error
+
+
 def test_pipeline_watchdog_finishes_a_run_whose_queue_was_lost(
     pipeline_env: dict[str, str], workers: list[Child], redis_base: str, tmp_path: Path
 ) -> None:

@@ -105,6 +105,25 @@ def test_a_redelivered_extract_or_finalize_changes_nothing(
 
 
 @pytest.mark.usefixtures("celery_worker")
+def test_task_results_in_redis_expire_within_a_day(
+    pipeline_env: dict[str, str], task_broker: str, tmp_path: Path
+) -> None:
+    """Under `noeviction`, results kept a week piled up night after night."""
+    import redis
+
+    from workers.app import RESULT_EXPIRES_S
+    from workers.tasks import extract
+
+    _, plan = _stored_run(pipeline_env, tmp_path, seed=96)
+    assert extract.delay(plan.document_ids[0]).get(timeout=WAIT_S) == "extracted"
+    client = redis.Redis.from_url(task_broker)
+    keys = list(client.scan_iter(match="celery-task-meta-*", count=1000))
+    assert keys
+    assert all(0 < int(client.ttl(key)) <= RESULT_EXPIRES_S <= 24 * 3600 for key in keys)
+    client.close()
+
+
+@pytest.mark.usefixtures("celery_worker")
 def test_finalize_before_every_document_is_final_waits_for_them(
     pipeline_env: dict[str, str], tmp_path: Path
 ) -> None:

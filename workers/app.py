@@ -26,7 +26,11 @@ from pipeline.core.constants import (
 from pipeline.core.settings import Settings, get_settings
 from workers.backend import backend_url
 
-RESULT_EXPIRES_S = 7 * 24 * 3600
+RESULT_EXPIRES_S = 24 * 3600
+"""Results are kept a day: under `noeviction` a week of nightly runs piled up. The chords count
+those of extract and compress; finalize's and nightly's say what they did (a word, a run id);
+synthesize, the watchdog and the early documents outside the chord keep none. A chord whose
+results expired first is finished by the workers' heartbeats (every document final, no report)."""
 SOFT_SHUTDOWN_S = 60.0
 LOCAL_REDIS_URL = "redis://127.0.0.1:6379/0"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from celery import chord, group
+from celery import chord
 from sqlalchemy import Engine
 
 from pipeline.core.settings import Settings
@@ -29,7 +29,8 @@ def enqueue_run(run_id: str, document_ids: Sequence[int]) -> str:
 def enqueue_early(document_ids: Sequence[int]) -> None:
     """Send a run's first documents while the producer still reads the rest (no chord: the
     run's chord, sent once everything is stored, carries finalize)."""
-    group(extract.si(document_id) for document_id in document_ids).apply_async()
+    for document_id in document_ids:  # no chord waits for these: their results are not kept
+        extract.apply_async((document_id,), ignore_result=True)
 
 
 def enqueue_finalize(run_id: str) -> str:
@@ -49,8 +50,23 @@ def enqueue_resume(plan: ResumePlan) -> None:
 
 def resume_idle_runs(engine: Engine, settings: Settings) -> list[Verdict]:
     """One watchdog pass: enqueue the resumes it decides; returns every verdict."""
-    verdicts = watchdog.check(engine, settings)
+    verdicts = watchdog.check(engine, settings, workers_alive=_workers_alive(settings))
     for verdict in verdicts:
         if verdict.plan is not None:
             enqueue_resume(verdict.plan)
     return verdicts
+
+
+def _workers_alive(settings: Settings) -> int | None:
+    """Worker processes with a live heartbeat; None when Redis does not answer."""
+    import redis
+
+    from pipeline.runs.heartbeat import live_workers
+
+    client = redis.Redis.from_url(settings.redis_url or "redis://127.0.0.1:6379/0", socket_connect_timeout=2)
+    try:
+        return len(live_workers(client))
+    except redis.RedisError:
+        return None
+    finally:
+        client.close()

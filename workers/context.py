@@ -11,6 +11,7 @@ from pipeline.core.settings import get_settings
 from pipeline.extraction.extract import Context
 from pipeline.llm.client import LLMClient
 from pipeline.llm.ratelimit import RedisLimiter
+from pipeline.runs.heartbeat import scope_of
 from pipeline.storage.db import dispose_engines, get_engine
 from pipeline.storage.leases import Leases
 from workers.app import LOCAL_REDIS_URL
@@ -31,18 +32,22 @@ def worker_context() -> Context:
                 settings=settings,
                 engine=get_engine(settings.resolved_database_url, pool_size=pool),
                 llm=LLMClient(settings, pool_size=pool, limiter=RedisLimiter.from_settings(settings, pool)),
-                leases=Leases(settings.lease_s),
+                leases=Leases(settings.lease_s, scope=scope_of(_redis_client())),
             )
         return _context
 
 
 def redis_client() -> redis.Redis:
     """The process's Redis client for its own keys (heartbeats, the report lock)."""
-    global _redis
     with _lock:
-        if _redis is None:
-            _redis = redis.Redis.from_url(get_settings().redis_url or LOCAL_REDIS_URL, max_connections=8)
-        return _redis
+        return _redis_client()
+
+
+def _redis_client() -> redis.Redis:
+    global _redis
+    if _redis is None:
+        _redis = redis.Redis.from_url(get_settings().redis_url or LOCAL_REDIS_URL, max_connections=8)
+    return _redis
 
 
 @worker_process_init.connect

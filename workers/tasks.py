@@ -14,10 +14,11 @@ import kombu.exceptions
 import redis.exceptions
 from celery import Task, chord
 from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from pipeline.core.errors import Deferred, LeaseLost, PermanentError, RetryableError
 from pipeline.core.logs import log_context
-from pipeline.core.retry import backoff_s
+from pipeline.core.retry import backoff_s, countdown_s
 from pipeline.extraction import extract as extracting
 from pipeline.reporting import compress as compressing
 from pipeline.reporting import synthesize as reporting
@@ -42,11 +43,13 @@ TRANSIENT = (
     RetryableError,
     OperationalError,
     InterfaceError,
+    PoolTimeout,
     redis.exceptions.ConnectionError,
     redis.exceptions.TimeoutError,
     kombu.exceptions.OperationalError,
 )
-"""Worth retrying: the provider, the database or Redis is briefly unavailable."""
+"""Worth retrying: the provider, the database or Redis is briefly unavailable, or every pooled
+database connection was busy for the pool's timeout."""
 
 
 def _retry_or(
@@ -70,9 +73,10 @@ def _retry_or(
         return fn(failed)
     except Deferred as exc:
         kwargs = {**task.request.kwargs, "deferrals": deferrals + 1}
+        wait = countdown_s(exc.retry_after_s)
         if due is not None:
-            _best_effort(due, exc.retry_after_s or 0.0)
-        raise task.retry(countdown=exc.retry_after_s, kwargs=kwargs, max_retries=None) from None
+            _best_effort(due, wait)
+        raise task.retry(countdown=wait, kwargs=kwargs, max_retries=None) from None
     except TRANSIENT as exc:
         reason = f"{type(exc).__name__}: {exc}"
         if failed < worker_context().settings.task_max_retries:
@@ -80,7 +84,7 @@ def _retry_or(
                 _best_effort(note, reason)
             log.warning("retrying %s %s: %s", task.name, task.request.args, reason)
             retry_after = exc.retry_after_s if isinstance(exc, RetryableError) else None
-            countdown = backoff_s(failed, retry_after)
+            countdown = countdown_s(backoff_s(failed, retry_after))
             if due is not None:
                 _best_effort(due, countdown)
             raise task.retry(countdown=countdown, max_retries=None) from None
@@ -94,7 +98,7 @@ def _retry_or(
         return give_up(verdict)
     except TRANSIENT as exc:
         log.warning("could not record the failure of %s %s (%s): retrying", task.name, task.request.args, exc)
-        raise task.retry(countdown=backoff_s(failed, None), max_retries=None) from None
+        raise task.retry(countdown=countdown_s(backoff_s(failed, None)), max_retries=None) from None
 
 
 def _best_effort(fn: Callable[[T], None], value: T) -> None:
@@ -194,7 +198,7 @@ def _compress(self: Task, document_id: int) -> str:
     return _retry_or(self, lambda failed: compressing.compress_document(ctx, document_id, failed), fallback)
 
 
-@app.task(bind=True, name="pipeline.synthesize", max_retries=None)
+@app.task(bind=True, name="pipeline.synthesize", max_retries=None, ignore_result=True)
 def synthesize(self: Task, run_id: str, deferrals: int = 0) -> str:
     with log_context(run_id=run_id, task_id=self.request.id, task_name=self.name):
         return _synthesize(self, run_id)
@@ -210,7 +214,7 @@ def _synthesize(self: Task, run_id: str) -> str:
     )
 
 
-@app.task(name="pipeline.watchdog")
+@app.task(name="pipeline.watchdog", ignore_result=True)
 def watchdog() -> dict[str, list[str]]:
     """Periodic (beat): resume runs without activity, mark stalled those resuming cannot help."""
     from workers.canvas import resume_idle_runs

@@ -1,4 +1,4 @@
-"""leases on documents in flight: owner, expiry, fencing token, reclaims
+"""leases on documents in flight: owner, scope, expiry, fencing token, reclaims
 
 Revision ID: 0007
 Revises: 0006
@@ -19,6 +19,7 @@ depends_on: str | Sequence[str] | None = None
 def upgrade() -> None:
     with op.batch_alter_table("documents") as batch_op:
         batch_op.add_column(sa.Column("lease_owner", sa.String(length=200), nullable=True))
+        batch_op.add_column(sa.Column("lease_scope", sa.String(length=64), nullable=True))
         batch_op.add_column(sa.Column("lease_expires_at", sa.DateTime(timezone=True), nullable=True))
         batch_op.add_column(sa.Column("fence", sa.Integer(), server_default="0", nullable=False))
         batch_op.add_column(sa.Column("reclaims", sa.Integer(), server_default="0", nullable=False))
@@ -33,4 +34,5 @@ def downgrade() -> None:
         batch_op.drop_column("reclaims")
         batch_op.drop_column("fence")
         batch_op.drop_column("lease_expires_at")
+        batch_op.drop_column("lease_scope")
         batch_op.drop_column("lease_owner")

@@ -135,6 +135,7 @@ def _start(ctx: Context, document_id: int, failed_attempts: int) -> _Work | None
             ctx.settings.document_max_attempts,
             ctx.leases.owner,
             ctx.leases.lease_s,
+            scope=ctx.leases.scope,
             mine_idle=not ctx.leases.holds(document_id),
         )
         if doc is None:

@@ -7,6 +7,9 @@ so `text[start:end]` is the passage that grounds the quote.
 
 from __future__ import annotations
 
+import re
+from array import array
+from bisect import bisect_right
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -34,9 +37,8 @@ class Source:
         self.text = text
 
     @cached_property
-    def _normalised(self) -> tuple[str, list[int]]:
-        chars, origin = _normalise(self.text)
-        return "".join(chars), origin
+    def _normalised(self) -> Normalised:
+        return Normalised(self.text)
 
     def find(self, quote: str | None) -> Match | None:
         """Where `quote` lies in the text, or None when it is not there (or blank)."""
@@ -46,32 +48,79 @@ class Source:
         at = self.text.find(quote)
         if at != -1:
             return Match(at, at + len(quote), "exact")
-        needle = "".join(_normalise(quote)[0]).strip()
-        haystack, origin = self._normalised
-        at = haystack.find(needle)
+        needle = normalise(quote).strip()
+        haystack = self._normalised
+        at = haystack.text.find(needle)
         if at == -1 or not needle:
             return None
-        return Match(origin[at], origin[at + len(needle) - 1] + 1, "normalised")
+        return Match(haystack.origin(at), haystack.origin(at + len(needle) - 1) + 1, "normalised")
 
 
-def _normalise(text: str) -> tuple[list[str], list[int]]:
-    """Lower-cased characters with whitespace runs as one space, and for each the index
-    of the original character it came from (lower() may turn one character into two)."""
-    chars: list[str] = []
+# Every whitespace character as a plain space, so that only runs of two or more are rewritten
+# (a filing has thousands of those, against hundreds of thousands of single spaces).
+_FOLD = {**_PLAIN, **{code: " " for code in range(0x3000 + 1) if chr(code).isspace() and code != 0x20}}
+_LONG_SPACES = re.compile(" {2,}")
+
+
+def _folded(text: str) -> str:
+    return text.translate(_FOLD).lower()
+
+
+def normalise(text: str) -> str:
+    """Lower-cased, typographic characters plain, whitespace runs as one space."""
+    return _LONG_SPACES.sub(" ", _folded(text))
+
+
+class Normalised:
+    """`normalise(text)`, and where each of its characters came from in `text`.
+
+    Linear, in C for the most part: the normalised string, plus two small arrays for the
+    whitespace runs longer than one character (the only places where positions shift). A text
+    whose lower-casing changes its length (a few Unicode letters do) is mapped character by
+    character instead.
+    """
+
+    def __init__(self, source: str) -> None:
+        lowered = _folded(source)
+        self.text = _LONG_SPACES.sub(" ", lowered)
+        self._chars: list[int] | None = None
+        self._starts = array("q")  # where each long run's space is, in the normalised text
+        self._shift = array("q")  # characters removed up to and including that run
+        if len(lowered) != len(source):
+            self._chars = _origins_by_character(source)
+            return
+        removed = 0
+        for run in _LONG_SPACES.finditer(lowered):
+            self._starts.append(run.start() - removed)
+            removed += run.end() - run.start() - 1
+            self._shift.append(removed)
+
+    def origin(self, at: int) -> int:
+        """The index in the source of the normalised text's character `at`."""
+        if self._chars is not None:
+            return self._chars[at]
+        k = bisect_right(self._starts, at) - 1
+        if k < 0:
+            return at
+        if at == self._starts[k]:  # the run's one space: where the run began
+            return at + (self._shift[k - 1] if k else 0)
+        return at + self._shift[k]
+
+
+def _origins_by_character(text: str) -> list[int]:
+    """For each character of `normalise(text)`, its source index (lower() may turn one
+    character into two)."""
     origin: list[int] = []
     in_space = False
     for index, char in enumerate(text):
         if char.isspace():
             if not in_space:
-                chars.append(" ")
                 origin.append(index)
             in_space = True
             continue
         in_space = False
-        for folded in char.translate(_PLAIN).lower():
-            chars.append(folded)
-            origin.append(index)
-    return chars, origin
+        origin.extend([index] * len(char.translate(_PLAIN).lower()))
+    return origin
 
 
 @dataclass(frozen=True)

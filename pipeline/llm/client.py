@@ -270,6 +270,10 @@ class LLMClient:
         waited_s = 0.0
         while True:
             permit = self._acquire(scopes, tokens, waited_s)
+            # PIPELINE_LIMITER_MAX_WAIT_S bounds the call's waits in place, over all its attempts;
+            # each attempt's record carries its own.
+            permit = replace(permit, waited_s=permit.waited_s - waited_s)
+            waited_s += permit.waited_s
             try:
                 done = self._send(permit, messages, stage=stage, model=model, max_tokens=max_tokens, fmt=fmt)
                 self._calibrate(model, estimate, done.record.prompt_tokens)

@@ -24,6 +24,7 @@ import os
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -39,10 +40,20 @@ log = logging.getLogger(__name__)
 
 KEY_PREFIX = "pipeline:worker:"
 FINISHER_PREFIX = "pipeline:finisher:"
+SCOPE_KEY = "pipeline:deployment"
 
 
 def worker_key(owner: str) -> str:
     return f"{KEY_PREFIX}{owner}"
+
+
+def scope_of(client: redis.Redis) -> str:
+    """The deployment's id, kept in its Redis (made by the first worker to ask): every worker of
+    one broker has the same, however its URL is spelt. Leases carry it, so that workers judge
+    alive or dead only owners whose heartbeats they can see."""
+    client.set(SCOPE_KEY, uuid.uuid4().hex[:16], nx=True)
+    found: Any = client.get(SCOPE_KEY)
+    return found.decode() if isinstance(found, bytes) else str(found)
 
 
 @dataclass(frozen=True)
@@ -94,7 +105,7 @@ def reclaim(
     them again; returns them. The caller's own leftovers (leases of its process that no thread
     works under) count as dead."""
     with session_scope(engine) as session:
-        expired = documents.expired_leases(session)
+        expired = documents.expired_leases(session, leases.scope)
     if not expired:
         return []
     others = {owner for _, _, owner, _ in expired if owner is not None and owner != leases.owner}

@@ -59,9 +59,16 @@ def _aware(moment: datetime) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=utcnow().tzinfo)
 
 
-def check(engine: Engine, settings: Settings, run_ids: Sequence[str] | None = None) -> list[Verdict]:
+def check(
+    engine: Engine,
+    settings: Settings,
+    run_ids: Sequence[str] | None = None,
+    workers_alive: int | None = None,
+) -> list[Verdict]:
     """One pass over the unfinished runs (or those of `run_ids`); returns what to resume (the
-    caller enqueues the plans) and what was marked stalled."""
+    caller enqueues the plans) and what was marked stalled. `workers_alive`: the worker
+    processes with a live heartbeat (None: not known); with none, an idle run is stalled at
+    once, since a resume would only fill queues nobody reads."""
     now = utcnow()
     idle_limit = timedelta(seconds=settings.watchdog_idle_s)
     verdicts: list[Verdict] = []
@@ -79,6 +86,15 @@ def check(engine: Engine, settings: Settings, run_ids: Sequence[str] | None = No
         if run.resumed_at is not None and now - _aware(run.resumed_at) < idle_limit:
             continue  # resumed recently: give it time
         idle_s = idle[run.id].total_seconds()
+        if workers_alive == 0:
+            reason = (
+                f"stalled: no activity for {idle_s / 60:.0f} min and no worker is alive (no heartbeat "
+                "in Redis): start workers, then `pipeline resume`"
+            )
+            with session_scope(engine) as session:
+                run_state.set_run_status(session, run.id, RunStatus.STALLED, reason)
+            verdicts.append(Verdict(run.id, "stalled", idle_s))
+            continue
         if run.resumes >= settings.watchdog_max_resumes:
             reason = (
                 f"stalled: no activity for {idle_s / 60:.0f} min after {run.resumes} resumes "

@@ -29,13 +29,20 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 
 
 def get_engine(url: str, pool_size: int = 5) -> Engine:
-    """One engine per URL per process, its pool sized for the process's concurrency."""
+    """One engine per URL per process, its pool sized for the process's concurrency: asked for
+    a larger pool than the cached engine has (a worker sizing it after `ensure_schema` made one),
+    it is replaced by one that large."""
     with _engines_lock:
         engine = _engines.get(url)
-        if engine is None:
+        if engine is None or _pool_size(engine) < pool_size:
             engine = _create_engine(url, pool_size)
             _engines[url] = engine
         return engine
+
+
+def _pool_size(engine: Engine) -> int:
+    size = getattr(engine.pool, "size", None)
+    return int(size()) if callable(size) else 1 << 30  # SQLite's pools have no size to grow
 
 
 def _create_engine(url: str, pool_size: int) -> Engine:

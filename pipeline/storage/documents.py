@@ -46,6 +46,7 @@ def start_document(
     owner: str,
     lease_s: float,
     *,
+    scope: str = "",
     mine_idle: bool = False,
 ) -> Document | None:
     """Lease the document to `owner` for `lease_s`, raise its fencing token and count the
@@ -53,6 +54,7 @@ def start_document(
     duplicate: a redelivery, a resume, a reclaim), or when it has used up its attempts (it is
     failed then, with the last error it met). `mine_idle`: no thread of `owner` works on it,
     so a live lease of `owner`'s is a leftover (one it could not release) and is taken over.
+    `scope`: the deployment whose workers may reclaim it (see `expired_leases`).
 
     Attempts that end in a retry the task layer handles are handed back (`hand_back_attempt`),
     so the stored count is of deliveries that never came back: a worker died or was lost.
@@ -78,6 +80,7 @@ def start_document(
     doc.attempts += 1
     doc.fence += 1
     doc.lease_owner = owner
+    doc.lease_scope = scope
     doc.lease_expires_at = now + timedelta(seconds=lease_s)
     doc.started_at = doc.started_at or now
     return doc
@@ -135,12 +138,18 @@ def renew_leases(session: Session, held: dict[int, int], lease_s: float) -> int:
     return renewed
 
 
-def expired_leases(session: Session, limit: int = 500) -> list[tuple[int, str, str | None, int]]:
-    """Running documents whose lease ran out: (id, run id, owner, fence). The owner is None
-    for one reclaimed earlier whose new delivery has not started it within a lease."""
+def expired_leases(session: Session, scope: str, limit: int = 500) -> list[tuple[int, str, str | None, int]]:
+    """Running documents of the deployment `scope` whose lease ran out: (id, run id, owner,
+    fence). The owner is None for one released or reclaimed whose next delivery has not started
+    it in time. Another deployment's (another broker's) workers are not seen alive from here,
+    so their documents are left to them."""
     rows = session.execute(
         select(Document.id, Document.run_id, Document.lease_owner, Document.fence)
-        .where(Document.status == DocStatus.RUNNING, Document.lease_expires_at < utcnow())
+        .where(
+            Document.status == DocStatus.RUNNING,
+            Document.lease_scope == scope,
+            Document.lease_expires_at < utcnow(),
+        )
         .order_by(Document.lease_expires_at)
         .limit(limit)
     )

@@ -23,9 +23,11 @@ def process_name() -> str:
 
 
 class Leases:
-    def __init__(self, lease_s: float = DEFAULT_LEASE_S, owner: str | None = None) -> None:
+    def __init__(self, lease_s: float = DEFAULT_LEASE_S, owner: str | None = None, scope: str = "") -> None:
         self.lease_s = lease_s
         self.owner = owner or process_name()
+        self.scope = scope
+        """The deployment: every worker of one broker shares it (`pipeline.runs.heartbeat.scope_of`)."""
         self._held: dict[int, int] = {}
         self._lock = threading.Lock()
 

@@ -124,6 +124,8 @@ class Document(Base):
     """The first such passage, short, whitespace collapsed, control characters escaped."""
     lease_owner: Mapped[str | None] = mapped_column(String(200))
     """The worker process extracting it (`host:pid:tag`, its heartbeat's name) while running."""
+    lease_scope: Mapped[str | None] = mapped_column(String(64))
+    """The deployment (one broker) whose workers may reclaim it: the id kept in its Redis."""
     lease_expires_at: Mapped[datetime | None]
     """Until when the owner holds it; its process's heartbeat renews this while it works."""
     fence: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
