@@ -302,8 +302,9 @@ def test_refusals_the_limiter_admitted_lower_the_rate_once_per_event(
     assert again == pytest.approx(factor, abs=0.01)
     time.sleep(0.01)
     assert _try(limiter, scope).factor < 1
-    assert limiter.view(scope).effective_rpm in (80, 81)
-    time.sleep(0.45)  # recovery_s=2: +0.225 in 0.45 s
+    # Climbing back already (recovery_s=2: +0.1 every 0.2 s, and a loaded machine is slow).
+    assert 80 <= limiter.view(scope).effective_rpm < 100
+    time.sleep(0.45)  # +0.225 in 0.45 s
     assert limiter.view(scope).factor == 1.0
 
 
