@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import sys
@@ -106,6 +107,10 @@ def test_a_worker_killed_mid_run_loses_nothing_and_the_run_completes_without_res
             recovered_s = time.monotonic() - killed
             assert status == "completed", status
             assert survivor.problem() is None
+            shown = json.loads(run_cli("status", run_id, "--json", env=env).stdout)
+            assert len(shown["workers"]) == 1, "the survivor's heartbeat alone is live"
+            ((dead, count),) = shown["reclaimed"].items()
+            assert dead.split(":")[1] == str(victim.process.pid) and count >= held
         sent = sim_stats(sim)["requests_total"]
     chunks, extract_calls = _assert_each_extracted_once(engine, run_id, 8)
     with session_scope(engine) as session:
