@@ -7,6 +7,8 @@ import re
 import signal
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -80,37 +82,47 @@ def wait_until_holding(engine: Engine, run_id: str, worker: Child) -> int:
     return max(held, held_by(engine, run_id, worker))
 
 
-def test_a_worker_killed_mid_run_loses_nothing_and_the_run_completes_without_resume(
-    pipeline_env: dict[str, str], redis_base: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
-) -> None:
-    """Its reserved messages stay unacknowledged for hours (the visibility timeout): the live
-    worker's heartbeat reclaims the documents once their leases run out, and finalizes the run."""
+@contextmanager
+def two_workers_on_a_run(
+    pipeline_env: dict[str, str], redis_base: str, filings: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[list[Child], dict[str, str], str, str]]:
+    """A simulator, a broker and two workers of three threads, with short leases, running the
+    run of `filings`: (workers, environment, run id, simulator URL)."""
     logs = tmp_path_factory.mktemp("chaos")
-    write_filings(tmp_path, 8, seed=51, sizes=[40_000] * 8)
     with (
         claimed_redis_db(redis_base) as redis_url,
         running_simulator(logs, "--p50", "0.4", "--p95", "0.8") as sim,
     ):
         env = {**pipeline_env, "PIPELINE_REDIS_URL": redis_url, "PIPELINE_LLM_BASE_URL": sim}
         env["PIPELINE_LEASE_S"] = str(LEASE_S)
-        engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
-        with running_workers(env, logs, count=2, concurrency=3) as (victim, survivor):
-            submitted = run_cli("submit", str(tmp_path), env=env)
+        with running_workers(env, logs, count=2, concurrency=3) as children:
+            submitted = run_cli("submit", str(filings), env=env)
             assert submitted.returncode == 0, submitted.stderr
-            run_id = submitted.stdout.strip().splitlines()[-1]
-            held = wait_until_holding(engine, run_id, victim)
-            victim.process.send_signal(signal.SIGKILL)
-            victim.process.wait(10)
-            killed = time.monotonic()
-            assert unfinished(engine, run_id) > 0, "the run was still going when the worker died"
-            status = _wait_for_end(engine, run_id, quiet_s=60)
-            recovered_s = time.monotonic() - killed
-            assert status == "completed", status
-            assert survivor.problem() is None
-            shown = json.loads(run_cli("status", run_id, "--json", env=env).stdout)
-            assert len(shown["workers"]) == 1, "the survivor's heartbeat alone is live"
-            ((dead, count),) = shown["reclaimed"].items()
-            assert dead.split(":")[1] == str(victim.process.pid) and count >= held
+            yield children, env, submitted.stdout.strip().splitlines()[-1], sim
+
+
+def test_a_worker_killed_mid_run_loses_nothing_and_the_run_completes_without_resume(
+    pipeline_env: dict[str, str], redis_base: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Its reserved messages stay unacknowledged for hours (the visibility timeout): the live
+    worker's heartbeat reclaims the documents once their leases run out, and finalizes the run."""
+    write_filings(tmp_path, 8, seed=51, sizes=[40_000] * 8)
+    engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
+    with two_workers_on_a_run(pipeline_env, redis_base, tmp_path, tmp_path_factory) as stack:
+        (victim, survivor), env, run_id, sim = stack
+        held = wait_until_holding(engine, run_id, victim)
+        victim.process.send_signal(signal.SIGKILL)
+        victim.process.wait(10)
+        killed = time.monotonic()
+        assert unfinished(engine, run_id) > 0, "the run was still going when the worker died"
+        status = _wait_for_end(engine, run_id, quiet_s=60)
+        recovered_s = time.monotonic() - killed
+        assert status == "completed", status
+        assert survivor.problem() is None
+        shown = json.loads(run_cli("status", run_id, "--json", env=env).stdout)
+        assert len(shown["workers"]) == 1, "the survivor's heartbeat alone is live"
+        ((dead, count),) = shown["reclaimed"].items()
+        assert dead.split(":")[1] == str(victim.process.pid) and count >= held
         sent = sim_stats(sim)["requests_total"]
     chunks, extract_calls = _assert_each_extracted_once(engine, run_id, 8)
     with session_scope(engine) as session:
@@ -141,33 +153,24 @@ def test_a_worker_paused_past_its_lease_writes_nothing_when_it_wakes(
 ) -> None:
     """SIGSTOP (a long GC pause, a frozen VM): its leases run out and are reclaimed; woken, its
     threads finish their calls, and every write they try is refused by the fencing token."""
-    logs = tmp_path_factory.mktemp("pause")
     write_filings(tmp_path, 6, seed=53, sizes=[40_000] * 6)
-    with (
-        claimed_redis_db(redis_base) as redis_url,
-        running_simulator(logs, "--p50", "0.4", "--p95", "0.8") as sim,
-    ):
-        env = {**pipeline_env, "PIPELINE_REDIS_URL": redis_url, "PIPELINE_LLM_BASE_URL": sim}
-        env["PIPELINE_LEASE_S"] = str(LEASE_S)
-        engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
-        with running_workers(env, logs, count=2, concurrency=3) as (sleeper, survivor):
-            submitted = run_cli("submit", str(tmp_path), env=env)
-            assert submitted.returncode == 0, submitted.stderr
-            run_id = submitted.stdout.strip().splitlines()[-1]
-            held = wait_until_holding(engine, run_id, sleeper)
-            sleeper.process.send_signal(signal.SIGSTOP)
-            paused = time.monotonic()
-            deadline = paused + WORK_TIMEOUT_S
-            while held_by(engine, run_id, sleeper):  # until every lease it held was taken over
-                assert time.monotonic() < deadline, "its documents were never reclaimed"
-                time.sleep(0.2)
-            time.sleep(1.0)
-            sleeper.process.send_signal(signal.SIGCONT)
-            status = _wait_for_end(engine, run_id, quiet_s=60)
-            recovered_s = time.monotonic() - paused
-            assert status == "completed", status
-            assert sleeper.problem() is None and survivor.problem() is None
-            time.sleep(1.5)  # the woken threads' calls end and their writes are tried
+    engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
+    with two_workers_on_a_run(pipeline_env, redis_base, tmp_path, tmp_path_factory) as stack:
+        (sleeper, survivor), _, run_id, _ = stack
+        held = wait_until_holding(engine, run_id, sleeper)
+        sleeper.process.send_signal(signal.SIGSTOP)
+        paused = time.monotonic()
+        deadline = paused + WORK_TIMEOUT_S
+        while held_by(engine, run_id, sleeper):  # until every lease it held was taken over
+            assert time.monotonic() < deadline, "its documents were never reclaimed"
+            time.sleep(0.2)
+        time.sleep(1.0)
+        sleeper.process.send_signal(signal.SIGCONT)
+        status = _wait_for_end(engine, run_id, quiet_s=60)
+        recovered_s = time.monotonic() - paused
+        assert status == "completed", status
+        assert sleeper.problem() is None and survivor.problem() is None
+        time.sleep(1.5)  # the woken threads' calls end and their writes are tried
     chunks, extract_calls = _assert_each_extracted_once(engine, run_id, 6)
     assert sleeper.log_path is not None
     refused = sleeper.log_path.read_text(errors="replace").count("its new holder carries on")

@@ -86,20 +86,18 @@ def check(
         if run.resumed_at is not None and now - _aware(run.resumed_at) < idle_limit:
             continue  # resumed recently: give it time
         idle_s = idle[run.id].total_seconds()
+        reason = None
         if workers_alive == 0:
             reason = (
                 f"stalled: no activity for {idle_s / 60:.0f} min and no worker is alive (no heartbeat "
                 "in Redis): start workers, then `pipeline resume`"
             )
-            with session_scope(engine) as session:
-                run_state.set_run_status(session, run.id, RunStatus.STALLED, reason)
-            verdicts.append(Verdict(run.id, "stalled", idle_s))
-            continue
-        if run.resumes >= settings.watchdog_max_resumes:
+        elif run.resumes >= settings.watchdog_max_resumes:
             reason = (
                 f"stalled: no activity for {idle_s / 60:.0f} min after {run.resumes} resumes "
                 "(are workers consuming the queues?); `pipeline resume` enqueues it again"
             )
+        if reason is not None:
             with session_scope(engine) as session:
                 run_state.set_run_status(session, run.id, RunStatus.STALLED, reason)
             verdicts.append(Verdict(run.id, "stalled", idle_s))
