@@ -3,6 +3,7 @@ writes fenced by the lease's token, and reclaim of a dead owner's documents by a
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from pipeline.core.errors import LeaseLost
 from pipeline.core.settings import get_settings
 from pipeline.extraction.schemas import FilingExtraction
 from pipeline.ingest.producer import prepare_run
-from pipeline.runs.heartbeat import Heartbeat, Reclaimed, live_workers, reclaim, worker_key
+from pipeline.runs.heartbeat import Heartbeat, Reclaimed, StepLease, live_workers, reclaim, worker_key
 from pipeline.storage import documents as repo
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.leases import Leases
@@ -165,3 +166,28 @@ def test_the_heartbeat_renews_what_its_threads_hold_and_says_it_is_alive(
     assert alive.name == "worker-5@host" and alive.held == 1
     beat.stop()
     assert client.get(worker_key(leases.owner)) is None, "a stopped worker says so at once"
+
+
+def test_a_report_step_has_one_holder_and_a_lost_one_cannot_write(client: redis.Redis) -> None:
+    first, second = Leases(lease_s=0.3, owner="host:6:a"), Leases(lease_s=0.3, owner="host:7:b")
+    with StepLease(client, first, "synthesize:run-1") as holder:
+        assert holder.taken and first.held_steps() == {holder.key: holder.token}
+        with StepLease(client, second, "synthesize:run-1") as other:
+            assert not other.taken, "a live synthesis of the run holds the step"
+        holder.check()
+        time.sleep(0.4)  # no heartbeat renewed it: a dead holder's step lease runs out
+        with StepLease(client, second, "synthesize:run-1") as taker:
+            assert taker.taken
+            with pytest.raises(LeaseLost):
+                holder.check()  # the first holder, woken, may not write the report
+    assert client.get("pipeline:step:synthesize:run-1") is None, "released when done"
+
+
+def test_the_heartbeat_renews_the_report_steps_its_process_holds(engine: Engine, client: redis.Redis) -> None:
+    leases = Leases(lease_s=0.6, owner="host:8:beat")
+    beat = Heartbeat(engine, client, leases, lambda taken: None, lambda run_id: None)
+    with StepLease(client, leases, "compress:42") as step:
+        for _ in range(3):  # 0.9 s in all, past the 0.6 s lease
+            time.sleep(0.3)
+            beat.beat()
+        step.check()

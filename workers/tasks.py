@@ -23,18 +23,20 @@ from pipeline.extraction import extract as extracting
 from pipeline.reporting import compress as compressing
 from pipeline.reporting import synthesize as reporting
 from pipeline.runs import finalize as finalizing
+from pipeline.runs.heartbeat import StepLease
 from workers.app import app
 from workers.context import redis_client, worker_context
 
 log = logging.getLogger(__name__)
-R = TypeVar("R")
 T = TypeVar("T")
 
 FINALIZE_POLL_S = 5.0
 """How soon finalize looks again when it fires before every document is final."""
+STEP_BUSY_POLL_S = 1.0
+"""How soon a compress whose step another worker holds looks again."""
 REPORT_LOCK_PREFIX = "pipeline:reporting:"
-REPORT_LOCK_S = 600
-"""One finalize of a run sends its report: reclaims and resumes send finalizes of their own."""
+"""Within a lease, one finalize of a run sends its report steps (reclaims, resumes and the
+stranded-run finisher send finalizes of their own); the steps have leases of their own."""
 
 # Every task has max_retries=None: Celery's own limit (3 by default) would end a chord step
 # with MaxRetriesExceededError; `_retry_or` counts failed attempts itself and gives up with
@@ -54,11 +56,11 @@ database connection was busy for the pool's timeout."""
 
 def _retry_or(
     task: Task,
-    fn: Callable[[int], R],
-    give_up: Callable[[str], R],
+    fn: Callable[[int], str],
+    give_up: Callable[[str], str],
     note: Callable[[str], None] | None = None,
     due: Callable[[float], None] | None = None,
-) -> R:
+) -> str:
     """Run `fn(failed_attempts)`; retry transient failures with backoff (telling `note` why,
     and `due` the retry's countdown), and `give_up` with the reason after the last attempt or
     on a permanent failure.
@@ -71,6 +73,9 @@ def _retry_or(
     failed = task.request.retries - deferrals
     try:
         return fn(failed)
+    except LeaseLost as exc:
+        log.warning("%s %s: %s; its new holder carries on", task.name, task.request.args, exc)
+        return "superseded"
     except Deferred as exc:
         kwargs = {**task.request.kwargs, "deferrals": deferrals + 1}
         wait = countdown_s(exc.retry_after_s)
@@ -117,16 +122,9 @@ def extract(self: Task, document_id: int, deferrals: int = 0) -> str:
 def _extract(self: Task, document_id: int) -> str:
     ctx = worker_context()
 
-    def attempt(failed: int) -> str:
-        try:
-            return extracting.extract_document(ctx, document_id, failed, before_done=_compress_now)
-        except LeaseLost as exc:
-            log.warning("document %s: %s; its new holder carries on", document_id, exc)
-            return "superseded"
-
     return _retry_or(
         self,
-        attempt,
+        lambda failed: extracting.extract_document(ctx, document_id, failed, before_done=_compress_now),
         lambda reason: _fail(ctx, document_id, reason),
         lambda reason: extracting.note_retry(ctx, document_id, reason),
         lambda countdown: extracting.retry_due(ctx, document_id, countdown),
@@ -168,8 +166,9 @@ def _finalize(self: Task, run_id: str) -> str:
             raise self.retry(countdown=FINALIZE_POLL_S, max_retries=None)
         if step.action != "report":
             return step.action
+        lock_ms = int(ctx.settings.lease_s * 1000)
         if not redis_client().set(
-            f"{REPORT_LOCK_PREFIX}{run_id}", self.request.id or "-", nx=True, ex=REPORT_LOCK_S
+            f"{REPORT_LOCK_PREFIX}{run_id}", self.request.id or "-", nx=True, px=lock_ms
         ):
             return "reporting elsewhere"  # a reclaim's or a resume's finalize got there first
         if step.compress_ids:
@@ -195,7 +194,14 @@ def _compress(self: Task, document_id: int) -> str:
         log.warning("compress %s: %s; using the stored fields", document_id, reason)
         return "fallback"
 
-    return _retry_or(self, lambda failed: compressing.compress_document(ctx, document_id, failed), fallback)
+    with StepLease(redis_client(), ctx.leases, f"compress:{document_id}") as step:
+        if not step.taken:  # another finalize's compress is on it: come back to find it done
+            raise self.retry(countdown=STEP_BUSY_POLL_S, max_retries=None)
+        return _retry_or(
+            self,
+            lambda failed: compressing.compress_document(ctx, document_id, failed, guard=step.check),
+            fallback,
+        )
 
 
 @app.task(bind=True, name="pipeline.synthesize", max_retries=None, ignore_result=True)
@@ -206,12 +212,18 @@ def synthesize(self: Task, run_id: str, deferrals: int = 0) -> str:
 
 def _synthesize(self: Task, run_id: str) -> str:
     ctx = worker_context()
-
-    return _retry_or(
-        self,
-        lambda failed: str(reporting.synthesize_run(ctx, run_id, failed_attempts=failed)),
-        lambda reason: str(reporting.synthesize_without_answer(ctx, run_id, reason)),
-    )
+    with StepLease(redis_client(), ctx.leases, f"synthesize:{run_id}") as step:
+        if not step.taken:
+            return "reporting elsewhere"  # a live synthesis of the run holds the step
+        if finalizing.next_step(ctx.engine, run_id).action == "done":
+            return "done"
+        return _retry_or(
+            self,
+            lambda failed: str(
+                reporting.synthesize_run(ctx, run_id, failed_attempts=failed, guard=step.check)
+            ),
+            lambda reason: str(reporting.synthesize_without_answer(ctx, run_id, reason, guard=step.check)),
+        )
 
 
 @app.task(name="pipeline.watchdog", ignore_result=True)

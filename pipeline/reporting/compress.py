@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import select
@@ -22,10 +23,16 @@ CUSTOM_FALLBACK_CHARS = 600
 
 
 def compress_document(
-    ctx: Context, document_id: int, failed_attempts: int = 0, *, fence: int | None = None
+    ctx: Context,
+    document_id: int,
+    failed_attempts: int = 0,
+    *,
+    fence: int | None = None,
+    guard: Callable[[], None] | None = None,
 ) -> str:
     """Store a short summary of the document's extraction, by the LLM; idempotent. Under a
-    document's lease (`fence`), the summary is written only while the lease holds."""
+    document's lease (`fence`), the summary is written only while the lease holds; `guard()`
+    runs before the write and raises when a step lease was lost."""
     with session_scope(ctx.engine) as session:
         row = session.execute(
             select(Extraction, Run.query, Run.budget_usd, Run.schema)
@@ -66,6 +73,8 @@ def compress_document(
     elif not summary:
         titles = [r["title"] for r in facts["risk_factors"]]
         summary = fallback_summary(extraction.company, extraction.fiscal_year, facts["revenue_usd"], titles)
+    if guard is not None:
+        guard()
     save_summary(ctx, document_id, summary, fence)
     return "done"
 

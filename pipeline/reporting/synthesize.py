@@ -3,7 +3,7 @@ context budget), with the per-filing table and totals, stored; it closes the run
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy import Row, select
@@ -25,12 +25,18 @@ PROMPT_OVERHEAD_TOKENS = 400
 
 
 def synthesize_run(
-    ctx: Context, run_id: str, *, answer: str | None = None, failed_attempts: int = 0
+    ctx: Context,
+    run_id: str,
+    *,
+    answer: str | None = None,
+    failed_attempts: int = 0,
+    guard: Callable[[], None] | None = None,
 ) -> RunStatus:
     """Write the run's report (idempotent) and close the run.
 
     The answer is synthesized from the stored summaries, hierarchically when they exceed
     the context budget. Passing `answer` skips the LLM (used when synthesis failed for good).
+    `guard()` runs before the report is written, and raises when this synthesis lost its lease.
     """
     run, rows, risks = _load(ctx, run_id)
     titles, unverified = _risk_titles(risks)
@@ -53,16 +59,20 @@ def synthesize_run(
         failure=failure,
     )
     status = RunStatus.FAILED if failure else RunStatus.COMPLETED
+    if guard is not None:
+        guard()
     with session_scope(ctx.engine) as session:
         reports.save_report(session, run_id, render.markdown(report), render.as_json(report), status, failure)
     return status
 
 
-def synthesize_without_answer(ctx: Context, run_id: str, reason: str) -> RunStatus:
+def synthesize_without_answer(
+    ctx: Context, run_id: str, reason: str, guard: Callable[[], None] | None = None
+) -> RunStatus:
     """The report when synthesis failed for good: the reason instead of an answer, and the
     per-filing table, which does not need the LLM."""
     answer = f"(The synthesis failed: {reason}. The per-filing table below is complete.)"
-    return synthesize_run(ctx, run_id, answer=answer)
+    return synthesize_run(ctx, run_id, answer=answer, guard=guard)
 
 
 def _load(ctx: Context, run_id: str) -> tuple[Run, Sequence[Row[Any]], Sequence[Row[Any]]]:

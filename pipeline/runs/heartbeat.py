@@ -32,6 +32,7 @@ from typing import Any
 import redis
 from sqlalchemy import Engine
 
+from pipeline.core.errors import LeaseLost
 from pipeline.storage import documents, run_state
 from pipeline.storage.db import session_scope
 from pipeline.storage.leases import Leases
@@ -145,6 +146,47 @@ def finish_stranded(
     return sent
 
 
+STEP_PREFIX = "pipeline:step:"
+_RENEW = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0"
+_RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
+
+
+class StepLease:
+    """A lease on one report step (a run's synthesis, a document's compression in finalize), in
+    Redis: one worker takes it, its process's heartbeat renews it, and the step checks it before
+    it writes. A dead holder's lease runs out within one lease; a woken one's write is refused.
+
+        with StepLease(client, leases, f"synthesize:{run_id}") as step:
+            if step.taken: ... step.check() before writing ...
+    """
+
+    def __init__(self, client: redis.Redis, leases: Leases, name: str) -> None:
+        self.client, self.leases = client, leases
+        self.key = f"{STEP_PREFIX}{name}"
+        self.token = f"{leases.owner}:{uuid.uuid4().hex[:8]}"
+        self.taken = False
+
+    def __enter__(self) -> StepLease:
+        px = int(self.leases.lease_s * 1000)
+        self.taken = bool(self.client.set(self.key, self.token, nx=True, px=px))
+        if self.taken:
+            self.leases.hold_step(self.key, self.token)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self.taken:
+            self.leases.drop_step(self.key)
+            with contextlib.suppress(redis.RedisError):
+                self.client.eval(_RELEASE, 1, self.key, self.token)
+
+    def check(self) -> None:
+        """Raises LeaseLost unless this step's lease is still this holder's."""
+        found: Any = self.client.get(self.key)
+        held = found.decode() if isinstance(found, bytes) else found
+        if held != self.token:
+            raise LeaseLost(f"{self.key} is no longer held by {self.token} (now {held or 'nobody'})")
+
+
 class Heartbeat:
     """The process's heartbeat thread (daemon): `start()` once, `stop()` at shutdown."""
 
@@ -185,6 +227,11 @@ class Heartbeat:
             self.client.set(
                 worker_key(self.leases.owner), json.dumps(body), px=int(self.leases.lease_s * 1000)
             )
+        except redis.RedisError as exc:
+            log.warning("heartbeat: Redis: %s", exc)
+        try:
+            for key, token in self.leases.held_steps().items():
+                self.client.eval(_RENEW, 1, key, token, int(self.leases.lease_s * 1000))
         except redis.RedisError as exc:
             log.warning("heartbeat: Redis: %s", exc)
         try:

@@ -1,4 +1,5 @@
-"""The leases this worker process holds on documents, and its name as their owner.
+"""The leases this worker process holds on documents (and on report steps), and its name as
+their owner.
 
 The process's heartbeat (`pipeline.runs.heartbeat`) renews exactly these, so a lease outlives
 its process by at most one lease period, and a document a thread stopped working on (whatever
@@ -29,6 +30,7 @@ class Leases:
         self.scope = scope
         """The deployment: every worker of one broker shares it (`pipeline.runs.heartbeat.scope_of`)."""
         self._held: dict[int, int] = {}
+        self._steps: dict[str, str] = {}
         self._lock = threading.Lock()
 
     @contextmanager
@@ -51,3 +53,16 @@ class Leases:
         """{document id: fence} of the leases the process's threads work under now."""
         with self._lock:
             return dict(self._held)
+
+    def hold_step(self, key: str, token: str) -> None:
+        """A step lease (`pipeline.runs.heartbeat.StepLease`) the heartbeat renews from now on."""
+        with self._lock:
+            self._steps[key] = token
+
+    def drop_step(self, key: str) -> None:
+        with self._lock:
+            self._steps.pop(key, None)
+
+    def held_steps(self) -> dict[str, str]:
+        with self._lock:
+            return dict(self._steps)
