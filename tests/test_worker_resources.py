@@ -3,12 +3,20 @@ settings, its retry countdowns (defects found in review)."""
 
 from __future__ import annotations
 
+import random
+
+import pytest
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from pipeline.core.constants import VISIBILITY_TIMEOUT_S
+from pipeline.core.errors import Deferred
 from pipeline.core.retry import MAX_COUNTDOWN_S, countdown_s
+from pipeline.core.settings import Settings
+from pipeline.llm.client import CallRecord, LLMClient
+from pipeline.llm.ratelimit import RedisLimiter
 from pipeline.storage.db import get_engine
-from tests.conftest import run_cli
+from pipeline_dev.sim import SimConfig, SimServer
+from tests.conftest import claimed_redis_db, run_cli
 
 
 def test_the_pool_is_sized_by_the_worker_even_after_ensure_schema_made_an_engine(
@@ -38,3 +46,37 @@ def test_a_worker_refuses_to_start_on_a_setting_that_cannot_work(pipeline_env: d
     result = run_cli("worker", env={**pipeline_env, "PIPELINE_LLM_MODELS": "sim-1:heavy"}, timeout_s=60)
     assert result.returncode == 2
     assert "PIPELINE_LLM_MODELS: weight of 'sim-1' is not a number" in result.stderr
+
+
+class _NoJitter(random.Random):
+    """Backoff without its random part, so that only the limiter's waits stand between tries."""
+
+    def uniform(self, a: float, b: float) -> float:
+        return a
+
+
+def test_the_in_place_wait_cap_holds_for_a_call_over_all_its_attempts(redis_base: str) -> None:
+    """Each try of a call failing with 5xx waits its turn (one a second). The second try waits
+    1 s and the third would wait 1 s more: each under the 1.5 s cap, together over it, so the
+    call goes back to the queue instead of waiting in place try after try (it waited 3 s and
+    failed after four tries before the fix)."""
+    with claimed_redis_db(redis_base) as url, SimServer(SimConfig(p50_s=0, p95_s=0, error_rate=1.0)) as sim:
+        settings = Settings(  # type: ignore[call-arg]
+            _env_file=None,
+            llm_base_url=sim.base_url,
+            redis_url=url,
+            rate_limit_rpm=1,
+            rate_limit_window_s=1.0,
+            limiter_max_wait_s=1.5,
+        )
+        client = LLMClient(
+            settings, pool_size=1, limiter=RedisLimiter.from_settings(settings, 1), rng=_NoJitter()
+        )
+        records: list[CallRecord] = []
+        with pytest.raises(Deferred):
+            client.text(
+                [{"role": "user", "content": "hi"}], stage="extract", max_tokens=10, sink=records.append
+            )
+        client.close()
+    assert [r.status for r in records] == ["unavailable", "unavailable"]
+    assert sum(r.limiter_wait_ms for r in records) <= 1500
