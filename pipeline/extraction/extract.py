@@ -102,12 +102,13 @@ def retry_due(ctx: Context, document_id: int, countdown_s: float) -> None:
 
 
 def _release(ctx: Context, document_id: int, fence: int) -> None:
-    """Best effort (the database may be what failed): a lease not released runs out instead."""
+    """Best effort (the database may be what failed): the heartbeat releases it otherwise."""
     try:
         with session_scope(ctx.engine) as session:
             documents.release_lease(session, document_id, fence, _grace_s(ctx))
     except Exception as exc:
-        log.info("document %s: lease %s left to run out (%s)", document_id, fence, exc)
+        log.info("document %s: lease %s left to the heartbeat to release (%s)", document_id, fence, exc)
+        ctx.leases.release_later(document_id, fence)
 
 
 @dataclass

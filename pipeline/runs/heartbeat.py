@@ -4,7 +4,8 @@ hold, and takes back the documents of owners that died.
 One thread per process, every third of `PIPELINE_LEASE_S`:
 - `pipeline:worker:<owner>` in Redis, expiring after one lease, says the process is alive (and
   what it holds, for `pipeline status`);
-- the leases its threads work under (`Leases.held`) are extended by one lease;
+- the leases its threads work under (`Leases.held`) are extended by one lease, and those a thread
+  could not release (the database was down) are released;
 - running documents whose lease ran out, and whose owner has no live heartbeat, are taken back
   (a compare-and-set on owner and fence, so one worker does it) and sent again, with a finalize
   for their run: the run's chord still waits for the dead worker's unacknowledged messages,
@@ -237,6 +238,10 @@ class Heartbeat:
         try:
             with session_scope(self.engine) as session:
                 documents.renew_leases(session, held, self.leases.lease_s)
+            for document_id, fence in self.leases.unreleased().items():
+                with session_scope(self.engine) as session:  # free now: reclaimed below
+                    documents.release_lease(session, document_id, fence, grace_s=0)
+                self.leases.released(document_id)
             reclaim(self.engine, self.client, self.leases, self.send)
             finish_stranded(self.engine, self.client, self.leases, self.finish)
         except Exception as exc:  # the database or Redis is down: the next beat tries again

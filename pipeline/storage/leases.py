@@ -31,6 +31,7 @@ class Leases:
         """The deployment: every worker of one broker shares it (`pipeline.runs.heartbeat.scope_of`)."""
         self._held: dict[int, int] = {}
         self._steps: dict[str, str] = {}
+        self._unreleased: dict[int, int] = {}
         self._lock = threading.Lock()
 
     @contextmanager
@@ -66,3 +67,17 @@ class Leases:
     def held_steps(self) -> dict[str, str]:
         with self._lock:
             return dict(self._steps)
+
+    def release_later(self, document_id: int, fence: int) -> None:
+        """A lease its thread could not release (the database was down): the heartbeat releases
+        it once it can, so that the document need not wait for the lease to run out."""
+        with self._lock:
+            self._unreleased[document_id] = fence
+
+    def unreleased(self) -> dict[int, int]:
+        with self._lock:
+            return dict(self._unreleased)
+
+    def released(self, document_id: int) -> None:
+        with self._lock:
+            self._unreleased.pop(document_id, None)
