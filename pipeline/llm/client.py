@@ -208,7 +208,7 @@ class LLMClient:
         sink(replace(done.record, status="invalid", error=problem))
         retry = prompts.repair_messages(asked, done.content, problem)
         done = self._complete(retry, stage="repair", model=model, max_tokens=max_tokens, sink=sink, fmt=fmt)
-        reading = lenient.read(done.content, schema, done.finish_reason)
+        reading = lenient.read(done.content, schema, done.finish_reason, max_dropped=None)
         if reading.value is None:
             assert reading.error is not None
             problem = _describe(reading.error, done.finish_reason)
