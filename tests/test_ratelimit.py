@@ -381,7 +381,9 @@ def test_every_key_is_prefixed_and_expires(client: redis.Redis, scope: Scope) ->
     time.sleep(1.05)
     limiter.acquire([scope], 10)  # the first two leave the window for `retired`
     present = [k for k in keys(scope) if client.exists(k)]
-    assert len(present) == 9
+    # Those that hold the window, the lease and the pacing are there; the pause's and others' may
+    # have run out already on a loaded machine. Whatever is there has the prefix and expires.
+    assert {k.rsplit(":", 1)[1] for k in present} >= {"log", "costs", "tokens", "inflight", "pace"}
     assert all(k.startswith("pipeline:rl:{") for k in present)
     assert all(client.pttl(k) > 0 for k in present)
 
