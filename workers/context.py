@@ -16,6 +16,8 @@ from pipeline.storage.db import dispose_engines, get_engine
 from pipeline.storage.leases import Leases
 from workers.app import LOCAL_REDIS_URL
 
+REDIS_TIMEOUT_S = 5.0
+"""The heartbeat's Redis calls give up after this: a hung beat must not outlive a lease."""
 _lock = threading.Lock()
 _context: Context | None = None
 _redis: redis.Redis | None = None
@@ -46,7 +48,12 @@ def redis_client() -> redis.Redis:
 def _redis_client() -> redis.Redis:
     global _redis
     if _redis is None:
-        _redis = redis.Redis.from_url(get_settings().redis_url or LOCAL_REDIS_URL, max_connections=8)
+        _redis = redis.Redis.from_url(
+            get_settings().redis_url or LOCAL_REDIS_URL,
+            max_connections=8,
+            socket_timeout=REDIS_TIMEOUT_S,
+            socket_connect_timeout=REDIS_TIMEOUT_S,
+        )
     return _redis
 
 

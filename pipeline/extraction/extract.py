@@ -54,7 +54,7 @@ def extract_document(
     same text, are not sent again; once `failed_attempts` reach the configured threshold,
     calls go to the fallback model. Raises RetryableError for transient failures (Deferred
     when the document is handed back to the queue on purpose), PermanentError when the
-    document cannot be extracted (the caller records it with `fail`), and LeaseLost when
+    document cannot be extracted (recorded as its failure while the lease holds), and LeaseLost when
     another worker took the document over (nothing more is written).
 
     `before_done(document_id, fence)` runs once the extraction is stored and before the
@@ -62,9 +62,20 @@ def extract_document(
     document to be final (finalize) then never finds one whose summary is still being written.
     """
     started = time.monotonic()
-    work = _start(ctx, document_id, failed_attempts)
-    if work is None:
-        return current_status(ctx, document_id)
+    with ctx.leases.claiming(document_id) as mine:
+        if not mine:  # another thread of this process has it: this delivery is a duplicate
+            return current_status(ctx, document_id)
+        work = _start(ctx, document_id, failed_attempts)
+        if work is None:
+            return current_status(ctx, document_id)
+        return _extract(ctx, work, started, before_done)
+
+
+def _extract(
+    ctx: Context, work: _Work, started: float, before_done: Callable[[int, int], None] | None
+) -> str:
+    """The started document's chunks, merge and writes, under its lease."""
+    document_id = work.doc.id
     with ctx.leases.holding(document_id, work.fence):
         try:
             answers = _answer_chunks(ctx, work, started)
@@ -78,8 +89,13 @@ def extract_document(
                 before_done(document_id, work.fence)
             with session_scope(ctx.engine) as session:
                 documents.mark_extracted(session, document_id, work.fence)
-        except (errors.LeaseLost, errors.PermanentError, errors.RetryableError):
-            raise  # lost, failed by the caller, or handed back already
+        except errors.PermanentError as exc:
+            with session_scope(ctx.engine) as session:  # only while the lease holds
+                documents.hold(session, document_id, work.fence)
+                documents.fail_document(session, document_id, str(exc), ctx.leases.owner)
+            raise
+        except (errors.LeaseLost, errors.RetryableError):
+            raise  # lost, or handed back already
         except BaseException:
             _release(ctx, document_id, work.fence)
             raise
@@ -137,7 +153,7 @@ def _start(ctx: Context, document_id: int, failed_attempts: int) -> _Work | None
             ctx.leases.owner,
             ctx.leases.lease_s,
             scope=ctx.leases.scope,
-            mine_idle=not ctx.leases.holds(document_id),
+            mine_idle=True,  # claimed by this thread: no other of the process works on it
         )
         if doc is None:
             return None

@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 KEY_PREFIX = "pipeline:worker:"
 FINISHER_PREFIX = "pipeline:finisher:"
 SCOPE_KEY = "pipeline:deployment"
+STALE_LEASES = 10
+"""A lease that ran out this many leases ago is reclaimed whatever deployment it names."""
 
 
 def worker_key(owner: str) -> str:
@@ -107,7 +109,7 @@ def reclaim(
     them again; returns them. The caller's own leftovers (leases of its process that no thread
     works under) count as dead."""
     with session_scope(engine) as session:
-        expired = documents.expired_leases(session, leases.scope)
+        expired = documents.expired_leases(session, leases.scope, stale_s=STALE_LEASES * leases.lease_s)
     if not expired:
         return []
     others = {owner for _, _, owner, _ in expired if owner is not None and owner != leases.owner}

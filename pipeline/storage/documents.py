@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
-from sqlalchemy import ColumnElement, delete, or_, select, update
+from sqlalchemy import ColumnElement, and_, delete, or_, select, update
 from sqlalchemy.orm import Session
 
 from pipeline.core.constants import PROMPT_VERSION
@@ -76,23 +76,46 @@ def start_document(
             session, doc.id, DocStatus.FAILED, f"gave up after {doc.attempts} attempts; last: {last}"
         )
         return None
-    doc.status = DocStatus.RUNNING
-    doc.attempts += 1
-    doc.fence += 1
-    doc.lease_owner = owner
-    doc.lease_scope = scope
-    doc.lease_expires_at = now + timedelta(seconds=lease_s)
-    doc.started_at = doc.started_at or now
+    # Compare-and-set on the fence read above: where the row lock is a no-op (SQLite), two
+    # deliveries that both read the document free cannot both win it.
+    granted = session.execute(
+        update(Document)
+        .where(Document.id == document_id, Document.fence == doc.fence)
+        .values(
+            status=DocStatus.RUNNING,
+            attempts=Document.attempts + 1,
+            fence=Document.fence + 1,
+            lease_owner=owner,
+            lease_scope=scope,
+            lease_expires_at=now + timedelta(seconds=lease_s),
+            started_at=doc.started_at or now,
+        )
+        .execution_options(synchronize_session=False)
+    )
+    if not granted.rowcount:  # type: ignore[attr-defined]
+        return None
+    session.refresh(doc)
     return doc
 
 
 def hold(session: Session, document_id: int, fence: int) -> None:
-    """Lock the document for a write by the holder of lease `fence`; raises LeaseLost when
-    another lease took it over, or it is already final."""
-    found = session.execute(
-        select(Document.status, Document.fence).where(Document.id == document_id).with_for_update()
-    ).first()
-    if found is None or found.fence != fence or found.status in TERMINAL_DOC_STATUSES:
+    """Lock the document for a write by the holder of lease `fence` (an UPDATE that changes
+    nothing: a row lock on Postgres, the write lock on SQLite, to the end of the transaction);
+    raises LeaseLost when another lease took it over, or it is already final."""
+    held = session.execute(
+        update(Document)
+        .where(
+            Document.id == document_id,
+            Document.fence == fence,
+            Document.status.not_in(TERMINAL_DOC_STATUSES),
+        )
+        .values(fence=Document.fence)
+        .execution_options(synchronize_session=False)
+    )
+    if not held.rowcount:  # type: ignore[attr-defined]
+        found = session.execute(
+            select(Document.status, Document.fence).where(Document.id == document_id)
+        ).first()
         state = "missing" if found is None else f"{found.status}, lease {found.fence}"
         raise LeaseLost(f"document {document_id} is no longer held by lease {fence} ({state})")
 
@@ -138,17 +161,23 @@ def renew_leases(session: Session, held: dict[int, int], lease_s: float) -> int:
     return renewed
 
 
-def expired_leases(session: Session, scope: str, limit: int = 500) -> list[tuple[int, str, str | None, int]]:
+def expired_leases(
+    session: Session, scope: str, stale_s: float, limit: int = 500
+) -> list[tuple[int, str, str | None, int]]:
     """Running documents of the deployment `scope` whose lease ran out: (id, run id, owner,
     fence). The owner is None for one released or reclaimed whose next delivery has not started
     it in time. Another deployment's (another broker's) workers are not seen alive from here,
-    so their documents are left to them."""
+    so their documents are left to them, unless their lease ran out `stale_s` ago (no live
+    worker lets that happen: the deployment's id changed with a Redis that lost its data, say)."""
+    now = utcnow()
     rows = session.execute(
         select(Document.id, Document.run_id, Document.lease_owner, Document.fence)
         .where(
             Document.status == DocStatus.RUNNING,
-            Document.lease_scope == scope,
-            Document.lease_expires_at < utcnow(),
+            or_(
+                and_(Document.lease_scope == scope, Document.lease_expires_at < now),
+                Document.lease_expires_at < now - timedelta(seconds=stale_s),
+            ),
         )
         .order_by(Document.lease_expires_at)
         .limit(limit)
@@ -172,6 +201,7 @@ def take_back(session: Session, document_id: int, owner: str | None, fence: int,
         .values(
             lease_owner=None,
             lease_expires_at=utcnow() + timedelta(seconds=lease_s),
+            fence=Document.fence + 1,  # the old holder, should it wake, can write nothing from now
             reclaims=Document.reclaims + 1,
             reclaimed_from=owner if owner is not None else Document.reclaimed_from,
         )

@@ -30,6 +30,7 @@ class Leases:
         self.scope = scope
         """The deployment: every worker of one broker shares it (`pipeline.runs.heartbeat.scope_of`)."""
         self._held: dict[int, int] = {}
+        self._claimed: set[int] = set()
         self._steps: dict[str, str] = {}
         self._unreleased: dict[int, int] = {}
         self._lock = threading.Lock()
@@ -46,9 +47,24 @@ class Leases:
                 if self._held.get(document_id) == fence:
                     del self._held[document_id]
 
-    def holds(self, document_id: int) -> bool:
+    @contextmanager
+    def claiming(self, document_id: int) -> Iterator[bool]:
+        """Whether this thread may start the document: False while another thread of the process
+        starts or works on it (its delivery is a duplicate)."""
         with self._lock:
-            return document_id in self._held
+            mine = document_id not in self._claimed
+            self._claimed.add(document_id)
+        try:
+            yield mine
+        finally:
+            if mine:
+                with self._lock:
+                    self._claimed.discard(document_id)
+
+    def holds(self, document_id: int) -> bool:
+        """A thread of this process starts or works on the document."""
+        with self._lock:
+            return document_id in self._held or document_id in self._claimed
 
     def held(self) -> dict[int, int]:
         """{document id: fence} of the leases the process's threads work under now."""
