@@ -219,10 +219,10 @@ def test_a_lease_long_expired_is_reclaimed_whatever_deployment_it_names(
         assert (
             repo.start_document(session, doc_id, 3, "host:11:old", lease_s=-60, scope="lost-id") is not None
         )
-    # Ran out 60 s ago: under ten leases of 30 s, left to its deployment; over ten of 5 s, taken.
-    left = reclaim(engine, client, Leases(lease_s=30, owner="host:13:x", scope="new-id"), lambda t: None)
-    assert doc_id not in [item.document_id for item in left]
-    taken = reclaim(engine, client, Leases(lease_s=5, owner="host:14:y", scope="new-id"), lambda t: None)
+    # Ran out 60 s ago: left to its deployment for an hour; taken once it is that stale.
+    other = Leases(owner="host:13:x", scope="new-id")
+    assert doc_id not in [item.document_id for item in reclaim(engine, client, other, lambda t: None)]
+    taken = reclaim(engine, client, other, lambda t: None, stale_s=50)
     assert doc_id in [item.document_id for item in taken]
 
 

@@ -43,8 +43,9 @@ log = logging.getLogger(__name__)
 KEY_PREFIX = "pipeline:worker:"
 FINISHER_PREFIX = "pipeline:finisher:"
 SCOPE_KEY = "pipeline:deployment"
-STALE_LEASES = 10
-"""A lease that ran out this many leases ago is reclaimed whatever deployment it names."""
+STALE_AFTER_S = 3600.0
+"""A lease that ran out this long ago is reclaimed whatever deployment it names (no live worker
+lets its leases lapse for an hour: its deployment's id changed with a Redis that lost its data)."""
 
 
 def worker_key(owner: str) -> str:
@@ -103,13 +104,17 @@ class Reclaimed:
 
 
 def reclaim(
-    engine: Engine, client: redis.Redis, leases: Leases, send: Callable[[list[Reclaimed]], None]
+    engine: Engine,
+    client: redis.Redis,
+    leases: Leases,
+    send: Callable[[list[Reclaimed]], None],
+    stale_s: float = STALE_AFTER_S,
 ) -> list[Reclaimed]:
     """Take back running documents whose lease ran out and whose owner is dead, and `send`
     them again; returns them. The caller's own leftovers (leases of its process that no thread
     works under) count as dead."""
     with session_scope(engine) as session:
-        expired = documents.expired_leases(session, leases.scope, stale_s=STALE_LEASES * leases.lease_s)
+        expired = documents.expired_leases(session, leases.scope, stale_s=stale_s)
     if not expired:
         return []
     others = {owner for _, _, owner, _ in expired if owner is not None and owner != leases.owner}
@@ -139,7 +144,7 @@ def finish_stranded(
     """`finish` (send a finalize for) each run whose documents are all final but whose report
     never came: one worker per run and lease period does it."""
     with session_scope(engine) as session:
-        stranded = run_state.stranded_runs(session, quiet_s=leases.lease_s)
+        stranded = run_state.stranded_runs(session, quiet_s=leases.lease_s, scope=leases.scope)
     sent = []
     for run_id in stranded:
         if client.set(f"{FINISHER_PREFIX}{run_id}", leases.owner, nx=True, px=int(leases.lease_s * 1000)):

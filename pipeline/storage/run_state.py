@@ -63,17 +63,19 @@ def report_exists(session: Session, run_id: str) -> bool:
     return session.scalar(select(func.count()).where(Report.run_id == run_id)) == 1
 
 
-def stranded_runs(session: Session, quiet_s: float) -> list[str]:
-    """Running runs whose documents are all final, none for `quiet_s`, and with no report: the
-    chord's callback that would report them was lost (Redis restarted, a header task's worker
-    died). Finalize reports them."""
+def stranded_runs(session: Session, quiet_s: float, scope: str) -> list[str]:
+    """Running runs of the deployment `scope` (its workers leased their documents) whose
+    documents are all final, none for `quiet_s`, and with no report: the chord's callback that
+    would report them was lost (Redis restarted, a header task's worker died). Finalize reports
+    them."""
     cutoff = utcnow() - timedelta(seconds=quiet_s)
     unfinished = exists().where(Document.run_id == Run.id, Document.status.not_in(TERMINAL_DOC_STATUSES))
     recent = exists().where(Document.run_id == Run.id, Document.finished_at > cutoff)
+    ours = exists().where(Document.run_id == Run.id, Document.lease_scope == scope)
     reported = exists().where(Report.run_id == Run.id)
     found = session.scalars(
         select(Run.id).where(
-            Run.status == RunStatus.RUNNING, Run.created_at < cutoff, ~unfinished, ~recent, ~reported
+            Run.status == RunStatus.RUNNING, Run.created_at < cutoff, ours, ~unfinished, ~recent, ~reported
         )
     )
     return list(found)
