@@ -137,9 +137,9 @@ def test_a_worker_killed_mid_run_loses_nothing_and_the_run_completes_without_res
     # killed worker's in-flight calls reached the provider but were never recorded.
     assert chunks <= extract_calls <= chunks + 2 * 3
     lost_in_flight = sent - recorded
-    # The killed worker's three threads had a call each in flight. Seen once in a full run of the
-    # suite on a loaded machine: 4 (not explained yet, see the issue's note), hence the slack.
-    assert 0 <= lost_in_flight <= 2 * 3, (
+    # The killed worker's three threads had a call each in flight. (More, in full runs of the suite,
+    # were this stack's heartbeats finishing other tests' runs: a deployment now finishes its own.)
+    assert 0 <= lost_in_flight <= 3, (
         f"the killed worker's threads were mid-call: {sent} sent, {recorded} recorded"
     )
     print(
