@@ -20,6 +20,7 @@ from pipeline.storage.models import (
     LLMCall,
     Report,
     Run,
+    aware,
     utcnow,
 )
 
@@ -126,7 +127,7 @@ def run_status(engine: Engine, run_id: str) -> RunStatusView:
         simulated=run.simulated,
         created_at=_iso(run.created_at),
         finished_at=_iso(run.finished_at) if run.finished_at else None,
-        elapsed_s=round((_aware(end) - _aware(run.created_at)).total_seconds(), 3),
+        elapsed_s=round((aware(end) - aware(run.created_at)).total_seconds(), 3),
         documents=counts,
         documents_total=sum(counts.values()),
         documents_done=sum(n for s, n in counts.items() if s in TERMINAL_DOC_STATUSES),
@@ -186,13 +187,8 @@ def list_runs(engine: Engine, limit: int = 20) -> list[RunStatusView]:
     return [run_status(engine, run_id) for run_id in ids]
 
 
-def _aware(moment: datetime) -> datetime:
-    # SQLite hands back naive datetimes; every stored time is UTC.
-    return moment if moment.tzinfo else moment.replace(tzinfo=utcnow().tzinfo)
-
-
 def _iso(moment: datetime) -> str:
-    return _aware(moment).isoformat(timespec="seconds")
+    return aware(moment).isoformat(timespec="seconds")
 
 
 def limits_source(rpm: int, tpm: int, learned_rpm: int, learned_tpm: int) -> str:

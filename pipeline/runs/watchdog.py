@@ -24,7 +24,7 @@ from pipeline.core.settings import Settings
 from pipeline.runs.resume import ResumePlan, plan_resume
 from pipeline.storage import run_state
 from pipeline.storage.db import session_scope
-from pipeline.storage.models import Chunk, Document, LLMCall, Run, RunStatus, utcnow
+from pipeline.storage.models import Chunk, Document, LLMCall, Run, RunStatus, aware, utcnow
 
 WATCHED_STATUSES = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.REPORTING)
 
@@ -51,12 +51,7 @@ def last_activity(session: Session, run: Run) -> datetime:
         run.started_at,
         run.created_at,
     ]
-    return max(_aware(m) for m in moments if m is not None)
-
-
-def _aware(moment: datetime) -> datetime:
-    # SQLite returns naive datetimes for aggregates; every stored time is UTC.
-    return moment if moment.tzinfo else moment.replace(tzinfo=utcnow().tzinfo)
+    return max(aware(m) for m in moments if m is not None)
 
 
 def check(
@@ -83,7 +78,7 @@ def check(
             if run.resumes:  # progress since the last resume: start counting again
                 _set_resumes(engine, run.id, 0)
             continue
-        if run.resumed_at is not None and now - _aware(run.resumed_at) < idle_limit:
+        if run.resumed_at is not None and now - aware(run.resumed_at) < idle_limit:
             continue  # resumed recently: give it time
         idle_s = idle[run.id].total_seconds()
         reason = None

@@ -7,7 +7,7 @@ status changes never move a document out of a final state.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
@@ -24,6 +24,7 @@ from pipeline.storage.models import (
     Document,
     Extraction,
     RiskFactor,
+    aware,
     utcnow,
 )
 from pipeline.storage.upsert import upsert
@@ -68,7 +69,12 @@ def start_document(
     if doc.status == DocStatus.RUNNING and doc.lease_owner == owner:
         if not mine_idle:  # a thread of this process works on it, its lease late or not
             return None
-    elif doc.status == DocStatus.RUNNING and doc.lease_owner and _after(doc.lease_expires_at, now):
+    elif (
+        doc.status == DocStatus.RUNNING
+        and doc.lease_owner
+        and doc.lease_expires_at
+        and aware(doc.lease_expires_at) > now
+    ):
         return None
     if doc.attempts >= max_attempts:
         last = doc.error or "the task never finished (its worker was lost, or it was requeued)"
@@ -207,12 +213,6 @@ def take_back(session: Session, document_id: int, owner: str | None, fence: int,
         )
     )
     return bool(result.rowcount)  # type: ignore[attr-defined]
-
-
-def _after(moment: datetime | None, now: datetime) -> bool:
-    if moment is None:
-        return False
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)) > now
 
 
 def hand_back_attempt(session: Session, document_id: int, fence: int, grace_s: float) -> None:

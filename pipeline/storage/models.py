@@ -33,6 +33,11 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def aware(moment: datetime) -> datetime:
+    """`moment` as UTC: SQLite hands back naive datetimes, and every stored time is UTC."""
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
 class RunStatus(enum.StrEnum):
     PENDING = "pending"
     RUNNING = "running"
