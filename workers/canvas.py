@@ -59,14 +59,8 @@ def resume_idle_runs(engine: Engine, settings: Settings) -> list[Verdict]:
 
 def _workers_alive(settings: Settings) -> int | None:
     """Worker processes with a live heartbeat; None when Redis does not answer."""
-    import redis
+    from pipeline.runs.heartbeat import live_workers_at
+    from workers.app import LOCAL_REDIS_URL
 
-    from pipeline.runs.heartbeat import live_workers
-
-    client = redis.Redis.from_url(settings.redis_url or "redis://127.0.0.1:6379/0", socket_connect_timeout=2)
-    try:
-        return len(live_workers(client))
-    except redis.RedisError:
-        return None
-    finally:
-        client.close()
+    found = live_workers_at(settings.redis_url or LOCAL_REDIS_URL)
+    return None if found is None else len(found)

@@ -23,7 +23,7 @@ from pipeline.extraction import extract as extracting
 from pipeline.reporting import compress as compressing
 from pipeline.reporting import synthesize as reporting
 from pipeline.runs import finalize as finalizing
-from pipeline.runs.heartbeat import StepLease
+from pipeline.runs.heartbeat import StepLease, first_this_lease
 from workers.app import app
 from workers.context import redis_client, worker_context
 
@@ -166,10 +166,7 @@ def _finalize(self: Task, run_id: str) -> str:
             raise self.retry(countdown=FINALIZE_POLL_S, max_retries=None)
         if step.action != "report":
             return step.action
-        lock_ms = int(ctx.settings.lease_s * 1000)
-        if not redis_client().set(
-            f"{REPORT_LOCK_PREFIX}{run_id}", self.request.id or "-", nx=True, px=lock_ms
-        ):
+        if not first_this_lease(redis_client(), ctx.leases, f"{REPORT_LOCK_PREFIX}{run_id}"):
             return "reporting elsewhere"  # a reclaim's or a resume's finalize got there first
         if step.compress_ids:
             chord(compress.si(d) for d in step.compress_ids)(synthesize.si(run_id))

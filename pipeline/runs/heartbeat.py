@@ -95,6 +95,17 @@ def live_workers(client: redis.Redis) -> list[LiveWorker]:
     return sorted(found, key=lambda w: w.owner)
 
 
+def live_workers_at(redis_url: str) -> list[LiveWorker] | None:
+    """`live_workers` of the Redis at `redis_url`; None when it does not answer."""
+    client = redis.Redis.from_url(redis_url, socket_connect_timeout=2)
+    try:
+        return live_workers(client)
+    except redis.RedisError:
+        return None
+    finally:
+        client.close()
+
+
 @dataclass(frozen=True)
 class Reclaimed:
     document_id: int
@@ -138,6 +149,11 @@ def reclaim(
     return taken
 
 
+def first_this_lease(client: redis.Redis, leases: Leases, key: str) -> bool:
+    """True for the first caller, of every worker, to ask for `key` within a lease."""
+    return bool(client.set(key, leases.owner, nx=True, px=leases.lease_ms))
+
+
 def finish_stranded(
     engine: Engine, client: redis.Redis, leases: Leases, finish: Callable[[str], None]
 ) -> list[str]:
@@ -147,7 +163,7 @@ def finish_stranded(
         stranded = run_state.stranded_runs(session, quiet_s=leases.lease_s, scope=leases.scope)
     sent = []
     for run_id in stranded:
-        if client.set(f"{FINISHER_PREFIX}{run_id}", leases.owner, nx=True, px=int(leases.lease_s * 1000)):
+        if first_this_lease(client, leases, f"{FINISHER_PREFIX}{run_id}"):
             log.warning("run %s: every document is final but no report came: finalizing it", run_id)
             finish(run_id)
             sent.append(run_id)
@@ -175,8 +191,7 @@ class StepLease:
         self.taken = False
 
     def __enter__(self) -> StepLease:
-        px = int(self.leases.lease_s * 1000)
-        self.taken = bool(self.client.set(self.key, self.token, nx=True, px=px))
+        self.taken = bool(self.client.set(self.key, self.token, nx=True, px=self.leases.lease_ms))
         if self.taken:
             self.leases.hold_step(self.key, self.token)
         return self
@@ -232,14 +247,9 @@ class Heartbeat:
         body = {"name": self.name, "host": socket.gethostname(), "pid": os.getpid(), "held": len(held)}
         try:
             body["at"] = time.time()
-            self.client.set(
-                worker_key(self.leases.owner), json.dumps(body), px=int(self.leases.lease_s * 1000)
-            )
-        except redis.RedisError as exc:
-            log.warning("heartbeat: Redis: %s", exc)
-        try:
+            self.client.set(worker_key(self.leases.owner), json.dumps(body), px=self.leases.lease_ms)
             for key, token in self.leases.held_steps().items():
-                self.client.eval(_RENEW, 1, key, token, int(self.leases.lease_s * 1000))
+                self.client.eval(_RENEW, 1, key, token, self.leases.lease_ms)
         except redis.RedisError as exc:
             log.warning("heartbeat: Redis: %s", exc)
         try:

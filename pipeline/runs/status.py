@@ -266,16 +266,7 @@ def limiter_views(settings: Settings) -> list[dict[str, Any]]:
 def worker_views(settings: Settings) -> list[dict[str, Any]] | None:
     """The worker processes whose heartbeat is live, from Redis (None: no Redis configured or
     reachable)."""
-    import redis
+    from pipeline.runs.heartbeat import live_workers_at
 
-    from pipeline.runs.heartbeat import live_workers
-
-    if not settings.redis_url:
-        return None
-    client = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=2)
-    try:
-        return [asdict(worker) for worker in live_workers(client)]
-    except redis.RedisError:
-        return None
-    finally:
-        client.close()
+    found = live_workers_at(settings.redis_url) if settings.redis_url else None
+    return None if found is None else [asdict(worker) for worker in found]

@@ -35,6 +35,10 @@ class Leases:
         self._unreleased: dict[int, int] = {}
         self._lock = threading.Lock()
 
+    @property
+    def lease_ms(self) -> int:
+        return int(self.lease_s * 1000)
+
     @contextmanager
     def holding(self, document_id: int, fence: int) -> Iterator[None]:
         """While the block runs, the heartbeat renews lease `fence` on the document."""
