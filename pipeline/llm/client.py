@@ -199,27 +199,20 @@ class LLMClient:
                 log.warning(
                     "%s rejects structured output as %s: asking as %s from now on", model, mode, lower
                 )
-        reading = lenient.read(done.content, schema, done.finish_reason)
+        reading, problem = _read(done, schema, sink)
         if reading.value is not None:
-            sink(_with_notes(done.record, reading.notes))
             return self._and_the_rest(reading.value, asked, done, schema, model, max_tokens, sink, fmt)
-        assert reading.error is not None
-        problem = _describe(reading.error, done.finish_reason)
-        sink(replace(done.record, status="invalid", error=problem))
         retry = prompts.repair_messages(asked, done.content, problem)
         done = self._complete(retry, stage="repair", model=model, max_tokens=max_tokens, sink=sink, fmt=fmt)
-        reading = lenient.read(done.content, schema, done.finish_reason, max_dropped=None)
+        reading, problem = _read(done, schema, sink, max_dropped=None)
         if reading.value is None:
             assert reading.error is not None
-            problem = _describe(reading.error, done.finish_reason)
-            sink(replace(done.record, status="invalid", error=problem))
             # Garbled (not cut off at max_tokens, which would recur): worth asking again later.
             if done.finish_reason != "length" and all(
                 e["type"] == "json_invalid" for e in reading.error.errors()
             ):
                 raise errors.MalformedAnswer(f"answer was not JSON, even after repair: {problem}") from None
             raise errors.SchemaViolation(f"answer did not validate after repair: {problem}") from None
-        sink(_with_notes(done.record, reading.notes))
         return self._and_the_rest(reading.value, retry, done, schema, model, max_tokens, sink, fmt)
 
     def _and_the_rest(
@@ -243,14 +236,8 @@ class LLMClient:
         except errors.PipelineError as exc:
             log.warning("asking for the rest of a cut-off answer failed, the kept items stand: %s", exc)
             return kept
-        reading = lenient.read(rest.content, schema, rest.finish_reason)
-        if reading.value is None:
-            assert reading.error is not None
-            problem = _describe(reading.error, rest.finish_reason)
-            sink(replace(rest.record, status="invalid", error=problem))
-            return kept
-        sink(_with_notes(rest.record, reading.notes))
-        return lenient.combine(kept, reading.value)
+        reading, _ = _read(rest, schema, sink)
+        return kept if reading.value is None else lenient.combine(kept, reading.value)
 
     def _complete(
         self,
@@ -483,6 +470,21 @@ _STATUS_OF: dict[type[errors.PipelineError], str] = {
     errors.FormatRejected: "rejected",
     errors.UpstreamUnavailable: "unavailable",
 }
+
+
+def _read(
+    done: Completion, schema: type[M], sink: CallSink, max_dropped: int | None = lenient.MAX_DROPPED
+) -> tuple[lenient.Reading[M], str]:
+    """The answer read as models write it, and its call recorded: `ok` with what was mended, or
+    `invalid` with why (the second value, "" when it validated)."""
+    reading = lenient.read(done.content, schema, done.finish_reason, max_dropped)
+    if reading.value is not None:
+        sink(_with_notes(done.record, reading.notes))
+        return reading, ""
+    assert reading.error is not None
+    problem = _describe(reading.error, done.finish_reason)
+    sink(replace(done.record, status="invalid", error=problem))
+    return reading, problem
 
 
 def _with_notes(record: CallRecord, notes: list[str]) -> CallRecord:
