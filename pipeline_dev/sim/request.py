@@ -78,15 +78,20 @@ _SCHEMA = re.compile(r"<schema>(.*?)</schema>", re.DOTALL)
 _KEPT = re.compile(r"<kept>(.*?)</kept>", re.DOTALL)
 
 
+def tagged_object(tag: re.Pattern[str], text: str) -> dict[str, Any] | None:
+    """The JSON object `text` holds between the tags of `tag`, if any."""
+    match = tag.search(text)
+    try:
+        found = json.loads(match.group(1)) if match else None
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None
+
+
 def kept_items(messages: list[dict[str, Any]]) -> dict[str, Any] | None:
     """What the last user message says was kept of a cut-off answer, asking for the rest."""
     last = content_text(messages[-1].get("content")) if messages[-1].get("role") == "user" else ""
-    match = _KEPT.search(last)
-    try:
-        kept = json.loads(match.group(1)) if match else None
-    except ValueError:
-        return None
-    return kept if isinstance(kept, dict) else None
+    return tagged_object(_KEPT, last)
 
 
 def without_kept(instance: Any, kept: dict[str, Any]) -> Any:
@@ -123,14 +128,9 @@ def request_shape(format_type: str | None, fmt: Any) -> str:
 def schema_in_prompt(messages: list[dict[str, Any]]) -> dict[str, Any] | None:
     """A JSON schema the system or user messages state between `<schema>` tags."""
     for message in messages:
-        if message.get("role") in ("system", "user"):
-            match = _SCHEMA.search(content_text(message.get("content")))
-            if match:
-                try:
-                    found = json.loads(match.group(1))
-                except ValueError:
-                    return None
-                return found if isinstance(found, dict) else None
+        text = content_text(message.get("content"))
+        if message.get("role") in ("system", "user") and _SCHEMA.search(text):
+            return tagged_object(_SCHEMA, text)
     return None
 
 
