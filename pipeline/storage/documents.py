@@ -133,8 +133,13 @@ def release_lease(session: Session, document_id: int, fence: int, grace_s: float
     session.execute(
         update(Document)
         .where(Document.id == document_id, Document.fence == fence)
-        .values(lease_owner=None, lease_expires_at=utcnow() + timedelta(seconds=grace_s))
+        .values(**_released(grace_s))
     )
+
+
+def _released(grace_s: float) -> dict[str, Any]:
+    """No owner, and a reclaim only if no delivery starts the document within `grace_s`."""
+    return {"lease_owner": None, "lease_expires_at": utcnow() + timedelta(seconds=grace_s)}
 
 
 def expect_retry(session: Session, document_id: int, grace_s: float) -> None:
@@ -205,8 +210,7 @@ def take_back(session: Session, document_id: int, owner: str | None, fence: int,
             Document.lease_expires_at < utcnow(),
         )
         .values(
-            lease_owner=None,
-            lease_expires_at=utcnow() + timedelta(seconds=lease_s),
+            **_released(lease_s),
             fence=Document.fence + 1,  # the old holder, should it wake, can write nothing from now
             reclaims=Document.reclaims + 1,
             reclaimed_from=owner if owner is not None else Document.reclaimed_from,
@@ -222,11 +226,7 @@ def hand_back_attempt(session: Session, document_id: int, fence: int, grace_s: f
     session.execute(
         update(Document)
         .where(Document.id == document_id, Document.fence == fence, Document.attempts > 0)
-        .values(
-            attempts=Document.attempts - 1,
-            lease_owner=None,
-            lease_expires_at=utcnow() + timedelta(seconds=grace_s),
-        )
+        .values(attempts=Document.attempts - 1, **_released(grace_s))
     )
 
 
