@@ -155,21 +155,16 @@ def expect_retry(session: Session, document_id: int, grace_s: float) -> None:
     )
 
 
-def renew_leases(session: Session, held: dict[int, int], lease_s: float) -> int:
-    """Extend the leases `held` ({document id: fence}) by `lease_s` from now; returns how
-    many were still this holder's."""
-    if not held:
-        return 0
+def renew_leases(session: Session, held: dict[int, int], lease_s: float) -> None:
+    """Extend the leases `held` ({document id: fence}) by `lease_s` from now (those still
+    this holder's)."""
     until = utcnow() + timedelta(seconds=lease_s)
-    renewed = 0
     for document_id, fence in held.items():
-        result = session.execute(
+        session.execute(
             update(Document)
             .where(Document.id == document_id, Document.fence == fence, Document.status == DocStatus.RUNNING)
             .values(lease_expires_at=until)
         )
-        renewed += result.rowcount or 0  # type: ignore[attr-defined]
-    return renewed
 
 
 def expired_leases(
