@@ -7,11 +7,22 @@ import json
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
+from pipeline.llm.prompts import SYNTHESIZE_SYSTEM
 from pipeline.storage.db import get_engine, session_scope
-from pipeline.storage.models import Chunk, Content, Document, Extraction, LLMCall, Report, RiskFactor, Run
+from pipeline.storage.models import (
+    Chunk,
+    Content,
+    Document,
+    Extraction,
+    LLMCall,
+    Report,
+    RiskFactor,
+    Run,
+    SynthesisPartial,
+)
 from pipeline_dev.synth_filings import generate_filing
 from tests.conftest import run_cli
 
@@ -39,10 +50,11 @@ def _submit(env: dict[str, str], *args: str) -> str:
 
 
 def test_a_batch_ends_with_a_report_and_every_document_accounted_for(
-    pipeline_env: dict[str, str], tmp_path: Path
+    pipeline_env: dict[str, str], sim_record: Path, tmp_path: Path
 ) -> None:
     companies = [_write(tmp_path, i, 30_000)[1] for i in range(5)]
     (tmp_path / "empty.txt").write_text("  \n")
+    recorded_before = sim_record.stat().st_size if sim_record.exists() else 0
     run_id = _submit(pipeline_env, str(tmp_path / "*.txt"), "--query", "Revenue and risks?", "--name", "e2e")
 
     engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
@@ -86,8 +98,32 @@ def test_a_batch_ends_with_a_report_and_every_document_accounted_for(
     report_json = json.loads(out.read_text())
     assert len(report_json["documents"]) == 6
     assert report_json["synthesis_levels"] >= 2, "the small context budget forces batched synthesis"
+    _assert_each_summary_synthesized_once(engine, run_id, sim_record, recorded_before)
     assert run_id in run_cli("runs", env=pipeline_env).stdout
     assert run_id in [r["run_id"] for r in json.loads(run_cli("runs", "--json", env=pipeline_env).stdout)]
+
+
+def _assert_each_summary_synthesized_once(engine: Engine, run_id: str, record: Path, offset: int) -> None:
+    """Partial syntheses were made while the run extracted; every summary went into exactly one
+    answered synthesis prompt (a partial's or the final one's), and so did every partial."""
+    with session_scope(engine) as session:
+        made = session.scalars(select(SynthesisPartial).where(SynthesisPartial.run_id == run_id)).all()
+        texts = {p.id: p.text for p in made if p.text}
+        covered = session.execute(
+            select(Extraction.summary, Extraction.partial_id).where(Extraction.run_id == run_id)
+        ).all()
+    assert texts, "with this budget, summaries stream into partials while the run extracts"
+    assert sum(p.documents for p in made if p.text) == sum(1 for _, p in covered if p in texts)
+    with record.open(encoding="utf-8") as lines:
+        lines.seek(offset)
+        requests = [json.loads(line) for line in lines]
+    prompts = [
+        r["messages"][-1]["content"]
+        for r in requests
+        if r["status"] == 200 and r["messages"][0]["content"] == SYNTHESIZE_SYSTEM
+    ]
+    for item in [summary for summary, _ in covered] + list(texts.values()):
+        assert item and sum(f"- {item}" in prompt for prompt in prompts) == 1, item
 
 
 def test_a_1mb_filing_reaches_the_llm_chunk_by_chunk_in_full(

@@ -21,6 +21,7 @@ from pipeline.core.logs import log_context
 from pipeline.core.retry import backoff_s, countdown_s
 from pipeline.extraction import extract as extracting
 from pipeline.reporting import compress as compressing
+from pipeline.reporting import streaming
 from pipeline.reporting import synthesize as reporting
 from pipeline.runs import finalize as finalizing
 from pipeline.runs.heartbeat import StepLease, first_this_lease
@@ -122,13 +123,16 @@ def extract(self: Task, document_id: int, deferrals: int = 0) -> str:
 def _extract(self: Task, document_id: int) -> str:
     ctx = worker_context()
 
-    return _retry_or(
+    status = _retry_or(
         self,
         lambda failed: extracting.extract_document(ctx, document_id, failed, before_done=_compress_now),
         lambda reason: _fail(ctx, document_id, reason),
         lambda reason: extracting.note_retry(ctx, document_id, reason),
         lambda countdown: extracting.retry_due(ctx, document_id, countdown),
     )
+    if status == "extracted":
+        _synthesize_ready(document_id)
+    return status
 
 
 def _fail(ctx: extracting.Context, document_id: int, reason: str) -> str:
@@ -145,6 +149,15 @@ def _compress_now(document_id: int, fence: int) -> None:
         compressing.compress_document(worker_context(), document_id, fence=fence)
     except Exception as exc:  # never out of the chord's header; finalize retries it
         log.info("compress of %s left to finalize: %s", document_id, exc)
+
+
+def _synthesize_ready(document_id: int) -> None:
+    """Best effort, once the document is extracted: a partial synthesis of its run when enough
+    summaries wait for one. What no partial takes, the final synthesis reads itself."""
+    try:
+        streaming.synthesize_ready(worker_context(), document_id)
+    except Exception as exc:  # never out of the chord's header
+        log.info("partial synthesis after %s left to the final synthesis: %s", document_id, exc)
 
 
 @app.task(bind=True, name="pipeline.finalize", max_retries=None)

@@ -17,7 +17,7 @@ from pipeline.reporting import render
 from pipeline.reporting.compress import fallback_summary
 from pipeline.reporting.reduce import reduce_to_one
 from pipeline.runs.status import RunStatusView, run_status
-from pipeline.storage import llm_calls, reports
+from pipeline.storage import llm_calls, partials, reports
 from pipeline.storage.db import session_scope
 from pipeline.storage.models import Document, Extraction, RiskFactor, Run, RunStatus
 
@@ -38,12 +38,14 @@ def synthesize_run(
     the context budget. Passing `answer` skips the LLM (used when synthesis failed for good).
     `guard()` runs before the report is written, and raises when this synthesis lost its lease.
     """
-    run, rows, risks = _load(ctx, run_id)
+    run, rows, risks, partial_texts = _load(ctx, run_id)
     titles, unverified = _risk_titles(risks)
     levels = 0
     if answer is None:
         model = ctx.llm.pick_model("synthesize", failed_attempts)
-        answer, levels = _synthesize(ctx, run, _summaries(rows, titles), model)
+        items = list(partial_texts.values()) + _summaries(rows, titles, partial_texts)
+        answer, levels = _synthesize(ctx, run, items, model)
+        levels += 1 if partial_texts else 0
     view = run_status(ctx.engine, run_id)
     failure = run_failure(view.documents, ctx.settings.run_failure_threshold)
     report = render.ReportInput(
@@ -75,8 +77,9 @@ def synthesize_without_answer(
     return synthesize_run(ctx, run_id, answer=answer, guard=guard)
 
 
-def _load(ctx: Context, run_id: str) -> tuple[Run, Sequence[Row[Any]], Sequence[Row[Any]]]:
-    """The run, one row per document (with its extraction's columns), and its risk factors."""
+def _load(ctx: Context, run_id: str) -> tuple[Run, Sequence[Row[Any]], Sequence[Row[Any]], dict[int, str]]:
+    """The run, one row per document (with its extraction's columns), its risk factors, and
+    its partial syntheses' texts by id."""
     with session_scope(ctx.engine) as session:
         run = session.get(Run, run_id)
         if run is None:
@@ -96,6 +99,7 @@ def _load(ctx: Context, run_id: str) -> tuple[Run, Sequence[Row[Any]], Sequence[
                 Extraction.quotes_total,
                 Extraction.quotes_grounded,
                 Extraction.summary,
+                Extraction.partial_id,
                 Document.injection_excerpt,
             )
             .outerjoin(Extraction, Extraction.document_id == Document.id)
@@ -107,7 +111,8 @@ def _load(ctx: Context, run_id: str) -> tuple[Run, Sequence[Row[Any]], Sequence[
             .where(RiskFactor.run_id == run_id)
             .order_by(RiskFactor.document_id, RiskFactor.position)
         ).all()
-    return run, rows, risks
+        partial_texts = partials.completed(session, run_id)
+    return run, rows, risks, partial_texts
 
 
 def _risk_titles(risks: Sequence[Row[Any]]) -> tuple[dict[int, list[str]], dict[int, list[str]]]:
@@ -119,8 +124,11 @@ def _risk_titles(risks: Sequence[Row[Any]]) -> tuple[dict[int, list[str]], dict[
     return titles, unverified
 
 
-def _summaries(rows: Sequence[Row[Any]], titles: dict[int, list[str]]) -> list[str]:
-    """One summary per extracted document: the stored one, or one built from its fields."""
+def _summaries(
+    rows: Sequence[Row[Any]], titles: dict[int, list[str]], partial_texts: dict[int, str]
+) -> list[str]:
+    """One summary per extracted document that no partial synthesis covers: the stored one,
+    or one built from its fields."""
     return [
         r.summary
         or fallback_summary(
@@ -130,7 +138,7 @@ def _summaries(rows: Sequence[Row[Any]], titles: dict[int, list[str]]) -> list[s
             titles.get(r.id, []),
         )
         for r in rows
-        if r.document_id is not None
+        if r.document_id is not None and r.partial_id not in partial_texts
     ]
 
 
@@ -181,24 +189,36 @@ def run_failure(documents: dict[str, int], threshold: float) -> str | None:
     return None
 
 
-def _synthesize(ctx: Context, run: Run, summaries: list[str], model: str) -> tuple[str, int]:
+def batch_budget_tokens(ctx: Context) -> int:
+    """How many tokens of summaries one synthesis prompt takes."""
     budget = ctx.settings.context_budget_tokens - DEFAULT_SYNTHESIZE_MAX_TOKENS - PROMPT_OVERHEAD_TOKENS
+    return max(budget, 200)
 
-    def synthesize(batch: list[str]) -> str:
-        if run.budget_usd is not None:
-            with session_scope(ctx.engine) as session:
-                llm_calls.check_budget(session, run.id)
-        calls: list[CallRecord] = []
-        try:
-            return ctx.llm.text(
-                prompts.synthesize_messages(run.query, batch),
-                stage="synthesize",
-                max_tokens=DEFAULT_SYNTHESIZE_MAX_TOKENS,
-                sink=calls.append,
-                model=model,
-            )
-        finally:
-            with session_scope(ctx.engine) as session:
-                llm_calls.record_calls(session, run.id, None, None, calls)
 
-    return reduce_to_one(summaries, max(budget, 200), synthesize)
+def synthesize_batch(
+    ctx: Context, run_id: str, query: str, budget_usd: float | None, batch: list[str], model: str
+) -> str:
+    """One synthesis call: the run's question answered from `batch`; its calls are recorded."""
+    if budget_usd is not None:
+        with session_scope(ctx.engine) as session:
+            llm_calls.check_budget(session, run_id)
+    calls: list[CallRecord] = []
+    try:
+        return ctx.llm.text(
+            prompts.synthesize_messages(query, batch),
+            stage="synthesize",
+            max_tokens=DEFAULT_SYNTHESIZE_MAX_TOKENS,
+            sink=calls.append,
+            model=model,
+        )
+    finally:
+        with session_scope(ctx.engine) as session:
+            llm_calls.record_calls(session, run_id, None, None, calls)
+
+
+def _synthesize(ctx: Context, run: Run, items: list[str], model: str) -> tuple[str, int]:
+    return reduce_to_one(
+        items,
+        batch_budget_tokens(ctx),
+        lambda batch: synthesize_batch(ctx, run.id, run.query, run.budget_usd, batch, model),
+    )

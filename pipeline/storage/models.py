@@ -165,6 +165,8 @@ class Chunk(Base):
 
 class Extraction(Base):
     __tablename__ = "extractions"
+    # The streaming synthesis looks up a run's summaries no partial has taken yet.
+    __table_args__ = (Index("ix_extractions_run_partial", "run_id", "partial_id"),)
 
     id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
     document_id: Mapped[int] = mapped_column(ForeignKey("documents.id", ondelete="CASCADE"), unique=True)
@@ -182,8 +184,26 @@ class Extraction(Base):
     quotes_grounded: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     data: Mapped[dict[str, Any]]
     summary: Mapped[str | None] = mapped_column(Text)
+    partial_id: Mapped[int | None] = mapped_column(ForeignKey("synthesis_partials.id"))
+    """The partial synthesis that took this summary in while the run still extracted; the
+    final synthesis reads that partial instead of the summary."""
     model: Mapped[str] = mapped_column(String(100))
     prompt_version: Mapped[str] = mapped_column(String(40))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class SynthesisPartial(Base):
+    """An answer to the run's question from a batch of its summaries, made while the run still
+    extracts (the final synthesis then has fewer levels left to wait for)."""
+
+    __tablename__ = "synthesis_partials"
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    text: Mapped[str | None] = mapped_column(Text)
+    """None while its call runs, or for good when the call failed or its worker died: the
+    final synthesis then reads its documents' summaries instead."""
+    documents: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

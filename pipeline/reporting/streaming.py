@@ -1,0 +1,49 @@
+"""Streaming synthesis: the first level of the report's reduce tree, made while the run extracts.
+
+Each time a document is done, the run's summaries that no partial holds yet are looked at; once
+they fill half a synthesis prompt, they are claimed and answered as one partial synthesis. The
+final synthesis then reads the partials and the few summaries left over, usually in one call,
+instead of waiting for a whole level of calls after the last extraction.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from pipeline.extraction.extract import Context
+from pipeline.reporting.synthesize import batch_budget_tokens, synthesize_batch
+from pipeline.storage import partials
+from pipeline.storage.db import session_scope
+
+log = logging.getLogger(__name__)
+
+STREAM_BATCH_SHARE = 0.5
+"""A partial takes summaries worth half a synthesis prompt: what is left over at the end (less
+than half) and the partials' answers then fit the final prompt together for runs of a few
+thousand filings."""
+
+
+def synthesize_ready(ctx: Context, document_id: int) -> int | None:
+    """Make a partial synthesis of the document's run when enough summaries wait for one;
+    returns its id. When the call fails, the summaries go back for a later batch or the final
+    synthesis, and the error is raised."""
+    prompt_tokens = batch_budget_tokens(ctx)
+    with session_scope(ctx.engine) as session:
+        claim = partials.claim_batch(
+            session, document_id, int(prompt_tokens * STREAM_BATCH_SHARE), prompt_tokens
+        )
+    if claim is None:
+        return None
+    try:
+        model = ctx.llm.pick_model("synthesize", 0)
+        text = synthesize_batch(ctx, claim.run_id, claim.query, claim.budget_usd, claim.summaries, model)
+    except BaseException:
+        with session_scope(ctx.engine) as session:
+            partials.release(session, claim.partial_id)
+        raise
+    with session_scope(ctx.engine) as session:
+        partials.complete(session, claim.partial_id, text)
+    log.info(
+        "run %s: partial synthesis %s of %d summaries", claim.run_id, claim.partial_id, len(claim.summaries)
+    )
+    return claim.partial_id

@@ -1,0 +1,106 @@
+"""Partial syntheses: a run's summaries taken in batches while the run still extracts.
+
+A batch is claimed by pointing its extractions at a new `synthesis_partials` row; a summary is
+in at most one partial. A partial without text (its call failed, or its worker died) covers
+nothing: the final synthesis reads its documents' summaries instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import Row, delete, func, select, update
+from sqlalchemy.orm import Session
+
+from pipeline.core.constants import CHARS_PER_TOKEN
+from pipeline.storage.models import Extraction, Run, SynthesisPartial
+
+
+@dataclass(frozen=True)
+class Claim:
+    partial_id: int
+    run_id: str
+    query: str
+    budget_usd: float | None
+    summaries: list[str]
+
+
+def claim_batch(session: Session, document_id: int, min_tokens: int, max_tokens: int) -> Claim | None:
+    """Claim the summaries of the document's run that no partial holds, in the order they came,
+    once they add up to `min_tokens` (up to `max_tokens`); None while they do not.
+
+    Rows another transaction is claiming are skipped (Postgres), so two claims never wait for
+    each other; a claim that finds its rows taken meanwhile (SQLite) claims nothing."""
+    run_id = select(Extraction.run_id).where(Extraction.document_id == document_id).scalar_subquery()
+    unclaimed = (
+        select(Extraction.id, func.length(Extraction.summary))
+        .where(Extraction.run_id == run_id, Extraction.partial_id.is_(None), Extraction.summary.is_not(None))
+        .order_by(Extraction.id)
+    )
+    if _batch(session.execute(unclaimed).all(), min_tokens, max_tokens) is None:
+        return None  # the common case, without a lock
+    ids = _batch(session.execute(unclaimed.with_for_update(skip_locked=True)).all(), min_tokens, max_tokens)
+    if ids is None:
+        return None
+    run = session.execute(
+        select(Run.id, Run.query, Run.budget_usd)
+        .join(Extraction, Extraction.run_id == Run.id)
+        .where(Extraction.document_id == document_id)
+    ).one()
+    partial = SynthesisPartial(run_id=run.id, documents=len(ids))
+    session.add(partial)
+    session.flush()
+    taken = session.execute(
+        update(Extraction)
+        .where(Extraction.id.in_(ids), Extraction.partial_id.is_(None))
+        .values(partial_id=partial.id)
+        .execution_options(synchronize_session=False)
+    )
+    if taken.rowcount < 2:  # type: ignore[attr-defined]
+        session.rollback()
+        return None
+    summaries = session.scalars(
+        select(Extraction.summary).where(Extraction.partial_id == partial.id).order_by(Extraction.id)
+    ).all()
+    partial.documents = len(summaries)
+    return Claim(partial.id, run.id, run.query, run.budget_usd, [s for s in summaries if s])
+
+
+def _batch(rows: Sequence[Row[tuple[int, int]]], min_tokens: int, max_tokens: int) -> list[int] | None:
+    """The first rows (id, characters) up to `max_tokens`, when they reach `min_tokens`."""
+    ids: list[int] = []
+    tokens = 0
+    for extraction_id, chars in rows:
+        cost = -(-int(chars) // CHARS_PER_TOKEN)
+        if ids and tokens + cost > max_tokens:
+            break
+        ids.append(extraction_id)
+        tokens += cost
+    return ids if tokens >= min_tokens and len(ids) >= 2 else None
+
+
+def complete(session: Session, partial_id: int, text: str) -> None:
+    session.execute(update(SynthesisPartial).where(SynthesisPartial.id == partial_id).values(text=text))
+
+
+def release(session: Session, partial_id: int) -> None:
+    """Give the partial's summaries back (its call failed): a later batch or the final synthesis
+    takes them."""
+    session.execute(
+        update(Extraction)
+        .where(Extraction.partial_id == partial_id)
+        .values(partial_id=None)
+        .execution_options(synchronize_session=False)
+    )
+    session.execute(delete(SynthesisPartial).where(SynthesisPartial.id == partial_id))
+
+
+def completed(session: Session, run_id: str) -> dict[int, str]:
+    """The run's partials that have text, by id (in the order they were made)."""
+    rows = session.execute(
+        select(SynthesisPartial.id, SynthesisPartial.text)
+        .where(SynthesisPartial.run_id == run_id, SynthesisPartial.text.is_not(None))
+        .order_by(SynthesisPartial.id)
+    ).all()
+    return {partial_id: text for partial_id, text in rows if text}
