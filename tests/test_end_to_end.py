@@ -157,6 +157,20 @@ def test_a_1mb_filing_reaches_the_llm_chunk_by_chunk_in_full(
     for start, end in spans:
         assert text[start:end] in sent, f"chunk {start}:{end} never reached the LLM"
 
+    # The chunks went side by side (the worker's chunk pool), not as one chain of 60 calls.
+    with session_scope(engine) as session:
+        calls = session.execute(
+            select(LLMCall.created_at, LLMCall.latency_ms).where(
+                LLMCall.document_id == doc.id, LLMCall.stage == "extract"
+            )
+        ).all()
+    events = sorted(
+        [(end.timestamp() - latency / 1000, 1) for end, latency in calls]
+        + [(e.timestamp(), -1) for e, _ in calls]
+    )
+    in_flight = list(itertools.accumulate(step for _, step in events))
+    assert max(in_flight) >= 2, "a document's chunks are answered in parallel"
+
 
 def test_a_document_whose_answers_never_validate_fails_while_the_run_completes(
     pipeline_env: dict[str, str], tmp_path: Path

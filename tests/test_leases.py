@@ -15,7 +15,15 @@ from pipeline.core.errors import LeaseLost
 from pipeline.core.settings import get_settings
 from pipeline.extraction.schemas import FilingExtraction
 from pipeline.ingest.producer import prepare_run
-from pipeline.runs.heartbeat import Heartbeat, Reclaimed, StepLease, live_workers, reclaim, worker_key
+from pipeline.runs.heartbeat import (
+    Heartbeat,
+    Reclaimed,
+    StepLease,
+    live_workers,
+    reclaim,
+    redelivery_grace_s,
+    worker_key,
+)
 from pipeline.storage import documents as repo
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.leases import Leases
@@ -147,6 +155,30 @@ def test_a_live_worker_reclaims_the_documents_of_a_dead_one_once(
         with session_scope(engine) as session:  # the reclaim's delivery starts it
             assert repo.start_document(session, doc_id, 3, "host:3:a", lease_s=60) is not None
     assert _doc(engine, alive_id).reclaims == 0
+
+
+def test_a_document_whose_redelivery_waits_in_the_queue_is_sent_again_later_each_time(
+    engine: Engine, client: redis.Redis, tmp_path: Path
+) -> None:
+    """A bench found each handed-back document of a long queue sent again every lease (its
+    retry waits behind the whole queue): eight copies of a document in a 4-minute run."""
+    (doc_id,) = _documents(engine, tmp_path, 1)
+    with session_scope(engine) as session:
+        assert repo.start_document(session, doc_id, 3, "host:11:dead", lease_s=0) is not None
+    leases = Leases(lease_s=0.5, owner="host:12:live")
+
+    def reclaimed() -> bool:
+        return doc_id in [item.document_id for item in reclaim(engine, client, leases, lambda t: None)]
+
+    assert reclaimed(), "the dead owner's document"
+    time.sleep(0.6)
+    assert reclaimed(), "its delivery did not start it within a lease"
+    time.sleep(0.6)
+    assert not reclaimed(), "the second wait is twice as long"
+    time.sleep(0.5)
+    assert reclaimed()
+    assert _doc(engine, doc_id).reclaims == 3
+    assert [redelivery_grace_s(30, n) for n in (0, 1, 2, 7, 50)] == [30, 60, 120, 3840, 3840]
 
 
 def test_the_heartbeat_renews_what_its_threads_hold_and_says_it_is_alive(

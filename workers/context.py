@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import redis
 from celery.signals import worker_process_init
@@ -30,11 +31,14 @@ def worker_context() -> Context:
         if _context is None:
             settings = get_settings()
             pool = settings.worker_concurrency
+            # Calls come from the task threads (compressions, syntheses) and from the chunk pool.
+            calls = 2 * pool
             _context = Context(
                 settings=settings,
                 engine=get_engine(settings.resolved_database_url, pool_size=pool),
-                llm=LLMClient(settings, pool_size=pool, limiter=RedisLimiter.from_settings(settings, pool)),
+                llm=LLMClient(settings, pool_size=calls, limiter=RedisLimiter.from_settings(settings, calls)),
                 leases=Leases(settings.lease_s, scope=scope_of(_redis_client())),
+                chunk_pool=ThreadPoolExecutor(max_workers=pool, thread_name_prefix="pipeline-chunk"),
             )
         return _context
 

@@ -46,6 +46,8 @@ SCOPE_KEY = "pipeline:deployment"
 STALE_AFTER_S = 3600.0
 """A lease that ran out this long ago is reclaimed whatever deployment it names (no live worker
 lets its leases lapse for an hour: its deployment's id changed with a Redis that lost its data)."""
+RECLAIM_DOUBLINGS_MAX = 7
+"""A reclaimed document's redelivery waits at most 2**7 leases (64 minutes at the default 30 s)."""
 
 
 def worker_key(owner: str) -> str:
@@ -128,14 +130,16 @@ def reclaim(
         expired = documents.expired_leases(session, leases.scope, stale_s=stale_s)
     if not expired:
         return []
-    others = {owner for _, _, owner, _ in expired if owner is not None and owner != leases.owner}
+    others = {owner for _, _, owner, _, _ in expired if owner is not None and owner != leases.owner}
     alive = {owner for owner in others if client.exists(worker_key(owner))}
     taken: list[Reclaimed] = []
-    for document_id, run_id, owner, fence in expired:
+    for document_id, run_id, owner, fence, reclaims in expired:
         if owner in alive or (owner == leases.owner and leases.holds(document_id)):
             continue
         with session_scope(engine) as session:
-            if documents.take_back(session, document_id, owner, fence, leases.lease_s):
+            if documents.take_back(
+                session, document_id, owner, fence, redelivery_grace_s(leases.lease_s, reclaims)
+            ):
                 taken.append(Reclaimed(document_id, run_id, owner))
     if taken:
         for item in taken:
@@ -147,6 +151,15 @@ def reclaim(
             )
         send(taken)
     return taken
+
+
+def redelivery_grace_s(lease_s: float, reclaims: int) -> float:
+    """How long a reclaimed document's new delivery has to start it: a lease, doubled with each
+    reclaim before. A delivery sent again waits behind the whole queue (a retry goes to its
+    tail too), which can take far longer than a lease in a large run: without the doubling,
+    every lease the document spent queued would send it once more. A delivery that was lost
+    (with a broker's data) is still sent again, later each time."""
+    return float(lease_s * 2 ** min(reclaims, RECLAIM_DOUBLINGS_MAX))
 
 
 def first_this_lease(client: redis.Redis, leases: Leases, key: str) -> bool:

@@ -169,15 +169,15 @@ def renew_leases(session: Session, held: dict[int, int], lease_s: float) -> None
 
 def expired_leases(
     session: Session, scope: str, stale_s: float, limit: int = 500
-) -> list[tuple[int, str, str | None, int]]:
+) -> list[tuple[int, str, str | None, int, int]]:
     """Running documents of the deployment `scope` whose lease ran out: (id, run id, owner,
-    fence). The owner is None for one released or reclaimed whose next delivery has not started
+    fence, reclaims so far). The owner is None for one released or reclaimed whose next delivery has not started
     it in time. Another deployment's (another broker's) workers are not seen alive from here,
     so their documents are left to them, unless their lease ran out `stale_s` ago (no live
     worker lets that happen: the deployment's id changed with a Redis that lost its data, say)."""
     now = utcnow()
     rows = session.execute(
-        select(Document.id, Document.run_id, Document.lease_owner, Document.fence)
+        select(Document.id, Document.run_id, Document.lease_owner, Document.fence, Document.reclaims)
         .where(
             Document.status == DocStatus.RUNNING,
             or_(
@@ -188,13 +188,13 @@ def expired_leases(
         .order_by(Document.lease_expires_at)
         .limit(limit)
     )
-    return [(int(i), str(run), owner, int(fence)) for i, run, owner, fence in rows.tuples()]
+    return [(int(i), str(run), owner, int(fence), int(n)) for i, run, owner, fence, n in rows.tuples()]
 
 
-def take_back(session: Session, document_id: int, owner: str | None, fence: int, lease_s: float) -> bool:
+def take_back(session: Session, document_id: int, owner: str | None, fence: int, grace_s: float) -> bool:
     """Clear the expired lease of a dead `owner` (only if it is still that lease), counting
     the reclaim; True when this caller did it and should send the document again. The new
-    delivery has `lease_s` to start it, or it is reclaimed again."""
+    delivery has `grace_s` to start it, or it is reclaimed again."""
     result = session.execute(
         update(Document)
         .where(
@@ -205,7 +205,7 @@ def take_back(session: Session, document_id: int, owner: str | None, fence: int,
             Document.lease_expires_at < utcnow(),
         )
         .values(
-            **_released(lease_s),
+            **_released(grace_s),
             fence=Document.fence + 1,  # the old holder, should it wake, can write nothing from now
             reclaims=Document.reclaims + 1,
             reclaimed_from=owner if owner is not None else Document.reclaimed_from,
