@@ -102,6 +102,7 @@ def create_app() -> Celery:
             "pipeline.finalize": {"queue": REPORT_QUEUE},
             "pipeline.compress": {"queue": REPORT_QUEUE},
             "pipeline.synthesize": {"queue": REPORT_QUEUE},
+            "pipeline.synthesize_partial": {"queue": REPORT_QUEUE},
             "pipeline.watchdog": {"queue": REPORT_QUEUE},
             "pipeline.nightly": {"queue": REPORT_QUEUE},
         },

@@ -34,6 +34,7 @@ def finalize_run(run_id: str) -> None:
 
 def _start(name: str) -> None:
     ctx = worker_context()
+    ctx.llm.warm_up()  # before the first task, not during it
     beat = Heartbeat(ctx.engine, redis_client(), ctx.leases, send_again, finalize_run, name=name)
     beat.start()
     _beats.append(beat)

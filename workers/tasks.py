@@ -130,8 +130,10 @@ def _extract(self: Task, document_id: int) -> str:
         lambda reason: extracting.note_retry(ctx, document_id, reason),
         lambda countdown: extracting.retry_due(ctx, document_id, countdown),
     )
+    if status in ("extracted", "failed") and self.request.chord is None:
+        _finalize_if_last(document_id)  # sent early or again: the chord's finalize only polls
     if status == "extracted":
-        _synthesize_ready(document_id)
+        _claim_partial(document_id)
     return status
 
 
@@ -151,13 +153,36 @@ def _compress_now(document_id: int, fence: int) -> None:
         log.info("compress of %s left to finalize: %s", document_id, exc)
 
 
-def _synthesize_ready(document_id: int) -> None:
-    """Best effort, once the document is extracted: a partial synthesis of its run when enough
-    summaries wait for one. What no partial takes, the final synthesis reads itself."""
+def _finalize_if_last(document_id: int) -> None:
     try:
-        streaming.synthesize_ready(worker_context(), document_id)
+        run_id = finalizing.ready_to_report(worker_context().engine, document_id)
+        if run_id is not None:
+            finalize.delay(run_id)
+    except Exception as exc:  # never out of the chord's header; the chord's finalize polls
+        log.info("finalize after %s left to the chord's: %s", document_id, exc)
+
+
+def _claim_partial(document_id: int) -> None:
+    """Best effort, once the document is extracted: claim a partial synthesis of its run when
+    enough summaries wait for one, and send it. What no partial takes, the final synthesis
+    reads itself."""
+    try:
+        partial_id = streaming.claim_ready(worker_context(), document_id)
+        if partial_id is not None:
+            synthesize_partial.delay(partial_id)
     except Exception as exc:  # never out of the chord's header
         log.info("partial synthesis after %s left to the final synthesis: %s", document_id, exc)
+
+
+@app.task(name="pipeline.synthesize_partial", ignore_result=True)
+def synthesize_partial(partial_id: int) -> str:
+    """A partial synthesis of a run's summaries; a failure gives them back, not retried."""
+    with log_context(partial_id=partial_id, task_name="pipeline.synthesize_partial"):
+        try:
+            return streaming.synthesize_partial(worker_context(), partial_id)
+        except Exception as exc:
+            log.info("partial synthesis %s left to the final synthesis: %s", partial_id, exc)
+            return "given back"
 
 
 @app.task(bind=True, name="pipeline.finalize", max_retries=None)

@@ -75,9 +75,10 @@ VISIBILITY_TIMEOUT_S = 3 * 60 * 60
 EXTRACT_QUEUE = "extract"
 REPORT_QUEUE = "report"
 
-DEFAULT_EARLY_DOCUMENTS = 64
-"""A run's first documents sent while the rest is stored: enough to keep two workers of 32
-threads busy for the seconds that storing hundreds of filings takes."""
+DEFAULT_EARLY_DOCUMENTS = 32
+"""A run's first documents sent while the rest is stored: their chunks (several each, answered
+side by side) keep two workers of 32 threads busy for the seconds that storing hundreds of
+filings takes, and storing fewer first starts the calls sooner."""
 
 DEFAULT_LEASE_S = 30.0
 """A running document's lease: its worker's heartbeat renews it every third of this, and a live

@@ -31,7 +31,7 @@ from pipeline.llm import lenient, prompts
 from pipeline.llm.ratelimit import Permit, RedisLimiter, Scope
 from pipeline.llm.ratelimit.policy import ProviderLimits, provider_limits, provider_wait_s
 from pipeline.llm.structured import ModeStore
-from pipeline.llm.tokens import estimate_prompt
+from pipeline.llm.tokens import counter_for, estimate_prompt
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
@@ -140,6 +140,19 @@ class LLMClient:
             return self.model
         names, weights = zip(*self._extract_models, strict=True)
         return str(self._rng.choices(names, weights=weights)[0])
+
+    def warm_up(self) -> None:
+        """Load at start-up what a process's first call would load on its way (the SDK's
+        lazily imported resources, each model's token counter), so that the first call of a
+        run does not wait for imports."""
+        for model in {
+            *self.extract_model_names(),
+            self.pick_model("compress"),
+            self.pick_model("synthesize"),
+        }:
+            counter_for(model)
+        for client in self._clients:
+            _ = client.chat.completions.with_raw_response
 
     def extract_model_names(self) -> list[str]:
         """Every model an extract call may go to (stored answers of these can be reused)."""

@@ -3,7 +3,9 @@ context budget), with the per-filing table and totals, stored; it closes the run
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import Row, select
@@ -19,9 +21,12 @@ from pipeline.reporting.reduce import reduce_to_one
 from pipeline.runs.status import RunStatusView, run_status
 from pipeline.storage import llm_calls, partials, reports
 from pipeline.storage.db import session_scope
-from pipeline.storage.models import Document, Extraction, RiskFactor, Run, RunStatus
+from pipeline.storage.models import Document, Extraction, RiskFactor, Run, RunStatus, utcnow
 
 PROMPT_OVERHEAD_TOKENS = 400
+PARTIAL_GRACE_S = 5.0
+"""Beyond a call's timeout, how long a partial synthesis may take (its task's own steps)."""
+PARTIAL_POLL_S = 0.1
 
 
 def synthesize_run(
@@ -38,6 +43,8 @@ def synthesize_run(
     the context budget. Passing `answer` skips the LLM (used when synthesis failed for good).
     `guard()` runs before the report is written, and raises when this synthesis lost its lease.
     """
+    if answer is None:
+        _await_partials(ctx, run_id)
     run, rows, risks, partial_texts = _load(ctx, run_id)
     titles, unverified = _risk_titles(risks)
     levels = 0
@@ -66,6 +73,20 @@ def synthesize_run(
     with session_scope(ctx.engine) as session:
         reports.save_report(session, run_id, render.markdown(report), render.as_json(report), status, failure)
     return status
+
+
+def _await_partials(ctx: Context, run_id: str) -> None:
+    """Wait for the partial syntheses still being answered (one sent by the run's last
+    documents, typically), so that each summary reaches the report once: through its partial.
+    A partial older than a call's timeout is not waited for (its worker died): the final
+    synthesis reads its summaries."""
+    made_after = utcnow() - timedelta(seconds=ctx.settings.llm_timeout_s + PARTIAL_GRACE_S)
+    deadline = time.monotonic() + ctx.settings.llm_timeout_s + PARTIAL_GRACE_S
+    while time.monotonic() < deadline:
+        with session_scope(ctx.engine) as session:
+            if not partials.pending(session, run_id, made_after):
+                return
+        time.sleep(PARTIAL_POLL_S)
 
 
 def synthesize_without_answer(

@@ -32,3 +32,18 @@ def next_step(engine: Engine, run_id: str) -> FinalizeStep:
         if run_state.unfinished_count(session, run_id):
             return FinalizeStep("wait")
         return FinalizeStep("report", run_state.extracted_ids(session, run_id, without_summary=True))
+
+
+def ready_to_report(engine: Engine, document_id: int) -> str | None:
+    """The document's run, when every document of it is final and it has no report yet: a
+    delivery outside the run's chord (sent early, or again) that ended the run sends its
+    finalize at once, instead of leaving it to the chord's finalize polling."""
+    with session_scope(engine) as session:
+        run_id = run_state.run_of_document(session, document_id)
+        if (
+            run_id is None
+            or run_state.report_exists(session, run_id)
+            or run_state.unfinished_count(session, run_id)
+        ):
+            return None
+        return run_id

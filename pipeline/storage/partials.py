@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy import Row, delete, func, select, update
 from sqlalchemy.orm import Session
 
 from pipeline.core.constants import CHARS_PER_TOKEN
-from pipeline.storage.models import Extraction, Run, SynthesisPartial
+from pipeline.storage.models import Extraction, Report, Run, SynthesisPartial
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,26 @@ def _batch(rows: Sequence[Row[tuple[int, int]]], min_tokens: int, max_tokens: in
     return ids if tokens >= min_tokens and len(ids) >= 2 else None
 
 
+def load_claim(session: Session, partial_id: int) -> Claim | None:
+    """The partial's run and summaries, while it waits for its text (None: it has its text, was
+    given back, or its run has its report already)."""
+    row = session.execute(
+        select(SynthesisPartial.run_id, SynthesisPartial.text, Run.query, Run.budget_usd)
+        .join(Run, Run.id == SynthesisPartial.run_id)
+        .where(SynthesisPartial.id == partial_id)
+    ).one_or_none()
+    if (
+        row is None
+        or row.text is not None
+        or session.scalar(select(Report.id).where(Report.run_id == row.run_id))
+    ):
+        return None
+    summaries = session.scalars(
+        select(Extraction.summary).where(Extraction.partial_id == partial_id).order_by(Extraction.id)
+    ).all()
+    return Claim(partial_id, row.run_id, row.query, row.budget_usd, [s for s in summaries if s])
+
+
 def complete(session: Session, partial_id: int, text: str) -> None:
     session.execute(update(SynthesisPartial).where(SynthesisPartial.id == partial_id).values(text=text))
 
@@ -94,6 +115,20 @@ def release(session: Session, partial_id: int) -> None:
         .execution_options(synchronize_session=False)
     )
     session.execute(delete(SynthesisPartial).where(SynthesisPartial.id == partial_id))
+
+
+def pending(session: Session, run_id: str, made_after: datetime) -> int:
+    """The run's partials made after `made_after` that have no text yet (their call runs)."""
+    return int(
+        session.scalar(
+            select(func.count()).where(
+                SynthesisPartial.run_id == run_id,
+                SynthesisPartial.text.is_(None),
+                SynthesisPartial.created_at > made_after,
+            )
+        )
+        or 0
+    )
 
 
 def completed(session: Session, run_id: str) -> dict[int, str]:

@@ -55,6 +55,10 @@ def extracted_ids(session: Session, run_id: str, *, without_summary: bool = Fals
     return list(session.scalars(stmt.order_by(Extraction.document_id)))
 
 
+def run_of_document(session: Session, document_id: int) -> str | None:
+    return session.scalar(select(Document.run_id).where(Document.id == document_id))
+
+
 def run_status(session: Session, run_id: str) -> str | None:
     return session.scalar(select(Run.status).where(Run.id == run_id))
 
