@@ -6,6 +6,7 @@ import itertools
 import random
 import subprocess
 import sys
+import threading
 
 import pytest
 from pydantic import ValidationError
@@ -17,7 +18,7 @@ from pipeline.extraction.schemas import FilingExtraction, RiskFactor
 from pipeline.ingest import chunking
 from pipeline.llm.client import redact
 from pipeline.reporting import render
-from pipeline.reporting.reduce import pack, reduce_to_one
+from pipeline.reporting.reduce import first_answer, pack, reduce_to_one
 
 
 def _text(chars: int) -> str:
@@ -195,3 +196,34 @@ def test_the_apps_time_limits_nest_below_the_visibility_timeout() -> None:
     assert conf.task_soft_time_limit < conf.task_time_limit < visibility_s
     assert conf.result_backend_transport_options["visibility_timeout"] == visibility_s
     assert conf.task_acks_late and conf.task_reject_on_worker_lost and conf.worker_prefetch_multiplier == 1
+
+
+def test_the_first_of_hedged_copies_answers_and_the_rest_still_run() -> None:
+    release = threading.Event()
+    finished: list[str] = []
+    calls = itertools.count()
+
+    def call() -> str:
+        if next(calls) == 0:  # the first copy is the provider's straggler
+            release.wait(10)
+            finished.append("slow")
+            return "slow"
+        finished.append("fast")
+        return "fast"
+
+    assert first_answer(call, 2) == "fast"
+    release.set()
+    for _ in range(100):
+        if len(finished) == 2:
+            break
+        threading.Event().wait(0.05)
+    assert finished == ["fast", "slow"], "the other copy ran to its end (it records its own call)"
+
+
+def test_hedged_copies_that_all_fail_raise_the_failure() -> None:
+    def call() -> str:
+        raise ValueError("provider down")
+
+    with pytest.raises(ValueError, match="provider down"):
+        first_answer(call, 3)
+    assert first_answer(lambda: "only", 1) == "only"

@@ -7,6 +7,8 @@ included) never loads Celery, and the commands that need no broker (`status`, `r
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +18,8 @@ if TYPE_CHECKING:
     from pipeline.core.settings import Settings
     from pipeline.runs.resume import ResumePlan
     from pipeline.runs.watchdog import Verdict
+
+log = logging.getLogger(__name__)
 
 
 def start(argv: list[str]) -> Any:
@@ -30,6 +34,24 @@ def worker_main(argv: list[str]) -> None:
     from workers.app import app
 
     app.worker_main(argv)
+
+
+def connect_in_background() -> threading.Thread:
+    """Load Celery and connect to the broker on a thread of its own, while the producer stores
+    the run's first files (about a second that the first documents would wait otherwise)."""
+
+    def connect() -> None:
+        from workers.app import app
+
+        try:
+            with app.producer_or_acquire() as producer:
+                producer.connection.ensure_connection(max_retries=1)
+        except Exception as exc:  # the send itself reports a broker that is down
+            log.debug("no broker connection ahead of the send: %s", exc)
+
+    thread = threading.Thread(target=connect, name="pipeline-broker-connect", daemon=True)
+    thread.start()
+    return thread
 
 
 def enqueue_run(run_id: str, document_ids: Sequence[int]) -> str:

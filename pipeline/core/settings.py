@@ -102,6 +102,12 @@ class Settings(BaseSettings):
     )
     inbox_query: str | None = Field(default=None, description="the nightly run's report question")
     watchdog_interval_s: float = Field(default=300.0, gt=0, description="how often beat runs the watchdog")
+    synthesis_copies: int = Field(
+        default=2,
+        ge=1,
+        le=4,
+        description="the final synthesis call goes this many times at once, the first answer is the report",
+    )
     run_failure_threshold: float = Field(
         default=0.10,
         ge=0,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from pipeline.ingest.chunking import estimate_tokens
 
@@ -32,14 +32,19 @@ def pack(items: Sequence[str], budget_tokens: int) -> list[list[str]]:
 
 
 def reduce_to_one(
-    items: Sequence[str], budget_tokens: int, synthesize: Synthesize, parallelism: int = 16
+    items: Sequence[str],
+    budget_tokens: int,
+    synthesize: Synthesize,
+    parallelism: int = 16,
+    final: Synthesize | None = None,
 ) -> tuple[str, int]:
     """Synthesize `items` into one answer; returns it and the number of levels used.
 
     While the items do not fit one prompt, each batch is synthesized (in parallel) into an
     intermediate answer, and the intermediate answers are reduced in turn. A level's calls
     all go at once (up to `parallelism`; the limiter paces them): each level waits for its
-    slowest call, and the run's end waits for every level.
+    slowest call, and the run's end waits for every level. The last call goes to `final`
+    (default `synthesize`).
     """
     level = list(items) or ["(no documents were extracted)"]
     depth = 1
@@ -49,4 +54,23 @@ def reduce_to_one(
             level = list(pool.map(synthesize, batches))
         batches = pack(level, budget_tokens)
         depth += 1
-    return synthesize(batches[0]), depth
+    return (final or synthesize)(batches[0]), depth
+
+
+def first_answer(call: Callable[[], str], copies: int) -> str:
+    """`call` made `copies` times at once; the first answer (hedged requests: the report's
+    last wait is one call's latency, and the slowest of a provider's latencies is several
+    times its median). The others run to their end and record themselves; all failing
+    raises the first failure."""
+    if copies <= 1:
+        return call()
+    pool = ThreadPoolExecutor(max_workers=copies, thread_name_prefix="pipeline-hedge")
+    futures = [pool.submit(call) for _ in range(copies)]
+    pool.shutdown(wait=False)
+    failures: list[BaseException] = []
+    for future in as_completed(futures):
+        failure = future.exception()
+        if failure is None:
+            return future.result()
+        failures.append(failure)
+    raise failures[0]

@@ -17,7 +17,7 @@ from pipeline.llm import prompts
 from pipeline.llm.client import CallRecord
 from pipeline.reporting import render
 from pipeline.reporting.compress import fallback_summary
-from pipeline.reporting.reduce import reduce_to_one
+from pipeline.reporting.reduce import first_answer, reduce_to_one
 from pipeline.runs.status import RunStatusView, run_status
 from pipeline.storage import llm_calls, partials, reports
 from pipeline.storage.db import session_scope
@@ -238,8 +238,12 @@ def synthesize_batch(
 
 
 def _synthesize(ctx: Context, run: Run, items: list[str], model: str) -> tuple[str, int]:
+    def synthesize(batch: list[str]) -> str:
+        return synthesize_batch(ctx, run.id, run.query, run.budget_usd, batch, model)
+
     return reduce_to_one(
         items,
         batch_budget_tokens(ctx),
-        lambda batch: synthesize_batch(ctx, run.id, run.query, run.budget_usd, batch, model),
+        synthesize,
+        final=lambda batch: first_answer(lambda: synthesize(batch), ctx.settings.synthesis_copies),
     )
