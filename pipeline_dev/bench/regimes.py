@@ -74,8 +74,8 @@ class BenchConfig:
 
 
 R1_FILINGS = 600
-"""About 4 minutes of quota at 600 RPM (~236 s). The run's fixed costs, ~3 s before the first
-call and ~10-12 s of the report's chain after the last extraction, are ~5 % of it."""
+"""About 4 minutes of quota at 600 RPM (~237 s). The run's fixed costs, ~2 s before the first
+call and ~4-5 s of the report's chain after the last extraction call, are ~3 % of it."""
 
 FAULT_ARGS = [
     "--error-rate",
