@@ -1,0 +1,258 @@
+"""The run's report as one self-contained HTML page (pure): charts as inline SVG, no script,
+no external resource, and a Content-Security-Policy that forbids loading anything at all.
+
+Every string from a filing or a model goes through `html_parts.text` (or matplotlib's XML
+escaping inside a chart); the page has no link, and no attribute holds data.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections import Counter
+from dataclasses import replace
+from pathlib import PurePath
+from typing import Any
+
+from pipeline.reporting import charts
+from pipeline.reporting.html_parts import Html, custom_cell, join, note, section, table, tag, text
+from pipeline.reporting.html_parts import figure as chart_figure
+from pipeline.reporting.html_parts import ungrounded_paths as unverified_paths
+from pipeline.reporting.page_data import PageInput
+from pipeline.reporting.render import money
+from pipeline.reporting.run_charts import calls_section
+
+CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
+TOP_RISKS = 15
+STYLE = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;margin:0 auto;
+max-width:70rem;padding:1rem 1.5rem 3rem;color:#1d232a;line-height:1.45}
+h1{font-size:1.6rem;margin:.4rem 0}h2{font-size:1.2rem;border-bottom:1px solid #d6dbe0;padding-bottom:.2rem;margin-top:2rem}
+.banner{padding:.5rem .8rem;border-radius:4px;font-weight:600;margin:.5rem 0}
+.simulated{background:#fff4d6;border:1px solid #e0b44c}.failed{background:#fde2df;border:1px solid #c0392b}
+.meta{color:#56616c}.note{color:#56616c;font-size:.9rem}.answer{white-space:pre-wrap;background:#f6f8fa;
+padding:.8rem 1rem;border-radius:4px}table{border-collapse:collapse;width:100%;font-size:.88rem;margin:.6rem 0}
+th,td{border-bottom:1px solid #e3e7eb;padding:.3rem .5rem;text-align:left;vertical-align:top}
+th{background:#f0f3f6}td.num{text-align:right;font-variant-numeric:tabular-nums}
+.unverified{color:#a5401f}.warn{color:#a5401f;font-weight:600}td{overflow-wrap:break-word}
+figure.chart{margin:1rem 0}figure.chart svg{width:100%;max-width:56rem;height:auto;display:block}
+figcaption{color:#56616c;font-size:.85rem}code{white-space:pre-wrap;overflow-wrap:anywhere}
+"""
+
+
+def render_page(page: PageInput) -> str:
+    """The whole page for one run."""
+    page, base = relative_paths(page)
+    r = page.report
+    title = r.get("name") or r["run_id"]
+    body = join(
+        [
+            _header(page, base),
+            section(
+                "answer",
+                "Question and answer",
+                tag("p", r.get("query")),
+                tag("div", r.get("answer"), "answer"),
+            ),
+            _filings(page),
+            _revenue(r),
+            _risks(r),
+            _grounding(r),
+            _not_extracted(r),
+            calls_section(page),
+        ]
+    )
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+        '<meta name="referrer" content="no-referrer">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{text('Report: ' + str(title))}</title><style>{STYLE}</style></head>"
+        f"<body>{body}</body></html>\n"
+    )
+
+
+def relative_paths(page: PageInput) -> tuple[PageInput, str | None]:
+    """The page with its documents' paths relative to the directory they all lie under (a
+    batch's files mostly share one), and that directory; the page as it is when none."""
+    paths = [str(d.get("path") or "") for d in page.report.get("documents", [])]
+    if len(paths) < 2 or not all(p.startswith("/") for p in paths):
+        return page, None
+    base = posixpath.commonpath([posixpath.dirname(p) for p in paths])
+    if base in ("", "/"):
+        return page, None
+
+    def cut(path: str) -> str:
+        return path[len(base) + 1 :] if path.startswith(base + "/") else path
+
+    documents = [{**d, "path": cut(str(d.get("path") or ""))} for d in page.report["documents"]]
+    custom = page.custom and replace(page.custom, rows=[(cut(p), data) for p, data in page.custom.rows])
+    slowest = [replace(d, path=cut(d.path)) for d in page.slowest]
+    return replace(page, report={**page.report, "documents": documents}, custom=custom, slowest=slowest), base
+
+
+def _header(page: PageInput, base: str | None) -> Html:
+    r = page.report
+    parts = [tag("h1", f"Report: {r.get('name') or r['run_id']}")]
+    if r.get("simulated"):
+        parts.append(
+            tag(
+                "p",
+                "SIMULATED RUN: answers come from the built-in LLM simulator, not a model.",
+                "banner simulated",
+            )
+        )
+    if r.get("failure"):
+        parts.append(tag("p", f"RUN FAILED: {r['failure']}. The failures are listed below.", "banner failed"))
+    totals = r.get("totals") or {}
+    counts = ", ".join(f"{n} {status}" for status, n in sorted((totals.get("documents") or {}).items()))
+    finished = page.finished_at.isoformat(timespec="seconds") if page.finished_at else "not finished"
+    line = (
+        f"Run {r['run_id']} · {page.status} · model {r.get('model')} · {counts} · "
+        f"{totals.get('llm_calls', 0)} LLM calls, {totals.get('tokens', 0):,} tokens · "
+        f"submitted {page.created_at.isoformat(timespec='seconds')}, finished {finished}"
+    )
+    if page.custom:
+        line += f" · schema {page.custom.schema}"
+    if base:
+        line += f" · files under {base}/"
+    parts.append(tag("p", line, "meta"))
+    return Html(f"<header>{join(parts)}</header>")
+
+
+def _extracted(r: dict[str, Any]) -> list[dict[str, Any]]:
+    return [d for d in r.get("documents", []) if d.get("status") == "extracted"]
+
+
+def _file(d: dict[str, Any]) -> Html:
+    name = text(d.get("path"))
+    return Html(name + (tag("span", " (injection warning)", "warn") if d.get("injection_excerpt") else ""))
+
+
+def _revenue_cell(d: dict[str, Any]) -> Html:
+    if d.get("revenue_usd") is None:
+        return Html("")
+    if d.get("revenue_grounded") is False:
+        return tag("span", f"unverified: {money(d['revenue_usd'])}?", "unverified")
+    return text(money(d["revenue_usd"]))
+
+
+def _filings(page: PageInput) -> Html:
+    r = page.report
+    grounding = (r.get("totals") or {}).get("grounding") or {}
+    total, found = grounding.get("quotes_total", 0), grounding.get("quotes_grounded", 0)
+    intro = note(
+        f"Quotes found in their filing: {found} of {total} ({found / total:.1%}). Risk factors whose quote "
+        "is not in the filing are left out of this table, and a revenue whose quote is not in the filing "
+        "is marked unverified."
+        if total
+        else "No quotes to check."
+    )
+    if page.custom is not None:
+        custom = page.custom
+        by_path = {d.get("path"): d for d in r.get("documents", [])}
+        rows = []
+        for path, data in custom.rows:
+            bad = unverified_paths(data, "_grounding")
+            d = by_path.get(path, {"path": path})
+            cells = [custom_cell(data.get(f), f, bad) for f in custom.fields]
+            rows.append([_file(d), *cells, f"{d.get('quotes_grounded', 0)}/{d.get('quotes_total', 0)}"])
+        headers = ["File", *custom.fields, "Quotes found"]
+        return section("filings", f"Filings ({custom.schema})", intro, table(headers, rows))
+    extracted = _extracted(r)
+    if not extracted:
+        return section("filings", "Filings", note("No filing was extracted."))
+    rows = [
+        [
+            d.get("company") or "",
+            str(d.get("fiscal_year") or ""),
+            _revenue_cell(d),
+            "; ".join((d.get("risk_titles") or [])[:3]),
+            f"{d.get('quotes_grounded', 0)}/{d.get('quotes_total', 0)}",
+            _file(d),
+        ]
+        for d in extracted
+    ]
+    headers = ["Company", "Fiscal year", "Revenue", "Top risk factors", "Quotes found", "File"]
+    return section("filings", "Filings", intro, table(headers, rows))
+
+
+def _label(d: dict[str, Any]) -> str:
+    return str(d.get("company") or PurePath(str(d.get("path", ""))).name)
+
+
+def _revenue(r: dict[str, Any]) -> Html:
+    bars = [
+        (_label(d), float(d["revenue_usd"]), d.get("revenue_grounded") is False)
+        for d in _extracted(r)
+        if d.get("revenue_usd") is not None
+    ]
+    if not bars:
+        return Html("")
+    caption = "Hatched bars: the revenue's quote was not found in the filing (unverified)."
+    return section("revenue", "Revenue by company", chart_figure(charts.revenue_chart(bars), caption))
+
+
+def _risks(r: dict[str, Any]) -> Html:
+    filings: Counter[str] = Counter()
+    shown: dict[str, str] = {}
+    for d in _extracted(r):
+        for title in dict.fromkeys(" ".join(t.split()).lower() for t in d.get("risk_titles") or []):
+            filings[title] += 1
+        for t in d.get("risk_titles") or []:
+            shown.setdefault(" ".join(t.split()).lower(), " ".join(t.split()))
+    if not filings:
+        return Html("")
+    top = filings.most_common(TOP_RISKS)
+    bars = [(shown[key], float(n), False) for key, n in top]
+    svg = charts.hbar(
+        "risks", "Most frequent risk factors", bars, xlabel="filings", fmt=lambda v: f"{v:.0f}", counts=True
+    )
+    caption = f"Filings naming each risk factor (grounded quotes only; titles compared case-insensitively), top {len(top)} of {len(filings)}."
+    return section("risks", "Top risk factors across the run", chart_figure(svg, caption))
+
+
+def _grounding(r: dict[str, Any]) -> Html:
+    rated = [d for d in _extracted(r) if d.get("quotes_total")]
+    parts = []
+    if rated:
+        ordered = sorted(rated, key=lambda d: d["quotes_grounded"] / d["quotes_total"])
+        bars = [
+            (_label(d), d["quotes_grounded"] / d["quotes_total"], bool(d.get("injection_excerpt")))
+            for d in ordered
+        ]
+        svg = charts.hbar(
+            "grounding",
+            "Quotes found in their filing, per filing (lowest first)",
+            bars,
+            xlabel="share of the filing's quotes found in its text",
+            fmt=lambda v: f"{v:.0%}",
+            flagged_label="injection warning",
+            xlim=(0.0, 1.15),
+        )
+        parts.append(
+            chart_figure(svg, "Hatched bars: the filing holds text that addresses a language model.")
+        )
+    flagged = [d for d in r.get("documents", []) if d.get("injection_excerpt")]
+    if flagged:
+        parts.append(tag("h3", "Injection warnings"))
+        parts.append(
+            note(
+                "These filings hold text that addresses a language model. It was treated as data, never obeyed; their facts above are as reliable as their quotes."
+            )
+        )
+        parts.append(
+            table(
+                ["File", "Excerpt"], [[d.get("path"), tag("code", d["injection_excerpt"])] for d in flagged]
+            )
+        )
+    else:
+        parts.append(note("No filing holds text that addresses a language model."))
+    return section("grounding", "Grounding and injection warnings", *parts)
+
+
+def _not_extracted(r: dict[str, Any]) -> Html:
+    other = [d for d in r.get("documents", []) if d.get("status") != "extracted"]
+    if not other:
+        return section("not-extracted", "Failed and skipped documents", note("Every document was extracted."))
+    rows = [[d.get("path"), d.get("status"), d.get("error") or ""] for d in other]
+    return section("not-extracted", "Failed and skipped documents", table(["File", "Status", "Reason"], rows))

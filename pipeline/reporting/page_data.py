@@ -1,0 +1,207 @@
+"""What the HTML page of a run shows, read from the database: the stored report, the run's LLM
+calls, cost per stage and model, the slowest documents, and a custom schema's extractions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from redis.exceptions import RedisError
+from sqlalchemy import Engine, func, select
+from sqlalchemy.orm import Session
+
+from pipeline.core.errors import ConfigError
+from pipeline.core.settings import Settings
+from pipeline.extraction.custom import GROUNDING_KEY, load_schema
+from pipeline.llm.ratelimit.policy import limit_in_force
+from pipeline.reporting.timeline import CallSpan
+from pipeline.storage.db import session_scope
+from pipeline.storage.models import Document, Extraction, LLMCall, Report, Run, aware
+
+SLOWEST_DOCUMENTS = 10
+
+
+@dataclass(frozen=True)
+class Quota:
+    per_s: float
+    label: str
+
+
+@dataclass(frozen=True)
+class CostRow:
+    key: str
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float | None
+    """None when none of these calls was priced."""
+
+
+@dataclass(frozen=True)
+class SlowDocument:
+    path: str
+    status: str
+    seconds: float
+    calls: int
+    chunks: int
+
+
+@dataclass
+class CustomTable:
+    """A `--schema` run's extractions: that schema's top-level fields, per document."""
+
+    schema: str
+    fields: list[str]
+    rows: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    """(path, extractions.data with its `_grounding` checks)."""
+
+
+@dataclass
+class PageInput:
+    report: dict[str, Any]
+    """The stored report JSON (reports.json): what the Markdown report shows."""
+    status: str
+    created_at: datetime
+    finished_at: datetime | None
+    calls: list[CallSpan] = field(default_factory=list)
+    quota: Quota | None = None
+    by_stage: list[CostRow] = field(default_factory=list)
+    by_model: list[CostRow] = field(default_factory=list)
+    slowest: list[SlowDocument] = field(default_factory=list)
+    custom: CustomTable | None = None
+
+
+class NoReport(LookupError):
+    pass
+
+
+def limiter_state(settings: Settings) -> list[dict[str, Any]]:
+    """The limiter's view of each scope (limits learned from the provider live in Redis); empty
+    without a Redis to ask, as when the embedded one of `pipeline run` has stopped."""
+    from pipeline.runs.status import limiter_views
+
+    try:
+        return limiter_views(settings)
+    except (RedisError, OSError, ConfigError):
+        return []
+
+
+def load_page(
+    engine: Engine, run_id: str, settings: Settings, limiter: list[dict[str, Any]] | None = None
+) -> PageInput:
+    """The page's data for `run_id`; NoReport before its report is written. `limiter` is
+    `limiter_state(settings)` unless given."""
+    if limiter is None:
+        limiter = limiter_state(settings)
+    with session_scope(engine) as session:
+        run = session.get(Run, run_id)
+        report = session.scalar(select(Report.json).where(Report.run_id == run_id))
+        if run is None or report is None:
+            raise NoReport(f"run {run_id} has no report yet (see `pipeline status {run_id}`)")
+        start = aware(run.created_at)
+        calls = [
+            CallSpan((aware(end) - start).total_seconds(), latency / 1000, wait / 1000, status)
+            for end, latency, wait, status in session.execute(
+                select(LLMCall.created_at, LLMCall.latency_ms, LLMCall.limiter_wait_ms, LLMCall.status).where(
+                    LLMCall.run_id == run_id
+                )
+            ).tuples()
+        ]
+        by_stage, by_model = (_costs(session, run_id, column) for column in (LLMCall.stage, LLMCall.model))
+        return PageInput(
+            report=report,
+            status=run.status,
+            created_at=start,
+            finished_at=aware(run.finished_at) if run.finished_at else None,
+            calls=calls,
+            quota=quota(limiter, {r.key for r in by_model}, settings),
+            by_stage=by_stage,
+            by_model=by_model,
+            slowest=_slowest(session, run_id),
+            custom=_custom(session, run_id, run.schema) if run.schema else None,
+        )
+
+
+def quota(views: list[dict[str, Any]], models: set[str], settings: Settings) -> Quota | None:
+    """The request quota the run's calls shared, per second: for each scope the run used, the
+    configured RPM or the one learned from the provider's headers (the lower, as the limiter
+    does); without the limiter's view, the configured RPM per model and key."""
+    scopes = [v for v in views if v["model"] in models]
+    if scopes:
+        rpm = sum(limit_in_force(int(v["rpm"]), int(v["learned_rpm"] or 0)) for v in scopes)
+        sources = sorted({str(v["limits_from"]) for v in scopes if v["limits_from"] != "none"})
+    else:
+        rpm = settings.rate_limit_rpm * len(settings.api_keys()) * max(1, len(models))
+        sources = ["configured"] if rpm else []
+    if not rpm:
+        return None
+    window_s = settings.rate_limit_window_s
+    return Quota(rpm / window_s, f"quota: {rpm:,} per {window_s:g} s ({', '.join(sources)})")
+
+
+def _costs(session: Session, run_id: str, column: Any) -> list[CostRow]:
+    rows = session.execute(
+        select(
+            column,
+            func.count(LLMCall.id),
+            func.coalesce(func.sum(LLMCall.prompt_tokens), 0),
+            func.coalesce(func.sum(LLMCall.completion_tokens), 0),
+            func.sum(LLMCall.cost_usd),
+        )
+        .where(LLMCall.run_id == run_id)
+        .group_by(column)
+        .order_by(column)
+    ).tuples()
+    return [
+        CostRow(str(key), int(n), int(p), int(c), None if usd is None else float(usd))
+        for key, n, p, c, usd in rows
+    ]
+
+
+def _slowest(session: Session, run_id: str) -> list[SlowDocument]:
+    calls = dict(
+        session.execute(
+            select(LLMCall.document_id, func.count(LLMCall.id))
+            .where(LLMCall.run_id == run_id, LLMCall.document_id.is_not(None))
+            .group_by(LLMCall.document_id)
+        )
+        .tuples()
+        .all()  # a list: dict() would take the Result, which has keys(), for a mapping
+    )
+    found = [
+        SlowDocument(
+            path, status, (aware(end) - aware(begin)).total_seconds(), calls.get(doc_id, 0), chunks or 0
+        )
+        for doc_id, path, status, begin, end, chunks in session.execute(
+            select(
+                Document.id,
+                Document.path,
+                Document.status,
+                Document.started_at,
+                Document.finished_at,
+                Document.chunk_count,
+            ).where(
+                Document.run_id == run_id, Document.started_at.is_not(None), Document.finished_at.is_not(None)
+            )
+        ).tuples()
+        if begin is not None and end is not None
+    ]
+    return sorted(found, key=lambda d: -d.seconds)[:SLOWEST_DOCUMENTS]
+
+
+def _custom(session: Session, run_id: str, schema: str) -> CustomTable:
+    rows = [
+        (str(path), dict(data))
+        for path, data in session.execute(
+            select(Document.path, Extraction.data)
+            .join(Extraction, Extraction.document_id == Document.id)
+            .where(Document.run_id == run_id)
+            .order_by(Document.path, Document.id)
+        ).tuples()
+    ]
+    try:
+        fields = list(load_schema(schema).model_fields)
+    except ValueError:  # not importable here: the fields the answers hold, in order
+        fields = list(dict.fromkeys(key for _, data in rows for key in data if key != GROUNDING_KEY))
+    return CustomTable(schema, fields, rows)
