@@ -50,6 +50,12 @@ def test_a_custom_schema_is_extracted_stored_as_json_and_grounded(
                 checked += 1
         assert checked > 0
         assert session.scalar(select(Report.markdown).where(Report.run_id == run_id))
+    # The HTML page's filings table has the schema's fields, not the 10-K columns.
+    page = tmp_path / "report.html"
+    assert run_cli("report", run_id, "--format", "html", "-o", str(page), env=pipeline_env).returncode == 0
+    html = page.read_text()
+    assert "<th>company</th><th>segments</th><th>Quotes found</th>" in html
+    assert "<th>Fiscal year</th>" not in html and f"schema {SCHEMA}" in html
 
 
 def test_a_schema_that_cannot_be_used_is_refused_at_submit(

@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+from html import escape
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,6 +37,12 @@ def test_pipeline_run_on_the_examples_with_embedded_parts(tmp_path: Path) -> Non
         assert filing["company"] in markdown
     run_id = result.stdout.strip().splitlines()[-1]
     assert run_id in report.name
+    page = report.with_suffix(".html").read_text()
+    assert "SIMULATED RUN" in page and "Content-Security-Policy" in page
+    for chart in ("revenue", "risks", "grounding", "timeline", "latency", "cost"):
+        assert f'id="chart-{chart}"' in page
+    for filing in truth:
+        assert escape(filing["company"]) in page
     # Nothing it started is left running: the SQLite file is all that remains.
     assert (tmp_path / ".pipeline" / "pipeline.db").exists()
     if shutil.which("pgrep"):

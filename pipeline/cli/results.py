@@ -124,26 +124,37 @@ def runs(limit: int, as_json: bool) -> None:
 
 @main.command()
 @click.argument("run", required=False)
-@click.option("--format", "fmt", type=click.Choice(["md", "json"]), default="md", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["md", "json", "html"]), default="md", show_default=True)
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path))
 def report(run: str | None, fmt: str, output: Path | None) -> None:
-    """Print or write the report of RUN (default: the newest)."""
+    """Print or write the report of RUN (default: the newest). `html`: one self-contained page
+    with charts, opened offline."""
     from sqlalchemy import select
 
     from pipeline.runs.status import UnknownRun, resolve_run_id
     from pipeline.storage.db import session_scope
     from pipeline.storage.models import Report
 
-    engine = open_engine(get_settings())
+    settings = get_settings()
+    engine = open_engine(settings)
     try:
         run_id = resolve_run_id(engine, run)
     except UnknownRun as exc:
         fail(str(exc))
-    with session_scope(engine) as session:
-        row = session.scalar(select(Report).where(Report.run_id == run_id))
-        if row is None:
-            fail(f"run {run_id} has no report yet (see `pipeline status {run_id}`)")
-        text = row.markdown if fmt == "md" else json.dumps(row.json, indent=2)
+    if fmt == "html":
+        from pipeline.reporting.html import render_page
+        from pipeline.reporting.page_data import NoReport, load_page
+
+        try:
+            text = render_page(load_page(engine, run_id, settings))
+        except NoReport as exc:
+            fail(str(exc))
+    else:
+        with session_scope(engine) as session:
+            row = session.scalar(select(Report).where(Report.run_id == run_id))
+            if row is None:
+                fail(f"run {run_id} has no report yet (see `pipeline status {run_id}`)")
+            text = row.markdown if fmt == "md" else json.dumps(row.json, indent=2)
     if output:
         output.write_text(text, encoding="utf-8")
         console.print(f"wrote {output}")

@@ -70,11 +70,12 @@ def submit_and_wait(
     check: Callable[[], str | None] | None = None,
 ) -> tuple[int, str]:
     """Store and enqueue the run; with `wait`, follow it. Returns the exit code and run id."""
-    from pipeline.cli.celery_app import enqueue_early, enqueue_run
+    from pipeline.cli.celery_app import connect_in_background, enqueue_early, enqueue_run
     from pipeline.ingest.producer import prepare_run
 
     if schema:
         _check_schema(schema)
+    connect_in_background()
     engine = open_engine(settings)
     plan = prepare_run(
         engine,
@@ -220,12 +221,17 @@ def run(
 
 
 def _write_report_files(settings: Settings, run_id: str) -> None:
+    """The report as `.md`, `.json` and `.html` under the data directory (while the embedded
+    Redis still runs: the page shows the limits the run learned from the provider)."""
     from sqlalchemy import select
 
+    from pipeline.reporting.html import render_page
+    from pipeline.reporting.page_data import load_page
     from pipeline.storage.db import session_scope
     from pipeline.storage.models import Report
 
-    with session_scope(open_engine(settings)) as session:
+    engine = open_engine(settings)
+    with session_scope(engine) as session:
         row = session.scalar(select(Report).where(Report.run_id == run_id))
         if row is None:
             return
@@ -233,4 +239,11 @@ def _write_report_files(settings: Settings, run_id: str) -> None:
         out.mkdir(parents=True, exist_ok=True)
         (out / f"{run_id}.md").write_text(row.markdown, encoding="utf-8")
         (out / f"{run_id}.json").write_text(json.dumps(row.json, indent=2), encoding="utf-8")
-    console.print(f"report: {out / f'{run_id}.md'} (and .json)")
+    try:
+        page = render_page(load_page(engine, run_id, settings))
+    except Exception as exc:  # the run is done and its report written: say so, and go on
+        console.print(f"[yellow]the HTML page could not be written:[/] {escape(repr(exc))}")
+        console.print(f"report: {out / f'{run_id}.md'} (and .json)")
+        return
+    (out / f"{run_id}.html").write_text(page, encoding="utf-8")
+    console.print(f"report: {out / f'{run_id}.md'} (and .json, .html)")
