@@ -11,6 +11,7 @@ from typing import Any
 
 from pipeline.runtime import embedded
 from pipeline_dev.bench import procs
+from pipeline_dev.bench.chart import bench_svg
 from pipeline_dev.bench.regimes import REGIMES, BenchConfig
 from pipeline_dev.bench.report import machine, markdown
 
@@ -30,7 +31,7 @@ def run_bench(
     say: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Run `regimes` (names from REGIMES, run in that table's order) and write
-    `bench.json` and `bench.md` into `out_dir`. Returns the results."""
+    `bench.json`, `bench.md` and the chart `bench.svg` into `out_dir`. Returns the results."""
     unknown = set(regimes) - set(REGIMES)
     if unknown:
         raise ValueError(f"unknown regimes: {', '.join(sorted(unknown))} (known: {', '.join(REGIMES)})")
@@ -72,4 +73,7 @@ def run_bench(
     }
     (out_dir / "bench.json").write_text(json.dumps({"meta": meta, "results": cfg.results}, indent=2))
     (out_dir / "bench.md").write_text(markdown(cfg.results, meta))
+    svg = bench_svg(cfg.results)
+    if svg is not None:
+        (out_dir / "bench.svg").write_text(svg, encoding="utf-8")
     return cfg.results
