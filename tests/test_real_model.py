@@ -70,6 +70,10 @@ def real_env(
             "PIPELINE_CHUNK_TOKENS": "1500",
             "PIPELINE_MODEL_CONTEXT_TOKENS": "8192",
             "PIPELINE_LLM_TIMEOUT_S": "300",
+            # The server answers one request at a time: a second copy of the final synthesis
+            # would only queue behind the first, and two filings need no partial synthesis.
+            "PIPELINE_SYNTHESIS_COPIES": "1",
+            "PIPELINE_CONTEXT_BUDGET_TOKENS": "8000",
             "PIPELINE_DATA_DIR": str(tmp_path_factory.mktemp("real-data")),
         }
 

@@ -192,26 +192,7 @@ class LLMClient:
         Raises SchemaViolation when the repaired answer does not validate either.
         """
         model = model or self.model
-        while True:
-            mode = self._modes.current(self.endpoint, model)
-            asked, fmt = prompts.structured_request(messages, schema, mode)
-            try:
-                done = self._complete(
-                    asked, stage=stage, model=model, max_tokens=max_tokens, sink=sink, fmt=fmt
-                )
-                break
-            except errors.FormatRejected as exc:
-                lower = self._modes.step_down(self.endpoint, model, mode) if self._modes.auto else None
-                if lower is None:
-                    how = (
-                        "no mode was left" if self._modes.auto else "set PIPELINE_LLM_STRUCTURED_OUTPUT=auto"
-                    )
-                    raise errors.FormatRejected(
-                        f"the endpoint rejects structured output as {mode} ({how}): {exc}"
-                    ) from None
-                log.warning(
-                    "%s rejects structured output as %s: asking as %s from now on", model, mode, lower
-                )
+        done, asked, fmt = self._first_answer(messages, schema, stage, model, max_tokens, sink)
         reading, problem = _read(done, schema, sink)
         if reading.value is not None:
             return self._and_the_rest(reading.value, asked, done, schema, model, max_tokens, sink, fmt)
@@ -227,6 +208,44 @@ class LLMClient:
                 raise errors.MalformedAnswer(f"answer was not JSON, even after repair: {problem}") from None
             raise errors.SchemaViolation(f"answer did not validate after repair: {problem}") from None
         return self._and_the_rest(reading.value, retry, done, schema, model, max_tokens, sink, fmt)
+
+    def _first_answer(
+        self,
+        messages: list[prompts.Message],
+        schema: type[BaseModel],
+        stage: str,
+        model: str,
+        max_tokens: int,
+        sink: CallSink,
+    ) -> tuple[Completion, list[prompts.Message], dict[str, Any] | None]:
+        """The first answer, the request that got it and its format: with `auto`, each mode the
+        endpoint rejects is stepped down from (under the probe, so that a call waiting its turn
+        asks in the new mode)."""
+        while True:
+            with self._modes.probing(self.endpoint, model):
+                mode = self._modes.current(self.endpoint, model)
+                asked, fmt = prompts.structured_request(messages, schema, mode)
+                try:
+                    done = self._complete(
+                        asked, stage=stage, model=model, max_tokens=max_tokens, sink=sink, fmt=fmt
+                    )
+                except errors.FormatRejected as exc:
+                    lower = self._modes.step_down(self.endpoint, model, mode) if self._modes.auto else None
+                    if lower is None:
+                        how = (
+                            "no mode was left"
+                            if self._modes.auto
+                            else "set PIPELINE_LLM_STRUCTURED_OUTPUT=auto"
+                        )
+                        raise errors.FormatRejected(
+                            f"the endpoint rejects structured output as {mode} ({how}): {exc}"
+                        ) from None
+                    log.warning(
+                        "%s rejects structured output as %s: asking as %s from now on", model, mode, lower
+                    )
+                    continue
+                self._modes.confirm(self.endpoint, model)
+                return done, asked, fmt
 
     def _and_the_rest(
         self,

@@ -11,6 +11,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import redis
 
@@ -43,11 +46,33 @@ class ModeStore:
         self.configured = configured
         self._client = client
         self._known: dict[str, str] = {}
+        self._confirmed: set[str] = set()
+        self._probes: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
         self._step_down = client.register_script(_STEP_DOWN) if client is not None else None
 
     @property
     def auto(self) -> bool:
         return self.configured == "auto"
+
+    @contextmanager
+    def probing(self, endpoint: str, model: str) -> Iterator[None]:
+        """Around a call in the current mode: until a call of this process has been answered
+        in it, `auto` lets one call at a time try it, so that a document's chunks, sent side by
+        side, do not all meet the same refusal."""
+        k = key(endpoint, model)
+        if not self.auto or k in self._confirmed:
+            yield
+            return
+        with self._guard:
+            lock = self._probes.setdefault(k, threading.Lock())
+        with lock:
+            yield
+
+    def confirm(self, endpoint: str, model: str) -> None:
+        """A call in the current mode was answered: the mode works (no more probing)."""
+        if self.auto:
+            self._confirmed.add(key(endpoint, model))
 
     def current(self, endpoint: str, model: str) -> str:
         """The mode a call to `model` at `endpoint` uses now."""
