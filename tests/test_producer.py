@@ -160,3 +160,28 @@ def test_a_large_run_starts_while_the_rest_is_stored(pipeline_env: dict[str, str
     calls: list[list[int]] = []
     plan = prepare_run(engine, settings, [str(small)], on_early=calls.append)
     assert calls == [] and plan.early_ids == [] and len(plan.document_ids) == 3, "a small run: one chord"
+
+
+def test_early_documents_that_all_end_before_the_rest_is_stored_do_not_finalize_the_run(
+    pipeline_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The review's race: a run's early documents all ended while the producer still stored
+    the rest; the last of them must not send the run's finalize (the report would miss the rest)."""
+    from sqlalchemy import update
+
+    from pipeline.runs.finalize import ready_to_report
+
+    url = pipeline_env["PIPELINE_DATABASE_URL"]
+    for i in range(3):
+        (tmp_path / f"f{i}.txt").write_text(f"Filing {i}. " + "Revenue was stated. " * 60)
+    plan = prepare_run(get_engine(url), _settings(url), [str(tmp_path)])
+    engine = get_engine(url)
+    with session_scope(engine) as session:
+        run = session.get(Run, plan.run_id)
+        assert run is not None and run.stored_at is not None, "the producer marks the run stored"
+        session.execute(update(Document).where(Document.run_id == plan.run_id).values(status="extracted"))
+    first = plan.document_ids[0]
+    assert ready_to_report(engine, first) == plan.run_id
+    with session_scope(engine) as session:  # as while the producer still stores the rest
+        session.execute(update(Run).where(Run.id == plan.run_id).values(stored_at=None))
+    assert ready_to_report(engine, first) is None

@@ -30,7 +30,8 @@ def worker_context() -> Context:
     with _lock:
         if _context is None:
             settings = get_settings()
-            pool = settings.worker_concurrency
+            # Threads in this process: a prefork or solo worker's process runs one task at a time.
+            pool = settings.worker_concurrency if settings.worker_pool == "threads" else 1
             # Calls come from the task threads (compressions, syntheses) and from the chunk pool.
             calls = 2 * pool
             _context = Context(
@@ -38,7 +39,13 @@ def worker_context() -> Context:
                 engine=get_engine(settings.resolved_database_url, pool_size=pool),
                 llm=LLMClient(settings, pool_size=calls, limiter=RedisLimiter.from_settings(settings, calls)),
                 leases=Leases(settings.lease_s, scope=scope_of(_redis_client())),
-                chunk_pool=ThreadPoolExecutor(max_workers=pool, thread_name_prefix="pipeline-chunk"),
+                # Under prefork, a child's chunks go one after another (the children are the
+                # concurrency); with threads, as many side by side as the worker has threads.
+                chunk_pool=(
+                    ThreadPoolExecutor(max_workers=pool, thread_name_prefix="pipeline-chunk")
+                    if pool > 1
+                    else None
+                ),
             )
         return _context
 

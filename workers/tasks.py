@@ -130,10 +130,10 @@ def _extract(self: Task, document_id: int) -> str:
         lambda reason: extracting.note_retry(ctx, document_id, reason),
         lambda countdown: extracting.retry_due(ctx, document_id, countdown),
     )
-    if status in ("extracted", "failed") and self.request.chord is None:
-        _finalize_if_last(document_id)  # sent early or again: the chord's finalize only polls
     if status == "extracted":
         _claim_partial(document_id)
+    if status in ("extracted", "failed") and self.request.chord is None:
+        _finalize_if_last(document_id)  # sent early or again: the chord's finalize only polls
     return status
 
 
@@ -166,12 +166,19 @@ def _claim_partial(document_id: int) -> None:
     """Best effort, once the document is extracted: claim a partial synthesis of its run when
     enough summaries wait for one, and send it. What no partial takes, the final synthesis
     reads itself."""
+    ctx = worker_context()
     try:
-        partial_id = streaming.claim_ready(worker_context(), document_id)
-        if partial_id is not None:
-            synthesize_partial.delay(partial_id)
+        partial_id = streaming.claim_ready(ctx, document_id)
     except Exception as exc:  # never out of the chord's header
         log.info("partial synthesis after %s left to the final synthesis: %s", document_id, exc)
+        return
+    if partial_id is None:
+        return
+    try:
+        synthesize_partial.delay(partial_id)
+    except Exception as exc:  # the broker: give the summaries back rather than leave them waited for
+        log.info("partial synthesis %s not sent (%s): its summaries go back", partial_id, exc)
+        _best_effort(lambda pid: streaming.give_back(ctx, pid), partial_id)
 
 
 @app.task(name="pipeline.synthesize_partial", ignore_result=True)

@@ -30,9 +30,10 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id"),
     )
     op.create_index("ix_synthesis_partials_run_id", "synthesis_partials", ["run_id"], unique=False)
-    if op.get_bind().dialect.name == "sqlite":
-        # A plain ADD COLUMN with REFERENCES: alembic's batch table copy would break the views
-        # over extractions, and it adds no constraint to a column otherwise.
+    if "partial_id" in _columns("extractions"):
+        pass  # a SQLite downgrade left it
+    elif op.get_bind().dialect.name == "sqlite":
+        # ADD COLUMN with REFERENCES: alembic adds no constraint to a SQLite column otherwise.
         op.execute(
             "ALTER TABLE extractions ADD COLUMN partial_id INTEGER "
             "REFERENCES synthesis_partials (id)"
@@ -51,8 +52,14 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_index("ix_extractions_run_partial", table_name="extractions")
-    if op.get_bind().dialect.name != "sqlite":  # SQLite keeps the column: dropping it needs a table copy
+    if op.get_bind().dialect.name != "sqlite":
         op.drop_constraint("fk_extractions_partial_id", "extractions", type_="foreignkey")
         op.drop_column("extractions", "partial_id")
+    else:  # SQLite keeps the column (dropping it needs a table copy, which breaks the views)
+        op.execute("UPDATE extractions SET partial_id = NULL")
     op.drop_index("ix_synthesis_partials_run_id", table_name="synthesis_partials")
     op.drop_table("synthesis_partials")
+
+
+def _columns(table: str) -> set[str]:
+    return {column["name"] for column in sa.inspect(op.get_bind()).get_columns(table)}

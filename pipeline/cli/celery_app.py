@@ -36,26 +36,37 @@ def worker_main(argv: list[str]) -> None:
     app.worker_main(argv)
 
 
-def connect_in_background() -> threading.Thread:
+_connecting: threading.Thread | None = None
+
+
+def connect_in_background() -> None:
     """Load Celery and connect to the broker on a thread of its own, while the producer stores
-    the run's first files (about a second that the first documents would wait otherwise)."""
+    the run's first files (about a second that the first documents would wait otherwise). The
+    senders below wait for it: importing Celery from two threads at once can deadlock on its
+    circular imports."""
+    global _connecting
 
     def connect() -> None:
-        from workers.app import app
-
         try:
+            from workers.app import app
+
             with app.producer_or_acquire() as producer:
                 producer.connection.ensure_connection(max_retries=1)
         except Exception as exc:  # the send itself reports a broker that is down
             log.debug("no broker connection ahead of the send: %s", exc)
 
-    thread = threading.Thread(target=connect, name="pipeline-broker-connect", daemon=True)
-    thread.start()
-    return thread
+    _connecting = threading.Thread(target=connect, name="pipeline-broker-connect", daemon=True)
+    _connecting.start()
+
+
+def _connected() -> None:
+    if _connecting is not None:
+        _connecting.join()
 
 
 def enqueue_run(run_id: str, document_ids: Sequence[int]) -> str:
     """Send the run's chord (ids only); returns the chord's result id."""
+    _connected()
     from workers.canvas import enqueue_run as send
 
     return send(run_id, document_ids)
@@ -63,6 +74,7 @@ def enqueue_run(run_id: str, document_ids: Sequence[int]) -> str:
 
 def enqueue_early(document_ids: Sequence[int]) -> None:
     """Send a run's first documents while the rest is still being stored."""
+    _connected()
     from workers.canvas import enqueue_early as send
 
     send(document_ids)

@@ -48,6 +48,7 @@ def worker(concurrency: int | None, queues: str, pool: str, name: str | None, lo
     for noisy in ("httpx", "openai"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     os.environ["PIPELINE_WORKER_CONCURRENCY"] = str(n)  # sizes the per-process pools
+    os.environ["PIPELINE_WORKER_POOL"] = pool  # (a prefork child runs one task at a time)
     get_settings.cache_clear()
     open_engine(get_settings())
     from pipeline.cli import celery_app

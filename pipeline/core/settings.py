@@ -51,6 +51,9 @@ class Settings(BaseSettings):
         default="text", description="worker logs: text with run/document ids, or JSON lines"
     )
     worker_concurrency: int = Field(default=8, ge=1, le=512)
+    worker_pool: Literal["threads", "prefork", "solo"] = Field(
+        default="threads", description="set by `pipeline worker --pool`: sizes the per-process pools"
+    )
     early_documents: int = Field(
         default=c.DEFAULT_EARLY_DOCUMENTS,
         ge=1,

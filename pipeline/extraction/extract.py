@@ -8,7 +8,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel
@@ -213,7 +213,8 @@ def _answer_chunks(ctx: Context, work: _Work, started: float) -> list[tuple[Base
             work.schema,
             work.fence,
         )
-        work.verified_at = time.monotonic()  # its answer was stored under the lease
+        if not _answered(chunk, work.schema):
+            work.verified_at = time.monotonic()  # its answer was stored under the lease
         return result
 
     try:
@@ -233,7 +234,10 @@ def _answer_chunks(ctx: Context, work: _Work, started: float) -> list[tuple[Base
 
         for future in futures.values():
             future.add_done_callback(stop_the_rest)
-        wait(futures.values())
+        wait(futures.values(), return_when=FIRST_EXCEPTION)
+        # A cancelled chunk counts as done only once a pool thread reaches it in the queue:
+        # wait for the chunks begun, not for the queue.
+        wait([f for f in futures.values() if not f.cancel()])
         return [
             futures[c.idx].result() if c.idx in futures else answer(c)
             for c in work.chunks

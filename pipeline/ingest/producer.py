@@ -117,9 +117,10 @@ def prepare_run(
         plan.created = False
         return plan
     plan.document_ids = enqueue_order(plan.document_ids, plan.chunk_counts, plan.run_id)
-    if plan.early_ids:
-        return plan  # running since the early start
     with session_scope(engine) as session:
+        run_state.mark_stored(session, plan.run_id)
+        if plan.early_ids:
+            return plan  # running since the early start
         if plan.document_ids:
             run_state.set_run_status(session, plan.run_id, RunStatus.RUNNING)
         else:

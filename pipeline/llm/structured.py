@@ -66,8 +66,15 @@ class ModeStore:
             return
         with self._guard:
             lock = self._probes.setdefault(k, threading.Lock())
-        with lock:
+        lock.acquire()
+        if k in self._confirmed:  # answered while this call waited: no more probing
+            lock.release()
             yield
+            return
+        try:
+            yield
+        finally:
+            lock.release()
 
     def confirm(self, endpoint: str, model: str) -> None:
         """A call in the current mode was answered: the mode works (no more probing)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
@@ -65,7 +66,7 @@ def first_answer(call: Callable[[], str], copies: int) -> str:
     if copies <= 1:
         return call()
     pool = ThreadPoolExecutor(max_workers=copies, thread_name_prefix="pipeline-hedge")
-    futures = [pool.submit(call) for _ in range(copies)]
+    futures = [pool.submit(contextvars.copy_context().run, call) for _ in range(copies)]
     pool.shutdown(wait=False)
     failures: list[BaseException] = []
     for future in as_completed(futures):

@@ -35,6 +35,12 @@ def claim_ready(ctx: Context, document_id: int) -> int | None:
     return None if claim is None else claim.partial_id
 
 
+def give_back(ctx: Context, partial_id: int) -> None:
+    """The claim's summaries go back (for a later batch or the final synthesis)."""
+    with session_scope(ctx.engine) as session:
+        partials.release(session, partial_id)
+
+
 def synthesize_partial(ctx: Context, partial_id: int) -> str:
     """Answer a claimed partial synthesis. When the call fails, its summaries go back (for a
     later batch or the final synthesis) and the error is raised."""
@@ -46,8 +52,7 @@ def synthesize_partial(ctx: Context, partial_id: int) -> str:
         model = ctx.llm.pick_model("synthesize", 0)
         text = synthesize_batch(ctx, claim.run_id, claim.query, claim.budget_usd, claim.summaries, model)
     except BaseException:
-        with session_scope(ctx.engine) as session:
-            partials.release(session, partial_id)
+        give_back(ctx, partial_id)
         raise
     with session_scope(ctx.engine) as session:
         partials.complete(session, partial_id, text)

@@ -35,9 +35,10 @@ def next_step(engine: Engine, run_id: str) -> FinalizeStep:
 
 
 def ready_to_report(engine: Engine, document_id: int) -> str | None:
-    """The document's run, when every document of it is final and it has no report yet: a
-    delivery outside the run's chord (sent early, or again) that ended the run sends its
-    finalize at once, instead of leaving it to the chord's finalize polling."""
+    """The document's run, when the producer has stored all of it, every document of it is
+    final and it has no report yet: a delivery outside the run's chord (sent early, or again)
+    that ended the run sends its finalize at once, instead of leaving it to the chord's
+    finalize polling. (Early documents may all end while the producer still stores the rest.)"""
     with session_scope(engine) as session:
         run_id = run_state.run_of_document(session, document_id)
         if (

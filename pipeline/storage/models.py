@@ -90,6 +90,8 @@ class Run(Base):
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None]
+    stored_at: Mapped[datetime | None]
+    """When the producer had stored every document of the run (an early start begins before)."""
     finished_at: Mapped[datetime | None]
 
 

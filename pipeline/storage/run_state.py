@@ -56,7 +56,16 @@ def extracted_ids(session: Session, run_id: str, *, without_summary: bool = Fals
 
 
 def run_of_document(session: Session, document_id: int) -> str | None:
-    return session.scalar(select(Document.run_id).where(Document.id == document_id))
+    """The document's run, once the producer has stored all of the run's documents."""
+    return session.scalar(
+        select(Document.run_id)
+        .join(Run, Run.id == Document.run_id)
+        .where(Document.id == document_id, Run.stored_at.is_not(None))
+    )
+
+
+def mark_stored(session: Session, run_id: str) -> None:
+    session.execute(update(Run).where(Run.id == run_id).values(stored_at=utcnow()))
 
 
 def run_status(session: Session, run_id: str) -> str | None:
