@@ -137,9 +137,11 @@ def test_a_worker_killed_mid_run_loses_nothing_and_the_run_completes_without_res
     # killed worker's in-flight calls reached the provider but were never recorded.
     assert chunks <= extract_calls <= chunks + 2 * 3
     lost_in_flight = sent - recorded
-    # The killed worker's three threads had a call each in flight. (More, in full runs of the suite,
-    # were this stack's heartbeats finishing other tests' runs: a deployment now finishes its own.)
-    assert 0 <= lost_in_flight <= 3, (
+    # The killed worker had a call in flight on each of its three chunk-pool threads and, at most,
+    # on each of its three task threads (a compression or a synthesis). (More, in full runs of the
+    # suite, were this stack's heartbeats finishing other tests' runs: a deployment now finishes
+    # its own.)
+    assert 0 <= lost_in_flight <= 2 * 3, (
         f"the killed worker's threads were mid-call: {sent} sent, {recorded} recorded"
     )
     print(
