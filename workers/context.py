@@ -36,7 +36,9 @@ def worker_context() -> Context:
             calls = 2 * pool
             _context = Context(
                 settings=settings,
-                engine=get_engine(settings.resolved_database_url, pool_size=pool),
+                # Room beyond the task threads for the heartbeat, whose renewals must not wait
+                # behind them for a connection (the overflow doubles it for the chunk pool).
+                engine=get_engine(settings.resolved_database_url, pool_size=pool + 2),
                 llm=LLMClient(settings, pool_size=calls, limiter=RedisLimiter.from_settings(settings, calls)),
                 leases=Leases(settings.lease_s, scope=scope_of(_redis_client())),
                 # Under prefork, a child's chunks go one after another (the children are the
