@@ -28,6 +28,10 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+IDLE_IN_TRANSACTION_TIMEOUT_MS = 30_000
+"""Postgres ends a session idle inside a transaction this long (its locks go with it)."""
+
+
 def get_engine(url: str, pool_size: int = 5) -> Engine:
     """One engine per URL per process, its pool sized for the process's concurrency: asked for
     a larger pool than the cached engine has (a worker sizing it after `ensure_schema` made one),
@@ -54,7 +58,17 @@ def _create_engine(url: str, pool_size: int) -> Engine:
         engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    return create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+    # A process frozen inside a transaction (SIGSTOP, a stalled VM) keeps its row locks, and a live
+    # worker's reclaim of that very document would wait on them: the server ends such a session.
+    # No transaction of ours waits between its statements (LLM calls happen outside them).
+    options = f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_TIMEOUT_MS}"
+    return create_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_pre_ping=True,
+        connect_args={"options": options},
+    )
 
 
 def _use_wal(path: str) -> None:
