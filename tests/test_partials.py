@@ -48,8 +48,13 @@ def _summarized(engine: Engine, tmp_path: Path, count: int) -> list[int]:
 
 
 def _claim(engine: Engine, document_id: int, min_tokens: int, max_tokens: int) -> partials.Claim | None:
+    """A claim and what it holds (None: nothing claimed)."""
     with session_scope(engine) as session:
-        return partials.claim_batch(session, document_id, min_tokens, max_tokens)
+        partial_id = partials.claim_batch(session, document_id, min_tokens, max_tokens)
+    if partial_id is None:
+        return None
+    with session_scope(engine) as session:
+        return partials.load_claim(session, partial_id)
 
 
 def test_summaries_are_claimed_in_batches_once_they_fill_one(engine: Engine, tmp_path: Path) -> None:

@@ -29,10 +29,9 @@ def claim_ready(ctx: Context, document_id: int) -> int | None:
     wait for one; returns the partial's id (`synthesize_partial` answers it)."""
     prompt_tokens = batch_budget_tokens(ctx)
     with session_scope(ctx.engine) as session:
-        claim = partials.claim_batch(
+        return partials.claim_batch(
             session, document_id, int(prompt_tokens * STREAM_BATCH_SHARE), prompt_tokens
         )
-    return None if claim is None else claim.partial_id
 
 
 def give_back(ctx: Context, partial_id: int) -> None:

@@ -27,29 +27,26 @@ class Claim:
     summaries: list[str]
 
 
-def claim_batch(session: Session, document_id: int, min_tokens: int, max_tokens: int) -> Claim | None:
+def claim_batch(session: Session, document_id: int, min_tokens: int, max_tokens: int) -> int | None:
     """Claim the summaries of the document's run that no partial holds, in the order they came,
-    once they add up to `min_tokens` (up to `max_tokens`); None while they do not.
+    once they add up to `min_tokens` (up to `max_tokens`); the new partial's id (`load_claim`
+    reads what it holds), None while they do not.
 
     Rows another transaction is claiming are skipped (Postgres), so two claims never wait for
     each other; a claim that finds its rows taken meanwhile (SQLite) claims nothing."""
     run_id = select(Extraction.run_id).where(Extraction.document_id == document_id).scalar_subquery()
     unclaimed = (
-        select(Extraction.id, func.length(Extraction.summary))
+        select(Extraction.id, func.length(Extraction.summary), Extraction.run_id)
         .where(Extraction.run_id == run_id, Extraction.partial_id.is_(None), Extraction.summary.is_not(None))
         .order_by(Extraction.id)
     )
     if _batch(session.execute(unclaimed).all(), min_tokens, max_tokens) is None:
         return None  # the common case, without a lock
-    ids = _batch(session.execute(unclaimed.with_for_update(skip_locked=True)).all(), min_tokens, max_tokens)
+    rows = session.execute(unclaimed.with_for_update(skip_locked=True)).all()
+    ids = _batch(rows, min_tokens, max_tokens)
     if ids is None:
         return None
-    run = session.execute(
-        select(Run.id, Run.query, Run.budget_usd)
-        .join(Extraction, Extraction.run_id == Run.id)
-        .where(Extraction.document_id == document_id)
-    ).one()
-    partial = SynthesisPartial(run_id=run.id, documents=len(ids))
+    partial = SynthesisPartial(run_id=rows[0].run_id, documents=len(ids))
     session.add(partial)
     session.flush()
     taken = session.execute(
@@ -57,22 +54,19 @@ def claim_batch(session: Session, document_id: int, min_tokens: int, max_tokens:
         .where(Extraction.id.in_(ids), Extraction.partial_id.is_(None))
         .values(partial_id=partial.id)
         .execution_options(synchronize_session=False)
-    )
-    if taken.rowcount < 2:  # type: ignore[attr-defined]
+    ).rowcount  # type: ignore[attr-defined]
+    if taken < 2:
         session.rollback()
         return None
-    summaries = session.scalars(
-        select(Extraction.summary).where(Extraction.partial_id == partial.id).order_by(Extraction.id)
-    ).all()
-    partial.documents = len(summaries)
-    return Claim(partial.id, run.id, run.query, run.budget_usd, [s for s in summaries if s])
+    partial.documents = taken
+    return partial.id
 
 
-def _batch(rows: Sequence[Row[tuple[int, int]]], min_tokens: int, max_tokens: int) -> list[int] | None:
-    """The first rows (id, characters) up to `max_tokens`, when they reach `min_tokens`."""
+def _batch(rows: Sequence[Row[tuple[int, int, str]]], min_tokens: int, max_tokens: int) -> list[int] | None:
+    """The first rows (id, characters, run) up to `max_tokens`, when they reach `min_tokens`."""
     ids: list[int] = []
     tokens = 0
-    for extraction_id, chars in rows:
+    for extraction_id, chars, _ in rows:
         cost = -(-int(chars) // CHARS_PER_TOKEN)
         if ids and tokens + cost > max_tokens:
             break
