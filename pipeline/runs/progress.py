@@ -14,6 +14,8 @@ from pipeline.storage.models import RunStatus
 
 FINAL_RUN_STATUSES = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.STALLED)
 POLL_S = 0.5
+REPORTING_POLL_S = 0.1
+"""Once every document is final, the report is seconds away: the end is seen sooner."""
 
 
 class WaitAborted(RuntimeError):
@@ -56,4 +58,4 @@ def wait_for_run(
                 raise WaitAborted(problem)
             if deadline and time.monotonic() > deadline:
                 raise WaitAborted(f"run {run_id} did not finish within {timeout_s:.0f} s")
-            time.sleep(POLL_S)
+            time.sleep(REPORTING_POLL_S if phase == "reporting" else POLL_S)
