@@ -12,6 +12,8 @@ import time
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from aiohttp import web
+
 from pipeline_dev.sim.config import SimConfig
 from pipeline_dev.sim.limits import SlidingWindowLimiter
 
@@ -171,3 +173,6 @@ class SimState:
         self.counters.reset()
         self.limiter.reset()
         self.invented_quotes.clear()
+
+
+STATE = web.AppKey("state", SimState)
