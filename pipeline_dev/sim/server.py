@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from pipeline_dev.sim import faults
+from pipeline_dev.sim import batches, faults, files
 from pipeline_dev.sim.config import SimConfig
 from pipeline_dev.sim.errors import error_response, key_refusal, request_refusal
 from pipeline_dev.sim.limits import Decision, openai_duration
@@ -258,6 +258,7 @@ def build_app(config: SimConfig) -> web.Application:
     app.router.add_get("/sim/invented", invented)
     app.router.add_post("/sim/reset", reset)
     app.router.add_post("/sim/config", configure)
+    batches.setup(app, state, files.setup(app))
 
     async def recorder(_: web.Application) -> AsyncIterator[None]:
         state.recorder = Recorder(config.record_path) if config.record_path else None
