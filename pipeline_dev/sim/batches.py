@@ -209,9 +209,9 @@ class Batch:
     endpoint: str
     completion_window: str
     metadata: dict[str, str] | None
-    deadline: float  # event-loop time at which the batch expires
+    created_at: int
     expires_at: int
-    created_at: int = field(default_factory=_now)
+    deadline: float  # event-loop time at which the batch expires
     status: str = "validating"
     model: str | None = None
     errors: list[dict[str, Any]] = field(default_factory=list)
@@ -297,14 +297,16 @@ class BatchService:
     ) -> Batch:
         loop = asyncio.get_running_loop()
         window = self.state.config.batch_expire_after_s
+        now = time.time()
         batch = Batch(
             id=f"batch_{secrets.token_hex(12)}",
             input_file_id=input_file_id,
             endpoint=endpoint,
             completion_window=completion_window,
             metadata=metadata,
+            created_at=int(now),
+            expires_at=int(now + window),
             deadline=loop.time() + window,
-            expires_at=int(time.time() + window),
         )
         self.batches[batch.id] = batch
         self.state.batch_counters.batches_created += 1
