@@ -286,3 +286,33 @@ def test_files_upload_read_list_and_delete() -> None:
     assert retrieved == uploaded and downloaded == content
     assert listed == [other.id, uploaded.id] and only_batch == [uploaded.id]
     assert deleted.deleted is True and deleted.id == uploaded.id
+
+
+def test_the_endpoints_answer_knobs_apply_to_batch_lines() -> None:
+    lines = [
+        request_line("ungrounded", response_format=RESPONSE_FORMAT),
+        request_line("broken", document=FILING + "\n[[sim:badjson]]", response_format=RESPONSE_FORMAT),
+        request_line("too-long", max_tokens=5000),
+    ]
+    config = SimConfig(**QUICK, batch_duration_s=0.1, ungrounded_rate=1.0, context_tokens=4000)
+    with SimServer(config) as sim:
+        sdk = client(sim)
+        batch, _ = wait(sdk, submit(sdk, lines))
+        output = {line["custom_id"]: line for line in download(sdk, batch.output_file_id)}
+        (refused,) = download(sdk, batch.error_file_id)
+        invented = httpx.get(sim.base_url.replace("/v1", "/sim/invented")).json()["quotes"]
+        stats = sim.stats()
+
+    def content(custom_id: str) -> str:
+        body = ChatCompletion.model_validate(output[custom_id]["response"]["body"])
+        return body.choices[0].message.content or ""
+
+    answer = FilingExtraction.model_validate_json(content("ungrounded"))
+    quotes = [answer.revenue_quote, *(r.quote for r in answer.risk_factors)]
+    assert all(q and q not in FILING for q in quotes) and sorted(invented) == sorted(quotes)
+    assert stats["batch_ungrounded_quotes"] == stats["batch_quotes"] == len(quotes)
+    assert stats["ungrounded_quotes"] == 0, "the synchronous endpoint's counter"
+    with pytest.raises(ValueError):
+        json.loads(content("broken"))
+    assert refused["custom_id"] == "too-long" and refused["response"]["status_code"] == 400
+    assert refused["response"]["body"]["error"]["code"] == "context_length_exceeded"
