@@ -64,6 +64,38 @@ from pipeline.core.settings import get_settings
     default=None,
     help="Append every request as a JSON line to this file.",
 )
+@click.option(
+    "--batch-duration",
+    "batch_duration_s",
+    default=2.0,
+    show_default=True,
+    help="Seconds a batch is in_progress; its lines complete spread over them.",
+)
+@click.option(
+    "--batch-validate-s",
+    default=0.2,
+    show_default=True,
+    help="Seconds a batch is validating (and finalizing, and cancelling).",
+)
+@click.option(
+    "--batch-fail-rate",
+    default=0.0,
+    show_default=True,
+    help="Share of batch lines answered with a 500 (in the error file).",
+)
+@click.option(
+    "--batch-expire-after",
+    "batch_expire_after_s",
+    default=86_400.0,
+    show_default=True,
+    help="Seconds after its creation a batch not finished expires (the 24h window).",
+)
+@click.option(
+    "--batch-enqueued-tokens",
+    default=0,
+    show_default=True,
+    help="Enqueued-token limit: prompt + max_tokens of unfinished batches' lines (0: none).",
+)
 def sim(
     host: str,
     port: int,
@@ -87,6 +119,11 @@ def sim(
     context_tokens: int,
     unsupported_params: tuple[str, ...],
     record_path: str | None,
+    batch_duration_s: float,
+    batch_validate_s: float,
+    batch_fail_rate: float,
+    batch_expire_after_s: float,
+    batch_enqueued_tokens: int,
 ) -> None:
     """Run the OpenAI-compatible LLM simulator (tests, dry runs, benchmarks)."""
     from pipeline_dev.sim import SimConfig, serve
@@ -112,6 +149,11 @@ def sim(
         served_models=served_models,
         context_tokens=context_tokens,
         unsupported_params=unsupported_params,
+        batch_duration_s=batch_duration_s,
+        batch_validate_s=batch_validate_s,
+        batch_fail_rate=batch_fail_rate,
+        batch_expire_after_s=batch_expire_after_s,
+        batch_enqueued_tokens=batch_enqueued_tokens,
     )
     serve(host, port, config)
 

@@ -42,6 +42,19 @@ class SimConfig:
     """When set, prompt + max_tokens above it is refused with 400 (context_length_exceeded)."""
     unsupported_params: tuple[str, ...] = ()
     """Request parameters refused with 400 (unsupported_parameter), e.g. temperature on some models."""
+    batch_duration_s: float = 2.0
+    """How long a batch is in_progress: its lines complete one by one, spread evenly over it (so a
+    cancel or an expiry halfway finds about half of them done)."""
+    batch_validate_s: float = 0.2
+    """How long a batch is validating; finalizing and cancelling take as long."""
+    batch_fail_rate: float = 0.0
+    """Share of batch lines answered with a 500 (written to the batch's error file)."""
+    batch_expire_after_s: float = 86_400.0
+    """The completion window as the simulator enforces it: a batch not finished this long after its
+    creation expires (OpenAI's "24h")."""
+    batch_enqueued_tokens: int = 0
+    """The organization's enqueued-token limit: prompt tokens + max_tokens of the lines of every
+    batch not yet finished; a batch that would pass it fails (token_limit_exceeded). 0 = none."""
 
     def __post_init__(self) -> None:
         if self.p50_s < 0 or self.p95_s < 0 or self.hang_s < 0:
@@ -50,7 +63,14 @@ class SimConfig:
             raise ValueError("window_s must be > 0")
         if self.rpm < 0 or self.tpm < 0:
             raise ValueError("rpm and tpm must be >= 0 (0 = no limit)")
+        if self.batch_duration_s < 0 or self.batch_validate_s < 0:
+            raise ValueError("batch_duration_s and batch_validate_s must be >= 0")
+        if self.batch_expire_after_s <= 0:
+            raise ValueError("batch_expire_after_s must be > 0")
+        if self.batch_enqueued_tokens < 0:
+            raise ValueError("batch_enqueued_tokens must be >= 0 (0 = no limit)")
         for name in (
+            "batch_fail_rate",
             "error_rate",
             "drop_rate",
             "hang_rate",

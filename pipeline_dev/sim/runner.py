@@ -13,7 +13,8 @@ from typing import Any
 from aiohttp import web
 
 from pipeline_dev.sim.config import SimConfig
-from pipeline_dev.sim.server import STATE, build_app
+from pipeline_dev.sim.server import build_app
+from pipeline_dev.sim.state import STATE
 
 BACKLOG = 2048  # hundreds of clients may connect at once
 SHUTDOWN_TIMEOUT_S = 5.0

@@ -14,25 +14,17 @@ from typing import Any
 
 from aiohttp import web
 
-from pipeline_dev.sim import faults
+from pipeline_dev.sim import batches, faults, files
 from pipeline_dev.sim.config import SimConfig
+from pipeline_dev.sim.errors import error_response, key_refusal, request_refusal
 from pipeline_dev.sim.limits import Decision, openai_duration
 from pipeline_dev.sim.request import ChatRequest, Composed, RequestError, compose, finish, parse
-from pipeline_dev.sim.state import Recorder, SimState
+from pipeline_dev.sim.state import STATE, Recorder, SimState
 
 log = logging.getLogger(__name__)
-STATE = web.AppKey("state", SimState)
 MAX_BODY_BYTES = 64 * 1024 * 1024  # whole filings arrive in one request
 INLINE_CHARS = 20_000  # bigger prompts are answered on a worker thread, off the event loop
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def error_response(
-    status: int, message: str, kind: str, code: str | None = None, headers: Any = None
-) -> web.Response:
-    """An OpenAI-style error body: {"error": {"message", "type", "param", "code"}}."""
-    body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
-    return web.json_response(body, status=status, headers=headers)
 
 
 @web.middleware
@@ -94,27 +86,8 @@ def _rate_limited(decision: Decision, model: str, tokens: int) -> web.Response:
 
 def _refused(chat: ChatRequest, authorization: str, config: SimConfig) -> web.Response | None:
     """A request the provider refuses whatever its load, in OpenAI's words, or None."""
-    presented = authorization.removeprefix("Bearer ")
-    if config.api_key is not None and presented != config.api_key:
-        shown = f"{presented[:3]}***{presented[-4:]}" if len(presented) > 8 else "***"
-        message = f"Incorrect API key provided: {shown}. You can find your API key in your account."
-        return error_response(401, message, "invalid_request_error", "invalid_api_key")
-    if config.served_models and chat.model not in config.served_models:
-        message = f"The model `{chat.model}` does not exist or you do not have access to it."
-        return error_response(404, message, "invalid_request_error", "model_not_found")
-    for param in config.unsupported_params:
-        if param in chat.params:
-            message = f"Unsupported parameter: '{param}' is not supported with this model."
-            return error_response(400, message, "invalid_request_error", "unsupported_parameter")
-    wanted = chat.prompt_tokens + (chat.max_tokens or 0)
-    if config.context_tokens and wanted > config.context_tokens:
-        message = (
-            f"This model's maximum context length is {config.context_tokens} tokens. However, you "
-            f"requested {wanted} tokens ({chat.prompt_tokens} in the messages, {chat.max_tokens or 0} "
-            "in the completion). Please reduce the length of the messages or completion."
-        )
-        return error_response(400, message, "invalid_request_error", "context_length_exceeded")
-    return None
+    refusal = key_refusal(authorization, config) or request_refusal(chat, config)
+    return None if refusal is None else refusal.response()
 
 
 async def _abort(request: web.Request) -> web.StreamResponse:
@@ -285,6 +258,7 @@ def build_app(config: SimConfig) -> web.Application:
     app.router.add_get("/sim/invented", invented)
     app.router.add_post("/sim/reset", reset)
     app.router.add_post("/sim/config", configure)
+    batches.setup(app, state, files.setup(app))
 
     async def recorder(_: web.Application) -> AsyncIterator[None]:
         state.recorder = Recorder(config.record_path) if config.record_path else None

@@ -12,14 +12,22 @@ import time
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from aiohttp import web
+
 from pipeline_dev.sim.config import SimConfig
 from pipeline_dev.sim.limits import SlidingWindowLimiter
 
 BUSY_SHARE = 0.9
 
 
+class _Zeroed:
+    def reset(self) -> None:
+        for item in fields(self):  # type: ignore[arg-type]
+            setattr(self, item.name, 0)
+
+
 @dataclass
-class Counters:
+class Counters(_Zeroed):
     """What GET /sim/stats reports (plus the limiter's busiest windows)."""
 
     requests_total: int = 0  # every POST to /v1/chat/completions
@@ -38,9 +46,24 @@ class Counters:
     quotes: int = 0  # quote fields in intact JSON answers
     ungrounded_quotes: int = 0  # of those, replaced by text not in the document (--ungrounded-rate)
 
-    def reset(self) -> None:
-        for item in fields(self):
-            setattr(self, item.name, 0)
+
+@dataclass
+class BatchCounters(_Zeroed):
+    """The Batch API's part of GET /sim/stats (its lines count in none of the counters above)."""
+
+    batches_created: int = 0
+    batches_completed: int = 0
+    batches_failed: int = 0  # at validation, or over the enqueued-token limit
+    batches_expired: int = 0
+    batches_cancelled: int = 0
+    batch_lines_answered: int = 0  # answered 200: in an output file
+    batch_lines_failed: int = 0  # answered with an error status (4xx, 5xx): in an error file
+    batch_lines_expired: int = 0  # not answered before the batch expired (batch_expired)
+    batch_lines_cancelled: int = 0  # not answered before the batch was cancelled (batch_cancelled)
+    batch_prompt_tokens: int = 0  # of the lines answered 200
+    batch_completion_tokens: int = 0
+    batch_quotes: int = 0  # quote fields in intact JSON answers
+    batch_ungrounded_quotes: int = 0
 
 
 class Recorder:
@@ -81,6 +104,8 @@ class SimState:
         self.rng = random.Random(config.seed)
         self.limiter = SlidingWindowLimiter(config.rpm, config.tpm, config.window_s, quantize=config.quantize)
         self.counters = Counters()
+        self.batch_counters = BatchCounters()
+        self.enqueued_tokens = 0  # of the batches not yet finished (the Batch API keeps it)
         self.models: set[str] = {"sim-1"}
         self.in_flight = 0
         self.next_id = 0
@@ -123,6 +148,9 @@ class SimState:
             **self._admissions(),
             "timeline": self.timeline(),
             "ungrounded_rate": self.config.ungrounded_rate,
+            **asdict(self.batch_counters),
+            "batch_enqueued_tokens": self.enqueued_tokens,
+            "batch_enqueued_token_limit": self.config.batch_enqueued_tokens,
         }
 
     def timeline(self) -> list[list[int]]:
@@ -169,5 +197,9 @@ class SimState:
         self.admissions.clear()
         self.refusals.clear()
         self.counters.reset()
+        self.batch_counters.reset()
         self.limiter.reset()
         self.invented_quotes.clear()
+
+
+STATE = web.AppKey("state", SimState)
