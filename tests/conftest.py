@@ -254,6 +254,10 @@ def workers(
         "PIPELINE_LOG_FORMAT": "json",
         "PIPELINE_LLM_PRICES": PRICES,
         "PIPELINE_INBOX": str(inbox),
+        # Batch runs (tests/test_batch.py): the simulator's batches take seconds, not hours.
+        "PIPELINE_BATCH_POLL_S": "0.3",
+        "PIPELINE_BATCH_DEADLINE_MARGIN_S": "1",
+        "PIPELINE_BATCH_CANCEL_WAIT_S": "5",
     }
     with running_workers(env, tmp_path_factory.mktemp("workers")) as children:
         yield children

@@ -104,6 +104,7 @@ def create_app() -> Celery:
             "pipeline.synthesize": {"queue": REPORT_QUEUE},
             "pipeline.synthesize_partial": {"queue": REPORT_QUEUE},
             "pipeline.watchdog": {"queue": REPORT_QUEUE},
+            "pipeline.batch_tick": {"queue": REPORT_QUEUE},
             "pipeline.nightly": {"queue": REPORT_QUEUE},
         },
         beat_schedule=beat_schedule(settings),

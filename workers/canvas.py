@@ -8,10 +8,11 @@ from celery import chord
 from sqlalchemy import Engine
 
 from pipeline.core.settings import Settings
+from pipeline.ingest.producer import SubmitPlan
 from pipeline.runs import watchdog
 from pipeline.runs.resume import ResumePlan
 from pipeline.runs.watchdog import Verdict
-from workers.tasks import extract, finalize
+from workers.tasks import batch_tick, extract, finalize
 
 
 def enqueue_run(run_id: str, document_ids: Sequence[int]) -> str:
@@ -24,6 +25,24 @@ def enqueue_run(run_id: str, document_ids: Sequence[int]) -> str:
     header = [extract.si(document_id) for document_id in document_ids]
     result = chord(header)(finalize.si(run_id))
     return str(result.id)
+
+
+def enqueue_batch(run_id: str) -> str:
+    """Start polling a batch run: its first tick builds and submits its input files."""
+    return str(batch_tick.delay(run_id).id)
+
+
+def start_run(engine: Engine, settings: Settings, plan: SubmitPlan) -> str:
+    """Decide the stored run's mode (recorded on the run with its reason) and send it: the
+    chord, or the batch path's first tick. Returns the mode."""
+    from pipeline.runs.batching import decide
+
+    choice = decide(engine, settings, plan)
+    if choice.mode == "batch":
+        enqueue_batch(plan.run_id)
+    else:
+        enqueue_run(plan.run_id, plan.document_ids)
+    return choice.mode
 
 
 def enqueue_early(document_ids: Sequence[int]) -> None:
@@ -39,10 +58,13 @@ def enqueue_finalize(run_id: str) -> str:
 
 
 def enqueue_resume(plan: ResumePlan) -> None:
-    """Send what a resume plan says: its documents and finalize, or finalize alone."""
+    """Send what a resume plan says: its documents and finalize, or finalize alone (a batch
+    run still on the batch path: its poll)."""
     if plan.has_report:
         return
-    if plan.document_ids:
+    if plan.batch_polls:
+        enqueue_batch(plan.run_id)
+    elif plan.document_ids:
         enqueue_run(plan.run_id, plan.document_ids)
     else:
         enqueue_finalize(plan.run_id)

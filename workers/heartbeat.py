@@ -32,10 +32,25 @@ def finalize_run(run_id: str) -> None:
     finalize.apply_async((run_id,))
 
 
+def poll_batches(run_id: str) -> None:
+    from workers.tasks import batch_tick
+
+    batch_tick.apply_async((run_id,))
+
+
 def _start(name: str) -> None:
     ctx = worker_context()
     ctx.llm.warm_up()  # before the first task, not during it
-    beat = Heartbeat(ctx.engine, redis_client(), ctx.leases, send_again, finalize_run, name=name)
+    beat = Heartbeat(
+        ctx.engine,
+        redis_client(),
+        ctx.leases,
+        send_again,
+        finalize_run,
+        name=name,
+        poll=poll_batches,
+        poll_quiet_s=3 * ctx.settings.batch_poll_s,
+    )
     beat.start()
     _beats.append(beat)
     log.info(

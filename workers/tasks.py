@@ -23,6 +23,7 @@ from pipeline.extraction import extract as extracting
 from pipeline.reporting import compress as compressing
 from pipeline.reporting import streaming
 from pipeline.reporting import synthesize as reporting
+from pipeline.runs import batching
 from pipeline.runs import finalize as finalizing
 from pipeline.runs.heartbeat import StepLease, first_this_lease
 from workers.app import app
@@ -268,6 +269,36 @@ def _synthesize(self: Task, run_id: str) -> str:
         )
 
 
+@app.task(name="pipeline.batch_tick", ignore_result=True)
+def batch_tick(run_id: str) -> str:
+    """A batch run's poll: its batches advanced, ingested and submitted (`batching.tick`), then
+    itself again after PIPELINE_BATCH_POLL_S, until the run goes to the synchronous path. One
+    tick at a time per run (a step lease); a chain lost with a worker is restarted by the
+    heartbeat of any worker (`restart_batch_polls`)."""
+    with log_context(run_id=run_id, task_name="pipeline.batch_tick"):
+        ctx = worker_context()
+        with StepLease(redis_client(), ctx.leases, f"batch:{run_id}") as step:
+            if not step.taken:
+                return "polled elsewhere"
+            try:
+                outcome = batching.tick(ctx, run_id)
+            except Exception as exc:  # the provider or the database: the next tick tries again
+                expected = isinstance(exc, (*TRANSIENT, PermanentError))
+                log.warning(
+                    "batch poll of run %s: %s: %s", run_id, type(exc).__name__, exc, exc_info=not expected
+                )
+                outcome = batching.Tick()
+        if outcome.dispatch:
+            from workers.canvas import enqueue_run
+
+            enqueue_run(run_id, batching.documents_to_extract(ctx.engine, run_id))
+            return "dispatched"
+        if outcome.done:
+            return "done"
+        batch_tick.apply_async((run_id,), countdown=ctx.settings.batch_poll_s)
+        return f"{outcome.submitted} sent, {outcome.ingested} ingested"
+
+
 @app.task(name="pipeline.watchdog", ignore_result=True)
 def watchdog() -> dict[str, list[str]]:
     """Periodic (beat): resume runs without activity, mark stalled those resuming cannot help."""
@@ -287,10 +318,11 @@ def nightly() -> str | None:
 
     Runs on a worker, so the inbox must be readable there (a shared volume or directory)."""
     from pipeline.runs.nightly import prepare_nightly
-    from workers.canvas import enqueue_early, enqueue_run
+    from workers.canvas import enqueue_early, start_run
 
     ctx = worker_context()
-    plan = prepare_nightly(ctx.engine, ctx.settings, on_early=enqueue_early)
+    early = enqueue_early if ctx.settings.llm_mode == "sync" else None
+    plan = prepare_nightly(ctx.engine, ctx.settings, on_early=early)
     if plan is None:
         return None
     log.info(
@@ -300,5 +332,5 @@ def nightly() -> str | None:
         len(plan.already_processed),
     )
     if plan.submitted:
-        enqueue_run(plan.run_id, plan.document_ids)
+        start_run(ctx.engine, ctx.settings, plan)
     return plan.run_id if plan.created else None

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine
 
     from pipeline.core.settings import Settings
+    from pipeline.ingest.producer import SubmitPlan
     from pipeline.runs.resume import ResumePlan
     from pipeline.runs.watchdog import Verdict
 
@@ -70,6 +71,14 @@ def enqueue_run(run_id: str, document_ids: Sequence[int]) -> str:
     from workers.canvas import enqueue_run as send
 
     return send(run_id, document_ids)
+
+
+def start_run(engine: Engine, settings: Settings, plan: SubmitPlan) -> str:
+    """Decide the stored run's mode and send it (the chord, or the batch path's poll)."""
+    _connected()
+    from workers.canvas import start_run as send
+
+    return send(engine, settings, plan)
 
 
 def enqueue_early(document_ids: Sequence[int]) -> None:

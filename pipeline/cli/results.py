@@ -51,16 +51,36 @@ def status(run: str | None, as_json: bool) -> None:
     out = Console()
     table = Table(title=f"run {view.run_id}", show_header=False)
     for key, value in view.as_dict().items():
-        if key in ("cost_usd", "unpriced_calls", "budget_usd"):
+        if key in (
+            "cost_usd",
+            "unpriced_calls",
+            "budget_usd",
+            "batches",
+            "batch_cost_usd",
+            "batch_saved_usd",
+        ):
             continue
         table.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
     table.add_row("cost", cost_text(view))
+    if view.batch_calls:
+        table.add_row(
+            "batch",
+            f"{view.batch_calls} answers at batch prices: ${view.batch_cost_usd:.4f}, "
+            f"saved ${view.batch_saved_usd:.4f} against sync prices",
+        )
     if workers is not None:
         names = ", ".join(f"{w['name'] or w['owner']} ({w['held']} held)" for w in workers)
         table.add_row(
             "live workers", f"{len(workers)}: {escape(names)}" if workers else "none (no heartbeat)"
         )
     out.print(table)
+    if view.batches:
+        listed = Table("batch", "status", "requests", "completed", "failed", title="provider batches")
+        for item in view.batches:
+            listed.add_row(
+                *(escape(str(item[c])) for c in ("batch", "status", "requests", "completed", "failed"))
+            )
+        out.print(listed)
     if grounding:
         shown = grounding[:STATUS_GROUNDING_ROWS]
         title = f"quotes found in the filing, per document (lowest {len(shown)} of {len(grounding)})"
@@ -112,12 +132,18 @@ def runs(limit: int, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([v.as_dict() for v in views], indent=2))
         return
-    table = Table("name", "status", "documents", "created", "elapsed s")
+    table = Table("name", "status", "mode", "documents", "created", "elapsed s")
     table.add_column("run", no_wrap=True)
     for view in views:
         docs = ", ".join(f"{n} {s}" for s, n in sorted(view.documents.items()))
         table.add_row(
-            view.name or "", view.status, docs, view.created_at, f"{view.elapsed_s:.1f}", view.run_id
+            view.name or "",
+            view.status,
+            view.mode,
+            docs,
+            view.created_at,
+            f"{view.elapsed_s:.1f}",
+            view.run_id,
         )
     Console(width=200).print(table)
 

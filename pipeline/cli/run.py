@@ -32,6 +32,20 @@ if TYPE_CHECKING:
     help="Extract with this pydantic model instead of the 10-K schema.",
 )
 @click.option("--new-only", is_flag=True, help="Leave out files whose content an earlier run extracted.")
+@click.option(
+    "--mode",
+    type=click.Choice(["sync", "batch", "auto"]),
+    default=None,
+    help="sync: HTTP calls under the global limit; batch: the provider's Batch API (half price), then "
+    "sync for what it has not answered by the deadline; auto: batch when the deadline leaves room "
+    "[default: PIPELINE_LLM_MODE, sync].",
+)
+@click.option(
+    "--deadline",
+    default=None,
+    help="When the report must be there: a time of day (06:00, next one) or an ISO timestamp "
+    "[default: PIPELINE_RUN_DEADLINE].",
+)
 def submit(
     paths: tuple[str, ...],
     query: str | None,
@@ -40,9 +54,13 @@ def submit(
     fresh: bool,
     schema: str | None,
     new_only: bool,
+    mode: str | None,
+    deadline: str | None,
 ) -> None:
     """Submit files (paths, globs, directories) as one run; prints the run id."""
-    settings = broker_settings(", or use `pipeline run` for the embedded all-in-one")
+    settings = with_mode(
+        broker_settings(", or use `pipeline run` for the embedded all-in-one"), mode, deadline
+    )
     code, _ = submit_and_wait(
         settings,
         list(paths),
@@ -70,7 +88,7 @@ def submit_and_wait(
     check: Callable[[], str | None] | None = None,
 ) -> tuple[int, str]:
     """Store and enqueue the run; with `wait`, follow it. Returns the exit code and run id."""
-    from pipeline.cli.celery_app import connect_in_background, enqueue_early, enqueue_run
+    from pipeline.cli.celery_app import connect_in_background, enqueue_early, start_run
     from pipeline.ingest.producer import prepare_run
 
     if schema:
@@ -87,17 +105,33 @@ def submit_and_wait(
         reuse_answers=not fresh,
         only_new=new_only,
         schema=schema,
-        on_early=enqueue_early,
+        on_early=enqueue_early if settings.llm_mode == "sync" else None,  # batch: one file, at the end
     )
     refused = _refused(plan, paths)
     if refused is not None:
         return refused
-    enqueue_run(plan.run_id, plan.document_ids)
-    console.print(f"submitted {plan.submitted} documents")
+    mode = start_run(engine, settings, plan)
+    console.print(f"submitted {plan.submitted} documents" + (" (batch mode)" if mode == "batch" else ""))
     click.echo(plan.run_id)
     if not wait:
         return 0, plan.run_id
     return follow(engine, plan.run_id, check), plan.run_id
+
+
+def with_mode(settings: Settings, mode: str | None, deadline: str | None) -> Settings:
+    """`settings` with `--mode` and `--deadline` applied; exit 2 naming a deadline that does not parse."""
+    from pipeline.core.deadline import parse_deadline
+
+    update: dict[str, str] = {}
+    if mode:
+        update["llm_mode"] = mode
+    if deadline:
+        try:
+            parse_deadline(deadline)
+        except ValueError as exc:
+            fail(f"--deadline: {exc}")
+        update["run_deadline"] = deadline
+    return settings.model_copy(update=update) if update else settings
 
 
 def _check_schema(schema: str) -> None:
@@ -193,6 +227,20 @@ def resume(run: str, stale_after_s: float, wait: bool) -> None:
     metavar="MODULE:MODEL",
     help="Extract with this pydantic model instead of the 10-K schema.",
 )
+@click.option(
+    "--mode",
+    type=click.Choice(["sync", "batch", "auto"]),
+    default=None,
+    help="sync: HTTP calls under the global limit; batch: the provider's Batch API (half price), then "
+    "sync for what it has not answered by the deadline; auto: batch when the deadline leaves room "
+    "[default: PIPELINE_LLM_MODE, sync].",
+)
+@click.option(
+    "--deadline",
+    default=None,
+    help="When the report must be there: a time of day (06:00, next one) or an ISO timestamp "
+    "[default: PIPELINE_RUN_DEADLINE].",
+)
 def run(
     paths: tuple[str, ...],
     query: str | None,
@@ -200,13 +248,16 @@ def run(
     worker_count: int,
     fresh: bool,
     schema: str | None,
+    mode: str | None,
+    deadline: str | None,
 ) -> None:
     """Run a whole batch locally: embedded Redis, simulator and workers unless configured."""
     from pipeline.runtime.local import local_stack
 
-    with local_stack(get_settings(), worker_count, console) as parts:
+    settings = with_mode(get_settings(), mode, deadline)  # a bad deadline fails before anything starts
+    with local_stack(settings, worker_count, console) as parts:
         code, run_id = submit_and_wait(
-            parts.settings,
+            with_mode(parts.settings, mode, deadline),
             list(paths),
             query=query,
             name=name,

@@ -12,7 +12,8 @@
     └── PermanentError              trying again will not help
         ├── SchemaViolation         the answer did not validate, even after one repair
         ├── ProviderRejected        4xx other than 429 (bad request, auth, content policy)
-        │   └── FormatRejected      the endpoint rejects the request's shape (response_format)
+        │   ├── FormatRejected      the endpoint rejects the request's shape (response_format)
+        │   └── BatchRefused        the Batch API refused a file or batch (not a chunk's fault)
         └── RequestTooLarge         one call needs more tokens than the quota allows per window
 
 Tasks decide by class: retry a RetryableError with backoff, record a PermanentError
@@ -74,6 +75,11 @@ class ProviderRejected(PermanentError):
 class FormatRejected(ProviderRejected):
     """The endpoint rejects the request's `response_format` (a 400 or 422, or a 5xx whose body
     names it, as llama-cpp-python answers `json_schema`): never retried as an outage."""
+
+
+class BatchRefused(ProviderRejected):
+    """The provider's Batch API refused an upload or a batch (4xx other than 429): its chunks
+    go in another batch, or synchronously."""
 
 
 class BudgetSpent(PermanentError):

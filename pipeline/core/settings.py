@@ -11,6 +11,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pipeline.core import constants as c
 from pipeline.core.cost import Price, parse_prices
+from pipeline.core.deadline import parse_deadline
 
 
 class Settings(BaseSettings):
@@ -167,6 +168,48 @@ class Settings(BaseSettings):
         default=0, ge=0, description="a run takes files until their estimated tokens reach this (0: no cap)"
     )
 
+    # Batch mode: the provider's Batch API at its discount, finished by a deadline.
+    llm_mode: Literal["sync", "batch", "auto"] = Field(
+        default="sync",
+        description="sync: HTTP calls under the global limit; batch: the Batch API first, then sync what "
+        "it has not answered in time; auto: batch when the deadline leaves room",
+    )
+    run_deadline: str | None = Field(
+        default=None, description="when the report must be there: a time of day (06:00) or an ISO timestamp"
+    )
+    llm_batch_prices: str | None = Field(
+        default=None, description="batch prices like PIPELINE_LLM_PRICES; unset: sync prices x the discount"
+    )
+    llm_batch_discount: float = Field(
+        default=0.5, gt=0, le=1, description="batch price / sync price where no batch price is set"
+    )
+    batch_max_requests: int = Field(
+        default=50_000, ge=1, description="requests per input file (OpenAI: 50,000)"
+    )
+    batch_max_file_bytes: int = Field(
+        default=200 * 1024 * 1024, ge=1024, description="bytes per input file (OpenAI: 200 MB)"
+    )
+    batch_max_enqueued_tokens: int = Field(
+        default=0, ge=0, description="tokens a run keeps enqueued at the provider at once (0: no cap)"
+    )
+    batch_line_attempts: int = Field(
+        default=2, ge=1, description="batches a chunk's request may go in before it goes synchronously"
+    )
+    batch_poll_s: float = Field(default=30.0, gt=0, description="how often a batch run's batches are polled")
+    batch_deadline_margin_s: float = Field(
+        default=300.0,
+        ge=0,
+        description="kept free before the deadline beyond the synchronous path's estimate",
+    )
+    batch_min_room_s: float = Field(
+        default=1800.0,
+        ge=0,
+        description="auto: the least time a batch is given before the sync path must start",
+    )
+    batch_cancel_wait_s: float = Field(
+        default=60.0, ge=0, description="at the cutover, how long to wait for cancelled batches' lines"
+    )
+
     # Routing: weighted models for extraction, a fallback, several keys with their own limits.
     llm_models: str | None = Field(
         default=None, description="extract models with weights, e.g. 'gpt-4o-mini:80,gpt-4o:20'"
@@ -190,11 +233,19 @@ class Settings(BaseSettings):
     def _blank_is_unset(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value
 
-    @field_validator("llm_prices")
+    @field_validator("llm_prices", "llm_batch_prices")
     @classmethod
     def _prices_parse(cls, value: str | None) -> str | None:
         parse_prices(value)
         return value
+
+    @field_validator("run_deadline")
+    @classmethod
+    def _deadline_parses(cls, value: str | None) -> str | None:
+        if value and value.strip():
+            parse_deadline(value)
+            return value.strip()
+        return None
 
     @field_validator("llm_models")
     @classmethod
@@ -247,6 +298,13 @@ class Settings(BaseSettings):
 
     def prices(self) -> dict[str, Price]:
         return parse_prices(self.llm_prices)
+
+    def batch_prices(self) -> dict[str, Price]:
+        """Batch API prices: PIPELINE_LLM_BATCH_PRICES where set, else the sync prices x the discount."""
+        if self.llm_batch_prices:
+            return parse_prices(self.llm_batch_prices)
+        k = self.llm_batch_discount
+        return {m: Price(p.input_usd_per_m * k, p.output_usd_per_m * k) for m, p in self.prices().items()}
 
     def extract_models(self) -> list[tuple[str, float]]:
         """(model, weight) pairs for the extract stage; the configured model alone by default."""

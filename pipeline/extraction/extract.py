@@ -296,20 +296,15 @@ def _chunk_result(
     fence: int,
 ) -> tuple[BaseModel, str]:
     """The chunk's answer and the model that gave it: stored, or asked for now."""
-    answer_model: type[BaseModel] = custom.load_schema(schema) if schema else FilingExtraction
     version = prompt_version(schema)
     if _answered(chunk, schema):
+        answer_model = custom.load_schema(schema) if schema else FilingExtraction
         return answer_model.model_validate(chunk.result), chunk.model or ctx.llm.model
     if capped:
         with session_scope(ctx.engine) as session:
             llm_calls.check_budget(session, doc.run_id)
     model = ctx.llm.pick_model("extract", failed_attempts)
-    chunk_text = text[chunk.char_start : chunk.char_end]
-    hint = sections.hint(chunk_text, chunk.section)
-    if schema:
-        messages = prompts.custom_extract_messages(chunk_text, chunk.idx, count, answer_model.__name__, hint)
-    else:
-        messages = prompts.extract_messages(chunk_text, chunk.idx, count, hint)
+    messages, answer_model = chunk_messages(chunk, text, count, schema)
     calls: list[CallRecord] = []
     try:
         result = ctx.llm.structured(
@@ -333,6 +328,21 @@ def _chunk_result(
             llm_calls.record_calls(session, doc.run_id, doc.id, chunk.idx, calls)
         raise
     return result, model
+
+
+def chunk_messages(
+    chunk: Chunk, text: str, count: int, schema: str | None
+) -> tuple[list[prompts.Message], type[BaseModel]]:
+    """The extraction prompt of one chunk of a document's `text` (of `count` chunks), and the
+    model its answer validates against: the same for a synchronous call and a batch line."""
+    answer_model: type[BaseModel] = custom.load_schema(schema) if schema else FilingExtraction
+    chunk_text = text[chunk.char_start : chunk.char_end]
+    hint = sections.hint(chunk_text, chunk.section)
+    if schema:
+        messages = prompts.custom_extract_messages(chunk_text, chunk.idx, count, answer_model.__name__, hint)
+    else:
+        messages = prompts.extract_messages(chunk_text, chunk.idx, count, hint)
+    return messages, answer_model
 
 
 def _answered(chunk: Chunk, schema: str | None) -> bool:

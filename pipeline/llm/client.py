@@ -66,6 +66,8 @@ class CallRecord:
     limiter_wait_ms: int = 0
     cost_usd: float | None = None
     """None when the model has no price in PIPELINE_LLM_PRICES."""
+    mode: str = "sync"
+    """sync: asked over HTTP now; batch: a line of a Batch API output file."""
 
 
 CallSink = Callable[[CallRecord], None]
@@ -193,6 +195,20 @@ class LLMClient:
         """
         model = model or self.model
         done, asked, fmt = self._first_answer(messages, schema, stage, model, max_tokens, sink)
+        return self.settle_structured(done, asked, schema, model, max_tokens, sink, fmt)
+
+    def settle_structured(
+        self,
+        done: Completion,
+        asked: list[prompts.Message],
+        schema: type[M],
+        model: str,
+        max_tokens: int,
+        sink: CallSink,
+        fmt: dict[str, Any] | None = None,
+    ) -> M:
+        """The answer `done` to `asked`, validated; repaired once, and the rest of a cut-off
+        answer asked for, with calls made now (also for a Batch API line's answer)."""
         reading, problem = _read(done, schema, sink)
         if reading.value is not None:
             return self._and_the_rest(reading.value, asked, done, schema, model, max_tokens, sink, fmt)
@@ -208,6 +224,17 @@ class LLMClient:
                 raise errors.MalformedAnswer(f"answer was not JSON, even after repair: {problem}") from None
             raise errors.SchemaViolation(f"answer did not validate after repair: {problem}") from None
         return self._and_the_rest(reading.value, retry, done, schema, model, max_tokens, sink, fmt)
+
+    def batch_body(
+        self, messages: list[prompts.Message], schema: type[BaseModel], model: str, max_tokens: int
+    ) -> tuple[dict[str, Any], list[prompts.Message]]:
+        """The body a Batch API line sends for a structured answer, in the structured-output
+        mode the endpoint takes (as the synchronous call would ask), and its messages."""
+        asked, fmt = prompts.structured_request(messages, schema, self._modes.current(self.endpoint, model))
+        body: dict[str, Any] = {"model": model, "messages": asked, "max_tokens": max_tokens, "temperature": 0}
+        if fmt:
+            body["response_format"] = fmt
+        return body, asked
 
     def _first_answer(
         self,

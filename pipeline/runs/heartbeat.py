@@ -34,9 +34,10 @@ import redis
 from sqlalchemy import Engine
 
 from pipeline.core.errors import LeaseLost
-from pipeline.storage import documents, run_state
+from pipeline.storage import batches, documents, run_state
 from pipeline.storage.db import session_scope
 from pipeline.storage.leases import Leases
+from pipeline.storage.models import utcnow
 
 log = logging.getLogger(__name__)
 
@@ -183,6 +184,25 @@ def finish_stranded(
     return sent
 
 
+POLLER_PREFIX = "pipeline:batch-poller:"
+
+
+def restart_batch_polls(
+    engine: Engine, client: redis.Redis, leases: Leases, poll: Callable[[str], None], quiet_s: float
+) -> list[str]:
+    """`poll` (send the batch tick of) each batch run whose batches nobody polled for `quiet_s`:
+    the chain of ticks was lost with a worker or a broker. One worker per run and lease does it."""
+    with session_scope(engine) as session:
+        quiet = batches.overdue_runs(session, utcnow(), quiet_s)
+    sent = []
+    for run_id in quiet:
+        if first_this_lease(client, leases, f"{POLLER_PREFIX}{run_id}"):
+            log.warning("run %s: nobody polled its batches for %.0f s: polling them again", run_id, quiet_s)
+            poll(run_id)
+            sent.append(run_id)
+    return sent
+
+
 STEP_PREFIX = "pipeline:step:"
 _RENEW = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0"
 _RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
@@ -234,9 +254,12 @@ class Heartbeat:
         send: Callable[[list[Reclaimed]], None],
         finish: Callable[[str], None],
         name: str = "",
+        poll: Callable[[str], None] | None = None,
+        poll_quiet_s: float = 0.0,
     ) -> None:
         self.engine, self.client, self.leases, self.name = engine, client, leases, name
-        self.send, self.finish = send, finish
+        self.send, self.finish, self.poll = send, finish, poll
+        self.poll_quiet_s = max(poll_quiet_s, leases.lease_s)
         self.interval_s = leases.lease_s / 3
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pipeline-heartbeat", daemon=True)
@@ -274,6 +297,8 @@ class Heartbeat:
                 self.leases.released(document_id)
             reclaim(self.engine, self.client, self.leases, self.send)
             finish_stranded(self.engine, self.client, self.leases, self.finish)
+            if self.poll is not None:
+                restart_batch_polls(self.engine, self.client, self.leases, self.poll, self.poll_quiet_s)
         except Exception as exc:  # the database or Redis is down: the next beat tries again
             log.warning("heartbeat: %s: %s", type(exc).__name__, exc)
 

@@ -23,6 +23,8 @@ class ResumePlan:
     has_report: bool = False
     left_running: int = 0
     """Documents still running recently: not enqueued again (their worker is presumably alive)."""
+    batch_polls: bool = False
+    """A batch run still on the batch path: its poll is started again, not its documents."""
 
 
 def plan_resume(engine: Engine, run_id: str, stale_after_s: float = DEFAULT_STALE_AFTER_S) -> ResumePlan:
@@ -33,6 +35,12 @@ def plan_resume(engine: Engine, run_id: str, stale_after_s: float = DEFAULT_STAL
     with session_scope(engine) as session:
         plan.has_report = run_state.report_exists(session, run_id)
         if plan.has_report:
+            return plan
+        run = session.get(Run, run_id)
+        if run is not None and run.mode == "batch" and run.dispatched_at is None:
+            plan.batch_polls = True
+            if run.status != RunStatus.RUNNING:
+                run_state.set_run_status(session, run_id, RunStatus.RUNNING)
             return plan
         last_answer = (
             select(Chunk.document_id, func.max(Chunk.completed_at).label("at"))

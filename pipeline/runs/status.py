@@ -10,6 +10,7 @@ from sqlalchemy import Engine, func, select
 
 from pipeline.core.settings import Settings
 from pipeline.extraction.grounding import rate
+from pipeline.storage import batches as batch_repo
 from pipeline.storage import run_state as repo
 from pipeline.storage.db import session_scope
 from pipeline.storage.models import (
@@ -59,6 +60,16 @@ class RunStatusView:
     """Documents holding instruction-like text aimed at a model."""
     reclaimed: dict[str, int] = field(default_factory=dict)
     """Documents live workers took back, by the dead worker they were taken from."""
+    mode: str = "sync"
+    mode_reason: str | None = None
+    deadline: str | None = None
+    batch_calls: int = 0
+    """Answers that came from the provider's Batch API."""
+    batch_cost_usd: float = 0.0
+    batch_saved_usd: float = 0.0
+    """What the batch calls' tokens would have cost more at synchronous prices."""
+    batches: list[dict[str, Any]] = field(default_factory=list)
+    """The run's provider batches: id, status, requests, completed, failed."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -117,6 +128,17 @@ def run_status(engine: Engine, run_id: str) -> RunStatusView:
             .where(Document.run_id == run_id, Document.reclaims > 0)
             .group_by(Document.reclaimed_from)
         ).all()
+        batch_calls, batch_cost, batch_sync_cost = batch_repo.batch_totals(session, run_id)
+        batches = [
+            {
+                "batch": row.provider_batch_id or f"(row {row.id}, {row.status})",
+                "status": row.status,
+                "requests": row.requests,
+                "completed": row.completed,
+                "failed": row.failed,
+            }
+            for row in batch_repo.of_run(session, run_id)
+        ]
     end = run.finished_at or utcnow()
     return RunStatusView(
         run_id=run.id,
@@ -146,6 +168,13 @@ def run_status(engine: Engine, run_id: str) -> RunStatusView:
         grounding_rate=rate(int(grounded), int(quotes)),
         injection_flagged=int(flagged or 0),
         reclaimed={str(owner): int(n) for owner, n in reclaimed},
+        mode=run.mode,
+        mode_reason=run.mode_reason,
+        deadline=_iso(run.deadline) if run.deadline else None,
+        batch_calls=batch_calls,
+        batch_cost_usd=round(batch_cost, 6),
+        batch_saved_usd=round(batch_sync_cost - batch_cost, 6),
+        batches=batches,
     )
 
 

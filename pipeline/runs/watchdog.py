@@ -74,6 +74,8 @@ def check(
         runs = list(session.scalars(stmt))
         idle = {run.id: now - last_activity(session, run) for run in runs}
     for run in runs:
+        if run.mode == "batch" and run.dispatched_at is None:
+            continue  # its batches are polled (the heartbeat restarts a lost poll), not resumed
         if idle[run.id] < idle_limit:
             if run.resumes:  # progress since the last resume: start counting again
                 _set_resumes(engine, run.id, 0)

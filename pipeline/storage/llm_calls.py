@@ -40,6 +40,8 @@ def record_calls(
             key_slot=r.key_slot,
             limiter_wait_ms=r.limiter_wait_ms,
             cost_usd=r.cost_usd,
+            mode=r.mode,
+            sync_cost_usd=r.cost_usd,
         )
         for r in records
     )

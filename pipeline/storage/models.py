@@ -93,6 +93,19 @@ class Run(Base):
     stored_at: Mapped[datetime | None]
     """When the producer had stored every document of the run (an early start begins before)."""
     finished_at: Mapped[datetime | None]
+    mode: Mapped[str] = mapped_column(String(8), default="sync", server_default="sync")
+    """sync: every call over HTTP under the global limiter; batch: the provider's Batch API
+    first (`llm_batches`), then synchronously what it has not answered in time."""
+    mode_reason: Mapped[str | None] = mapped_column(Text)
+    """Why the run has its mode (`--mode auto` decides from the deadline)."""
+    deadline: Mapped[datetime | None]
+    """When the report must be there (`--deadline`)."""
+    dispatched_at: Mapped[datetime | None]
+    """Batch mode: when the batch path handed the run to the synchronous path (the chord)."""
+    batch_polled_at: Mapped[datetime | None]
+    """Batch mode: the last poll of the run's batches (a quiet one is restarted)."""
+    cutover_at: Mapped[datetime | None]
+    """Batch mode: when the deadline made the run cancel its batches and go on synchronously."""
 
 
 class Content(Base):
@@ -163,6 +176,10 @@ class Chunk(Base):
     """The chunk of an earlier run whose answer this one reuses (same text, prompt, model)."""
     section: Mapped[str | None] = mapped_column(String(40))
     """The filing section the chunk starts in ("Item 1A"), when the text has item headings."""
+    batch_id: Mapped[int | None] = mapped_column(ForeignKey("llm_batches.id"), index=True)
+    """The batch whose input file holds the chunk's request, until that batch is read."""
+    batch_tries: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """Batches the chunk's request went in (PIPELINE_BATCH_LINE_ATTEMPTS caps them)."""
 
 
 class Extraction(Base):
@@ -245,8 +262,45 @@ class LLMCall(Base):
     """Which configured API key (by position) the call used; never the key itself."""
     limiter_wait_ms: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     cost_usd: Mapped[float | None] = mapped_column(Float)
-    """USD by PIPELINE_LLM_PRICES; NULL when the model has no price."""
+    """USD by PIPELINE_LLM_PRICES (batch calls: at batch prices); NULL when the model has no price."""
+    mode: Mapped[str] = mapped_column(String(8), default="sync", server_default="sync")
+    """sync: an HTTP call; batch: a line of a Batch API output file."""
+    sync_cost_usd: Mapped[float | None] = mapped_column(Float)
+    """What the call's tokens cost at synchronous prices (for batch calls: what batch saved)."""
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class LLMBatch(Base):
+    """One provider batch of a run: written before anything depends on it, so that a crash
+    between upload and create (or during ingestion) is picked up where it stopped."""
+
+    __tablename__ = "llm_batches"
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    provider_batch_id: Mapped[str | None] = mapped_column(String(200))
+    input_file_id: Mapped[str | None] = mapped_column(String(200))
+    output_file_id: Mapped[str | None] = mapped_column(String(200))
+    error_file_id: Mapped[str | None] = mapped_column(String(200))
+    status: Mapped[str] = mapped_column(String(20))
+    """preparing, uploaded (ours), the provider's (validating ... completed, failed, expired,
+    cancelling, cancelled), then ingested (ours: its files are read)."""
+    requests: Mapped[int] = mapped_column(Integer)
+    completed: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    failed: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    enqueued_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    output_lines_done: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    error_lines_done: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """Lines of each file ingested (committed with their answers): a new reader starts after them."""
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """Uploads begun (more than one: a crash interrupted one)."""
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime | None]
+    submitted_at: Mapped[datetime | None]
+    ended_at: Mapped[datetime | None]
+    cancelled_at: Mapped[datetime | None]
+    ingested_at: Mapped[datetime | None]
 
 
 class Report(Base):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import exists, func, select, update
@@ -66,6 +66,13 @@ def run_of_document(session: Session, document_id: int) -> str | None:
 
 def mark_stored(session: Session, run_id: str) -> None:
     session.execute(update(Run).where(Run.id == run_id).values(stored_at=utcnow()))
+
+
+def set_mode(session: Session, run_id: str, mode: str, reason: str, deadline: datetime | None) -> None:
+    """The run's mode (sync or batch), why, and its deadline."""
+    session.execute(
+        update(Run).where(Run.id == run_id).values(mode=mode, mode_reason=reason, deadline=deadline)
+    )
 
 
 def run_status(session: Session, run_id: str) -> str | None:

@@ -233,15 +233,27 @@ async def reset(request: web.Request) -> web.Response:
     return web.json_response(request.app[STATE].stats())
 
 
+CONFIGURABLE = {
+    "ungrounded_rate": float,
+    "batch_duration_s": float,
+    "batch_validate_s": float,
+    "batch_fail_rate": float,
+    "batch_expire_after_s": float,
+    "batch_enqueued_tokens": int,
+}
+"""What POST /sim/config may change while the simulator runs (batches take it at creation)."""
+
+
 async def configure(request: web.Request) -> web.Response:
-    """POST /sim/config {"ungrounded_rate": x}: the share of invented quotes from now on, so
-    that one simulator serves runs that need different shares (set, run, set back)."""
+    """POST /sim/config {"ungrounded_rate": x, "batch_duration_s": s, ...}: knobs from now on, so
+    that one simulator serves runs that need different ones (set, run, set back)."""
     state = request.app[STATE]
     try:
         body = await _read_json(request)
-        if not isinstance(body, dict) or set(body) != {"ungrounded_rate"}:
-            raise RequestError('expected {"ungrounded_rate": <share in [0, 1]>}')
-        state.config = dataclasses.replace(state.config, ungrounded_rate=float(body["ungrounded_rate"]))
+        if not isinstance(body, dict) or not body or not set(body) <= set(CONFIGURABLE):
+            raise RequestError(f"expected an object of some of {sorted(CONFIGURABLE)}")
+        values = {name: CONFIGURABLE[name](value) for name, value in body.items()}
+        state.config = dataclasses.replace(state.config, **values)
     except (RequestError, ValueError, TypeError) as exc:
         return error_response(400, str(exc), "invalid_request_error")
     return web.json_response(state.stats())

@@ -1,0 +1,32 @@
+"""A run's deadline as the user writes it: a time of day or an ISO 8601 timestamp."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, time, timedelta
+
+_TIME_OF_DAY = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?$")
+
+
+def parse_deadline(text: str, now: datetime | None = None) -> datetime:
+    """The deadline `text` names, as an aware datetime.
+
+    "06:00" (or "06:00:30") is the next such time of day in the machine's local time zone: later
+    today, or tomorrow once it has passed. An ISO timestamp ("2026-12-02T06:00", "...+01:00",
+    "...Z") is taken as written, in local time when it names no zone. Raises ValueError saying
+    what is accepted."""
+    value = text.strip()
+    now = (now or datetime.now(UTC)).astimezone()
+    if match := _TIME_OF_DAY.match(value):
+        hour, minute, second = int(match[1]), int(match[2]), int(match[3] or 0)
+        if hour > 23 or minute > 59 or second > 59:
+            raise ValueError(f"deadline {text!r}: no such time of day")
+        moment = datetime.combine(now.date(), time(hour, minute, second), tzinfo=now.tzinfo)
+        return moment if moment > now else moment + timedelta(days=1)
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(
+            f"deadline {text!r} is neither a time of day (06:00) nor an ISO timestamp (2026-12-02T06:00+00:00)"
+        ) from None
+    return moment if moment.tzinfo else moment.astimezone()

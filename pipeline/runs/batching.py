@@ -1,0 +1,553 @@
+"""A run in batch mode: its chunks' requests go to the provider's Batch API at half price, and
+whatever the batches have not answered by the time the deadline needs it goes synchronously.
+
+The batch path only fills in chunk answers. Each output line is read as a synchronous answer
+would be (validated, repaired once with a synchronous call, the rest of a cut-off answer asked
+for) and stored on its chunk, with its call record at batch prices. When every chunk is answered
+or out of batch tries, or when the deadline leaves just the time the synchronous path needs,
+the run is handed to the synchronous path (`dispatch`): the run's usual chord, whose extract
+tasks find the answers stored (as a retry does) and ask only for the rest, under the global
+limiter; compression and synthesis follow as in any run.
+
+One tick at a time per run polls, ingests and submits (`tick`): a worker task that sends
+itself again every `PIPELINE_BATCH_POLL_S`, restarted by the workers' heartbeat when its chain is
+lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+
+from pydantic import BaseModel
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session
+
+from pipeline.core import errors
+from pipeline.core.cost import call_cost
+from pipeline.core.deadline import parse_deadline
+from pipeline.core.settings import Settings
+from pipeline.extraction import custom
+from pipeline.extraction.extract import Context, chunk_messages, prompt_version
+from pipeline.extraction.schemas import FilingExtraction
+from pipeline.ingest.producer import SubmitPlan
+from pipeline.llm import lenient
+from pipeline.llm.batch import (
+    BatchAPI,
+    BatchState,
+    FileLimits,
+    InputFile,
+    OutputLine,
+    Request,
+    custom_id,
+    pack,
+    parse_custom_id,
+)
+from pipeline.llm.client import CallRecord, Completion
+from pipeline.llm.ratelimit import Scope
+from pipeline.llm.tokens import estimate_prompt
+from pipeline.storage import batches as repo
+from pipeline.storage import documents, run_state
+from pipeline.storage.db import session_scope
+from pipeline.storage.models import LLMBatch, LLMCall, Run, aware, utcnow
+
+log = logging.getLogger(__name__)
+
+LINES_PER_TRANSACTION = 100
+SAFETY = 1.25
+"""The synchronous path's estimate is stretched by this before the deadline is met with it."""
+ASSUMED_RPM = 500
+"""Requests a minute assumed for the synchronous path when no limit is configured or learned."""
+REPORT_CALLS_PER_DOCUMENT = 1
+"""Compressions: one call per document after its extraction."""
+
+
+@dataclass(frozen=True)
+class ModeChoice:
+    mode: str  # sync | batch
+    reason: str
+
+
+def choose_mode(
+    settings: Settings, deadline: datetime | None, sync_estimate_s: float, now: datetime
+) -> ModeChoice:
+    """What `--mode auto` sends: batch when the deadline leaves room for a batch beyond what the
+    synchronous path needs, sync otherwise. `sync`/`batch` are taken as asked."""
+    asked = settings.llm_mode
+    if asked == "sync":
+        return ModeChoice("sync", "asked for: --mode sync")
+    if asked == "batch":
+        return ModeChoice("batch", "asked for: --mode batch")
+    if deadline is None:
+        return ModeChoice("batch", "auto: no deadline, so the price decides (batch costs half)")
+    room = (deadline - now).total_seconds() - sync_estimate_s * SAFETY - settings.batch_deadline_margin_s
+    need = settings.batch_min_room_s
+    if room >= need:
+        return ModeChoice(
+            "batch",
+            f"auto: the deadline leaves {_duration(room)} beyond the {_duration(sync_estimate_s)} "
+            f"the synchronous path needs (a batch needs at least {_duration(need)})",
+        )
+    return ModeChoice(
+        "sync",
+        f"auto: the deadline leaves {_duration(max(0.0, room))} beyond the {_duration(sync_estimate_s)} "
+        f"the synchronous path needs, less than the {_duration(need)} a batch needs",
+    )
+
+
+def sync_estimate_s(calls: int, tokens: int, rpm: int, tpm: int) -> float:
+    """How long the synchronous path needs for `calls` calls of `tokens` tokens in all at these
+    limits (none: ASSUMED_RPM)."""
+    if not rpm and not tpm:
+        rpm = ASSUMED_RPM
+    by_requests = calls / rpm * 60 if rpm else 0.0
+    by_tokens = tokens / tpm * 60 if tpm else 0.0
+    return max(by_requests, by_tokens)
+
+
+def work_estimate(settings: Settings, chunks: int, chunk_tokens: int, documents: int) -> tuple[int, int]:
+    """(calls, tokens) of extracting `chunks` chunks of `chunk_tokens` text tokens in all, and
+    the report of `documents` documents."""
+    calls = chunks + documents * REPORT_CALLS_PER_DOCUMENT + 1
+    return calls, chunk_tokens + calls * (settings.extract_max_tokens + PROMPT_OVERHEAD_TOKENS)
+
+
+def limits_in_force(ctx: Context) -> tuple[int, int]:
+    """(rpm, tpm): the configured limits, or what the provider's headers said they are."""
+    settings = ctx.settings
+    rpm, tpm = settings.rate_limit_rpm, settings.rate_limit_tpm
+    limiter = ctx.llm.limiter
+    if limiter is not None:
+        try:
+            view = limiter.view(Scope(ctx.llm.endpoint, ctx.llm.model, 0))
+            rpm, tpm = view.rpm_in_force or rpm, view.tpm_in_force or tpm
+        except Exception as exc:  # Redis down: the configured limits stand
+            log.debug("limits in force unknown: %s", exc)
+    return rpm, tpm
+
+
+def remaining_estimate_s(ctx: Context, run_id: str) -> float:
+    """The synchronous path's time for what the run has not answered yet, and its report."""
+    with session_scope(ctx.engine) as session:
+        run = session.get(Run, run_id)
+        version = prompt_version(run.schema if run else None)
+        chunks, tokens, documents = repo.remaining_work(session, run_id, version)
+    calls, total = work_estimate(ctx.settings, chunks, tokens, documents)
+    return sync_estimate_s(calls, total, *limits_in_force(ctx))
+
+
+PROMPT_OVERHEAD_TOKENS = 400
+"""The instructions and schema around a chunk's text, roughly."""
+
+
+def cutover_at(ctx: Context, run: Run) -> datetime | None:
+    """When the run must leave the batch path to make its deadline (None: no deadline)."""
+    if run.deadline is None:
+        return None
+    need = remaining_estimate_s(ctx, run.id) * SAFETY + ctx.settings.batch_deadline_margin_s
+    return aware(run.deadline) - timedelta(seconds=need)
+
+
+@dataclass
+class Tick:
+    """What one tick did and what comes next."""
+
+    dispatch: bool = False
+    """The run leaves the batch path: send its documents to the synchronous path now."""
+    done: bool = False
+    """Nothing more for the batch path to do (dispatched before, or the run is gone)."""
+    submitted: int = 0
+    ingested: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def tick(ctx: Context, run_id: str, now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> Tick:
+    """Advance the run's batches one step: each row to its next state, ended batches ingested,
+    new files submitted while the enqueued-token budget allows, the deadline watched."""
+    outcome = Tick()
+    with session_scope(ctx.engine) as session:
+        run = session.get(Run, run_id)
+        if run is None or run.dispatched_at is not None or run.mode != "batch":
+            outcome.done = True
+            return outcome
+        repo.touch_poll(session, run_id)
+        session.expunge(run)
+    version = prompt_version(run.schema)
+    api = BatchAPI(ctx.settings.llm_base_url or "", ctx.settings.api_key_value(), ctx.settings.llm_timeout_s)
+    try:
+        with session_scope(ctx.engine) as session:
+            rows = repo.open_batches(session, run_id)
+            session.expunge_all()
+        for row in rows:
+            outcome.ingested += _advance(ctx, api, run, row, version)
+        # Once begun, the cutover goes on: what it ingests shortens the estimate, which must not
+        # send the rest in a new batch.
+        deadline_due = run.cutover_at is not None or (
+            (cut := cutover_at(ctx, run)) is not None and now() >= cut
+        )
+        if deadline_due:
+            outcome.dispatch = _cut_over(ctx, api, run, now())
+        else:
+            outcome.submitted = _submit(ctx, api, run, version)
+            with session_scope(ctx.engine) as session:
+                left = repo.still_to_send(session, run_id, version, ctx.settings.batch_line_attempts)
+                open_rows = repo.open_batches(session, run_id)
+            outcome.dispatch = not left and not open_rows
+    finally:
+        api.close()
+    if outcome.dispatch:
+        with session_scope(ctx.engine) as session:
+            outcome.dispatch = repo.mark_dispatched(session, run_id)
+        if outcome.dispatch:
+            log.info("run %s: the batch path is done, the rest goes synchronously", run_id)
+    return outcome
+
+
+def documents_to_extract(engine: Engine, run_id: str) -> list[int]:
+    """The run's documents the synchronous path has to finish, longest first (the stored
+    answers make most of them quick)."""
+    with session_scope(engine) as session:
+        return repo.unfinished_documents(session, run_id)
+
+
+def decide(engine: Engine, settings: Settings, plan: SubmitPlan, now: datetime | None = None) -> ModeChoice:
+    """Choose the stored run's mode (`PIPELINE_LLM_MODE`, `PIPELINE_RUN_DEADLINE`) and record it
+    on the run with its reason and deadline."""
+    now = now or datetime.now(UTC)
+    deadline = parse_deadline(settings.run_deadline, now) if settings.run_deadline else None
+    chunks = sum(plan.chunk_counts.values())
+    calls, tokens = work_estimate(settings, chunks, plan.tokens, plan.submitted)
+    estimate = sync_estimate_s(calls, tokens, settings.rate_limit_rpm, settings.rate_limit_tpm)
+    choice = (
+        choose_mode(settings, deadline, estimate, now)
+        if plan.submitted
+        else ModeChoice("sync", "no documents")
+    )
+    if choice.mode == "batch" and plan.early_ids:
+        choice = ModeChoice("sync", f"{choice.reason}; but the run started early, synchronously")
+    with session_scope(engine) as session:
+        run_state.set_mode(session, plan.run_id, choice.mode, choice.reason, deadline)
+    return choice
+
+
+def _cut_over(ctx: Context, api: BatchAPI, run: Run, now: datetime) -> bool:
+    """The deadline needs the synchronous path now: cancel what the provider still holds (its
+    completed lines come back all the same) and hand over once the cancels ended, or once
+    waiting for them would cost the deadline its margin."""
+    with session_scope(ctx.engine) as session:
+        rows = repo.open_batches(session, run.id)
+        session.expunge_all()
+    waiting = False
+    for row in rows:
+        if row.status in ("validating", "in_progress", "finalizing") and row.provider_batch_id:
+            try:
+                state = api.cancel(row.provider_batch_id)
+            except errors.PipelineError as exc:
+                log.warning("run %s: cancelling batch %s: %s", run.id, row.provider_batch_id, exc)
+                waiting = True
+                continue
+            log.info("run %s: deadline: batch %s cancelled (%s)", run.id, row.provider_batch_id, state.status)
+            with session_scope(ctx.engine) as session:
+                repo.update_row(session, row.id, status=state.status, cancelled_at=utcnow())
+            waiting = waiting or not state.ended
+        elif row.status in repo.WAITING:
+            waiting = True
+        elif row.status in (repo.PREPARING, repo.UPLOADED):
+            # Not at the provider yet: its chunks go synchronously.
+            with session_scope(ctx.engine) as session:
+                repo.release(session, row.id)
+    with session_scope(ctx.engine) as session:
+        fresh = session.get(Run, run.id)
+        started = aware(fresh.cutover_at) if fresh and fresh.cutover_at else None
+        if started is None:
+            repo_run = session.get(Run, run.id)
+            if repo_run is not None:
+                repo_run.cutover_at = now
+            started = now
+    if waiting and (now - started).total_seconds() < ctx.settings.batch_cancel_wait_s:
+        return False
+    if waiting:
+        log.warning("run %s: the cancelled batches did not end in time: going on without them", run.id)
+    return True
+
+
+def _advance(ctx: Context, api: BatchAPI, run: Run, row: LLMBatch, version: str) -> int:
+    """Move one batch row on by one step; returns the lines it ingested."""
+    if row.status == repo.PREPARING:
+        _upload(ctx, api, row, version, run)
+        return 0
+    if row.status == repo.UPLOADED:
+        _create(ctx, api, row, run)
+        return 0
+    if not row.provider_batch_id:
+        return 0
+    state = api.retrieve(row.provider_batch_id)
+    with session_scope(ctx.engine) as session:
+        repo.update_row(
+            session,
+            row.id,
+            status=state.status,
+            completed=state.completed,
+            failed=state.failed,
+            output_file_id=state.output_file_id,
+            error_file_id=state.error_file_id,
+            error=state.errors,
+            **({"ended_at": utcnow()} if state.ended and row.ended_at is None else {}),
+        )
+    if not state.ended:
+        return 0
+    if state.token_limit:
+        log.info("run %s: batch %s refused on the enqueued-token limit: its lines go again", run.id, state.id)
+    ingested = _ingest(ctx, api, run, row, state, version)
+    with session_scope(ctx.engine) as session:
+        left = repo.release(session, row.id)
+    log.info(
+        "run %s: batch %s %s: %d lines ingested, %d chunks left without an answer",
+        run.id,
+        state.id,
+        state.status,
+        ingested,
+        left,
+    )
+    return ingested
+
+
+def _requests(ctx: Context, run: Run, pending: Iterator[repo.Pending], version: str) -> Iterator[Request]:
+    for item in pending:
+        messages, answer_model = chunk_messages(item.chunk, item.text, item.document.chunk_count, run.schema)
+        model = ctx.llm.pick_model("extract", 0)
+        body, asked = ctx.llm.batch_body(messages, answer_model, model, ctx.settings.extract_max_tokens)
+        tokens = estimate_prompt(model, asked) + ctx.settings.extract_max_tokens
+        yield Request(item.chunk.id, custom_id(item.chunk.id, version, model), body, tokens)
+
+
+def _submit(ctx: Context, api: BatchAPI, run: Run, version: str) -> int:
+    """Send new input files while the run has chunks to send and the budget room; returns the
+    requests sent."""
+    settings = ctx.settings
+    sent = 0
+    while True:
+        with session_scope(ctx.engine) as session:
+            room = settings.batch_max_enqueued_tokens - repo.enqueued_tokens(session, run.id)
+            if settings.batch_max_enqueued_tokens and room <= 0:
+                return sent
+            limits = FileLimits(
+                settings.batch_max_requests,
+                settings.batch_max_file_bytes,
+                room if settings.batch_max_enqueued_tokens else 0,
+            )
+            pending = repo.pending_chunks(session, run.id, version, settings.batch_line_attempts)
+            packed, _ = pack(_requests(ctx, run, pending, version), limits)
+            if not packed.chunk_ids:
+                packed.close()
+                return sent
+            row = repo.create(session, run.id, packed.chunk_ids, packed.tokens)
+            row_id = row.id
+            session.flush()
+            session.expunge(row)
+        try:
+            _send_file(ctx, api, row, packed, run)
+        finally:
+            packed.close()
+        sent += len(packed.chunk_ids)
+        log.info(
+            "run %s: batch row %s: %d requests, %d tokens sent",
+            run.id,
+            row_id,
+            len(packed.chunk_ids),
+            packed.tokens,
+        )
+
+
+def _upload(ctx: Context, api: BatchAPI, row: LLMBatch, version: str, run: Run) -> None:
+    """A row whose upload a crash interrupted: its file is built again from its chunks."""
+    with session_scope(ctx.engine) as session:
+        items = repo.chunks_of_batch(session, row.id)
+    packed, _ = pack(_requests(ctx, run, iter(items), version), FileLimits(len(items) or 1, 1 << 62, 0))
+    try:
+        _send_file(ctx, api, row, packed, run)
+    finally:
+        packed.close()
+
+
+def _send_file(ctx: Context, api: BatchAPI, row: LLMBatch, packed: InputFile, run: Run) -> None:
+    name = repo.filename(row)
+    file_id = api.find_upload(name) if row.status == repo.PREPARING and row.attempts else None
+    if file_id is None:
+        file_id = api.upload(packed, name)
+    with session_scope(ctx.engine) as session:
+        repo.update_row(
+            session, row.id, status=repo.UPLOADED, input_file_id=file_id, attempts=row.attempts + 1
+        )
+    row.input_file_id, row.status = file_id, repo.UPLOADED
+    _create(ctx, api, row, run)
+
+
+def _create(ctx: Context, api: BatchAPI, row: LLMBatch, run: Run) -> None:
+    assert row.input_file_id
+    state = api.find_batch(row.input_file_id) if row.attempts > 1 else None
+    if state is None:
+        state = api.create(row.input_file_id, {"pipeline_run": run.id, "pipeline_batch": str(row.id)})
+    with session_scope(ctx.engine) as session:
+        repo.update_row(
+            session, row.id, provider_batch_id=state.id, status=state.status, submitted_at=utcnow()
+        )
+
+
+def _ingest(ctx: Context, api: BatchAPI, run: Run, row: LLMBatch, state: BatchState, version: str) -> int:
+    """Store the answers of an ended batch's output and error files, line by line, resuming
+    after the lines a crashed ingestion committed (a file's lines come in the same order each
+    time it is read)."""
+    stored = 0
+    for file_id, done_column in (
+        (state.output_file_id, "output_lines_done"),
+        (state.error_file_id, "error_lines_done"),
+    ):
+        if not file_id:
+            continue
+        skip = int(getattr(row, done_column) or 0)
+        group: list[OutputLine] = []
+        position = 0
+        for line in api.lines(file_id):
+            position += 1
+            if position <= skip:
+                continue
+            group.append(line)
+            if len(group) >= LINES_PER_TRANSACTION or not _plain(line, run):
+                stored += _store_group(ctx, run, row, group, version, done_column, position)
+                group = []
+        if group:
+            stored += _store_group(ctx, run, row, group, version, done_column, position)
+    return stored
+
+
+def _plain(line: OutputLine, run: Run) -> bool:
+    """The line needs no synchronous call (it validates as it is, or it holds no answer)."""
+    if not line.answered or line.body is None:
+        return True
+    content, finish = _content(line.body)
+    return finish != "length" and lenient.read(content, _schema(run), finish).value is not None
+
+
+def _store_group(
+    ctx: Context,
+    run: Run,
+    row: LLMBatch,
+    group: list[OutputLine],
+    version: str,
+    done_column: str,
+    position: int,
+) -> int:
+    stored = 0
+    with session_scope(ctx.engine) as session:
+        for line in group:
+            stored += _store_line(ctx, session, run, line, version)
+        repo.update_row(session, row.id, **{done_column: position})
+    return stored
+
+
+def _store_line(ctx: Context, session: Session, run: Run, line: OutputLine, version: str) -> int:
+    named = parse_custom_id(line.custom_id)
+    if named is None:
+        log.warning("run %s: a batch line names no chunk of ours: %r", run.id, line.custom_id[:80])
+        return 0
+    chunk_id, line_version, model = named
+    if line_version != version or not line.answered or line.body is None:
+        return 0  # an error line, or an answer to an older prompt: the chunk is asked again
+    found = repo.chunk_owner(session, chunk_id)
+    if found is None or found[1].run_id != run.id:
+        return 0
+    chunk, doc = found
+    content, finish = _content(line.body)
+    usage = line.body.get("usage") or {}
+    prompt_tokens, completion_tokens = (
+        int(usage.get("prompt_tokens") or 0),
+        int(usage.get("completion_tokens") or 0),
+    )
+    record = CallRecord(
+        "extract",
+        model,
+        "ok",
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        cost_usd=call_cost(ctx.settings.batch_prices(), model, prompt_tokens, completion_tokens),
+        mode="batch",
+    )
+    calls: list[CallRecord] = []
+    sink = calls.append
+
+    schema = _schema(run)
+    answer: BaseModel | None
+    try:
+        if finish != "length" and (reading := lenient.read(content, schema, finish)).value is not None:
+            answer = reading.value
+            sink(
+                replace(record, error=f"mended: {'; '.join(reading.notes)}"[:500] if reading.notes else None)
+            )
+        else:
+            text = documents.document_text(session, doc)
+            messages, _ = chunk_messages(chunk, text, doc.chunk_count, run.schema)
+            body, asked = ctx.llm.batch_body(messages, schema, model, ctx.settings.extract_max_tokens)
+            done = Completion(content=content, finish_reason=finish, record=record)
+            answer = ctx.llm.settle_structured(
+                done, asked, schema, model, ctx.settings.extract_max_tokens, sink, body.get("response_format")
+            )
+    except errors.PipelineError as exc:
+        log.info(
+            "run %s: chunk %s: its batch answer failed (%s): asked synchronously later", run.id, chunk_id, exc
+        )
+        answer = None
+    rows = [_call_row(ctx, run.id, doc.id, chunk.idx, call) for call in calls]
+    if answer is None:
+        session.add_all(rows)  # what it cost stands; the chunk stays unanswered
+        return 0
+    return int(repo.store_answer(session, chunk_id, version, answer.model_dump(mode="json"), model, rows))
+
+
+def _call_row(ctx: Context, run_id: str, document_id: int, chunk_idx: int, call: CallRecord) -> LLMCall:
+    """A call's row; a batch call also says what its tokens would have cost synchronously."""
+    sync_cost = call_cost(ctx.settings.prices(), call.model, call.prompt_tokens, call.completion_tokens)
+    return LLMCall(
+        run_id=run_id,
+        document_id=document_id,
+        chunk_idx=chunk_idx,
+        stage=call.stage,
+        model=call.model,
+        status=call.status,
+        prompt_tokens=call.prompt_tokens,
+        completion_tokens=call.completion_tokens,
+        latency_ms=call.latency_ms,
+        error=call.error,
+        key_slot=call.key_slot,
+        limiter_wait_ms=call.limiter_wait_ms,
+        cost_usd=call.cost_usd,
+        mode=call.mode,
+        sync_cost_usd=sync_cost if call.mode == "batch" else call.cost_usd,
+    )
+
+
+def _content(body: dict[str, object]) -> tuple[str, str]:
+    choices = body.get("choices") or []
+    first = choices[0] if isinstance(choices, list) and choices else {}
+    message = first.get("message") or {} if isinstance(first, dict) else {}
+    content = message.get("content") if isinstance(message, dict) else None
+    finish = first.get("finish_reason") if isinstance(first, dict) else None
+    return str(content or ""), str(finish or "stop")
+
+
+def _schema(run: Run) -> type[BaseModel]:
+    return custom.load_schema(run.schema) if run.schema else FilingExtraction
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, math.ceil(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"

@@ -1,0 +1,295 @@
+"""A run's provider batches (`llm_batches`) and the chunks they carry.
+
+A batch row is written before anything depends on it: first with its chunks (`preparing`), then
+with its uploaded input file (`uploaded`), then with the provider's batch id and statuses. A
+crash between two steps leaves a row that says what to do next, and the chunks it holds are not
+sent in another batch meanwhile. A chunk's answer from an output line is stored only where the
+chunk holds none for this prompt yet, in the same transaction as its call record: a line is
+never stored, or paid for, twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy.orm import Session
+
+from pipeline.storage.models import (
+    Chunk,
+    Content,
+    DocStatus,
+    Document,
+    LLMBatch,
+    LLMCall,
+    Run,
+    utcnow,
+)
+
+PREPARING = "preparing"
+UPLOADED = "uploaded"
+INGESTED = "ingested"
+"""Our own statuses: before the provider has the batch, and once its files are read."""
+WAITING = ("validating", "in_progress", "finalizing", "cancelling")
+
+
+def unanswered(version: str) -> Any:
+    """Chunks without an answer to this prompt version."""
+    return or_(Chunk.result.is_(None), Chunk.prompt_version.is_(None), Chunk.prompt_version != version)
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A chunk to send, with its document's text."""
+
+    chunk: Chunk
+    document: Document
+    text: str
+
+
+def pending_chunks(
+    session: Session, run_id: str, version: str, max_tries: int, *, documents_per_query: int = 50
+) -> Iterator[Pending]:
+    """The run's unanswered chunks that no batch holds and that have batch tries left, document
+    by document (a run's texts are never all in memory at once)."""
+    last = 0
+    while True:
+        docs = list(
+            session.scalars(
+                select(Document)
+                .where(
+                    Document.run_id == run_id,
+                    Document.status == DocStatus.PENDING,
+                    Document.id > last,
+                )
+                .order_by(Document.id)
+                .limit(documents_per_query)
+            )
+        )
+        if not docs:
+            return
+        last = docs[-1].id
+        chunks = session.scalars(
+            select(Chunk)
+            .where(
+                Chunk.document_id.in_([d.id for d in docs]),
+                Chunk.batch_id.is_(None),
+                Chunk.batch_tries < max_tries,
+                unanswered(version),
+            )
+            .order_by(Chunk.document_id, Chunk.idx)
+        ).all()
+        by_doc: dict[int, list[Chunk]] = {}
+        for chunk in chunks:
+            by_doc.setdefault(chunk.document_id, []).append(chunk)
+        texts = _texts(session, {d.sha256 for d in docs if d.id in by_doc and d.sha256})
+        for doc in docs:
+            for chunk in by_doc.get(doc.id, []):
+                yield Pending(chunk, doc, texts[doc.sha256 or ""])
+
+
+def unfinished_documents(session: Session, run_id: str) -> list[int]:
+    """The run's documents not yet final, most chunks first."""
+    return list(
+        session.scalars(
+            select(Document.id)
+            .where(Document.run_id == run_id, Document.status.in_((DocStatus.PENDING, DocStatus.RUNNING)))
+            .order_by(Document.chunk_count.desc(), Document.id)
+        )
+    )
+
+
+def chunks_of_batch(session: Session, batch_id: int) -> list[Pending]:
+    """The chunks a batch row holds, with their texts (to build its input file again)."""
+    rows = session.execute(
+        select(Chunk, Document)
+        .join(Document, Document.id == Chunk.document_id)
+        .where(Chunk.batch_id == batch_id)
+        .order_by(Chunk.document_id, Chunk.idx)
+    ).all()
+    texts = _texts(session, {d.sha256 for _, d in rows if d.sha256})
+    return [Pending(chunk, doc, texts[doc.sha256 or ""]) for chunk, doc in rows]
+
+
+def _texts(session: Session, hashes: set[str]) -> dict[str, str]:
+    # Not dict() of the Result: it has keys(), so dict() would take it for a mapping.
+    rows = session.execute(select(Content.sha256, Content.text).where(Content.sha256.in_(hashes))).tuples()
+    return dict(list(rows))
+
+
+def still_to_send(session: Session, run_id: str, version: str, max_tries: int) -> int:
+    """The run's unanswered chunks no batch holds and with batch tries left."""
+    return int(
+        session.scalar(
+            select(func.count())
+            .select_from(Chunk)
+            .join(Document, Document.id == Chunk.document_id)
+            .where(
+                Document.run_id == run_id,
+                Document.status == DocStatus.PENDING,
+                Chunk.batch_id.is_(None),
+                Chunk.batch_tries < max_tries,
+                unanswered(version),
+            )
+        )
+        or 0
+    )
+
+
+def remaining_work(session: Session, run_id: str, version: str) -> tuple[int, int, int]:
+    """(unanswered chunks, their estimated tokens, documents) the synchronous path would have
+    left to do if it took over now."""
+    row = session.execute(
+        select(func.count(Chunk.id), func.coalesce(func.sum(Chunk.token_estimate), 0))
+        .join(Document, Document.id == Chunk.document_id)
+        .where(Document.run_id == run_id, unanswered(version))
+    ).one()
+    documents = session.scalar(
+        select(func.count())
+        .select_from(Document)
+        .where(Document.run_id == run_id, Document.status != DocStatus.SKIPPED)
+    )
+    return int(row[0]), int(row[1]), int(documents or 0)
+
+
+def create(session: Session, run_id: str, chunk_ids: Sequence[int], tokens: int) -> LLMBatch:
+    """A batch row holding these chunks (`preparing`): they go in no other batch meanwhile."""
+    row = LLMBatch(run_id=run_id, status=PREPARING, requests=len(chunk_ids), enqueued_tokens=tokens)
+    session.add(row)
+    session.flush()
+    session.execute(
+        update(Chunk)
+        .where(Chunk.id.in_(chunk_ids))
+        .values(batch_id=row.id, batch_tries=Chunk.batch_tries + 1)
+        .execution_options(synchronize_session=False)
+    )
+    return row
+
+
+def filename(row: LLMBatch) -> str:
+    return f"pipeline-{row.run_id}-batch-{row.id}.jsonl"
+
+
+def open_batches(session: Session, run_id: str) -> list[LLMBatch]:
+    """The run's batches not yet ingested, oldest first."""
+    return list(
+        session.scalars(
+            select(LLMBatch)
+            .where(LLMBatch.run_id == run_id, LLMBatch.status != INGESTED)
+            .order_by(LLMBatch.id)
+        )
+    )
+
+
+def of_run(session: Session, run_id: str) -> list[LLMBatch]:
+    return list(session.scalars(select(LLMBatch).where(LLMBatch.run_id == run_id).order_by(LLMBatch.id)))
+
+
+def enqueued_tokens(session: Session, run_id: str) -> int:
+    """Tokens of the run's batches the provider still holds (its enqueued-token limit)."""
+    return int(
+        session.scalar(
+            select(func.coalesce(func.sum(LLMBatch.enqueued_tokens), 0)).where(
+                LLMBatch.run_id == run_id, LLMBatch.status.in_((UPLOADED, *WAITING))
+            )
+        )
+        or 0
+    )
+
+
+def update_row(session: Session, batch_id: int, **values: Any) -> None:
+    session.execute(update(LLMBatch).where(LLMBatch.id == batch_id).values(updated_at=utcnow(), **values))
+
+
+def release(session: Session, batch_id: int) -> int:
+    """The batch's files are read: its chunks without an answer may go in another batch (or
+    to the synchronous path). Returns how many were left unanswered."""
+    result = session.execute(
+        update(Chunk)
+        .where(Chunk.batch_id == batch_id)
+        .values(batch_id=None)
+        .execution_options(synchronize_session=False)
+    )
+    update_row(session, batch_id, status=INGESTED, ingested_at=utcnow())
+    return int(getattr(result, "rowcount", 0) or 0)
+
+
+def store_answer(
+    session: Session,
+    chunk_id: int,
+    version: str,
+    result: dict[str, Any],
+    model: str,
+    calls: Sequence[LLMCall],
+) -> bool:
+    """Store one line's answer and its calls, unless the chunk already holds an answer to this
+    prompt (the line was ingested before, or the synchronous path answered it): False then, and
+    nothing is written."""
+    stored = session.execute(
+        update(Chunk)
+        .where(Chunk.id == chunk_id, unanswered(version))
+        .values(result=result, model=model, prompt_version=version, completed_at=utcnow())
+        .execution_options(synchronize_session=False)
+    )
+    if not getattr(stored, "rowcount", 0):
+        return False
+    session.add_all(calls)
+    spent = sum(call.cost_usd or 0.0 for call in calls)
+    if spent:
+        run_id = calls[0].run_id
+        session.execute(update(Run).where(Run.id == run_id).values(cost_usd=Run.cost_usd + spent))
+    return True
+
+
+def chunk_owner(session: Session, chunk_id: int) -> tuple[Chunk, Document] | None:
+    row = session.execute(
+        select(Chunk, Document).join(Document, Document.id == Chunk.document_id).where(Chunk.id == chunk_id)
+    ).one_or_none()
+    return None if row is None else (row[0], row[1])
+
+
+def mark_dispatched(session: Session, run_id: str) -> bool:
+    """True once, for the caller that hands the run to the synchronous path (the chord)."""
+    result = session.execute(
+        update(Run).where(Run.id == run_id, Run.dispatched_at.is_(None)).values(dispatched_at=utcnow())
+    )
+    return bool(getattr(result, "rowcount", 0))
+
+
+def touch_poll(session: Session, run_id: str) -> None:
+    """The run's batches are being polled now (the heartbeat restarts a poll that went quiet)."""
+    session.execute(update(Run).where(Run.id == run_id).values(batch_polled_at=utcnow()))
+
+
+def overdue_runs(session: Session, now: datetime, quiet_s: float) -> list[str]:
+    """Batch runs not yet handed to the synchronous path whose batches nobody polled for
+    `quiet_s` (the poll's chain of tasks was lost with a worker): the heartbeat restarts it."""
+    return list(
+        session.scalars(
+            select(Run.id).where(
+                Run.mode == "batch",
+                Run.dispatched_at.is_(None),
+                Run.status == "running",
+                or_(
+                    Run.batch_polled_at.is_(None),
+                    Run.batch_polled_at < now - timedelta(seconds=quiet_s),
+                ),
+                Run.stored_at.is_not(None),
+            )
+        )
+    )
+
+
+def batch_totals(session: Session, run_id: str) -> tuple[int, float, float]:
+    """(batch calls, their cost, what the same tokens cost at synchronous prices)."""
+    row = session.execute(
+        select(
+            func.count(LLMCall.id),
+            func.coalesce(func.sum(LLMCall.cost_usd), 0.0),
+            func.coalesce(func.sum(LLMCall.sync_cost_usd), 0.0),
+        ).where(and_(LLMCall.run_id == run_id, LLMCall.mode == "batch"))
+    ).one()
+    return int(row[0]), float(row[1]), float(row[2])

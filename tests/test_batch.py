@@ -1,0 +1,189 @@
+"""Batch mode against the simulator's Batch API, through real workers: a whole run at half
+price, a deadline shorter than the batch, an expired batch, error-file lines."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import select
+
+from pipeline.core.cost import parse_prices
+from pipeline.runtime.embedded import Child
+from pipeline.storage.db import get_engine, session_scope
+from pipeline.storage.models import Chunk, Document, LLMBatch, LLMCall, Report, Run
+from pipeline_dev.synth_filings import write_filings
+from tests.conftest import PRICES, run_cli
+
+SIM_DEFAULTS = {
+    "batch_duration_s": 2.0,
+    "batch_validate_s": 0.2,
+    "batch_fail_rate": 0.0,
+    "batch_expire_after_s": 86_400.0,
+}
+
+
+@pytest.fixture
+def batch_env(pipeline_env: dict[str, str], workers: list[Child], sim_url: str) -> Iterator[dict[str, str]]:
+    """The session's workers (they poll batches every 0.3 s); the simulator's batch knobs set
+    back after the test."""
+    yield pipeline_env
+    _sim_config(sim_url, **SIM_DEFAULTS)
+
+
+def _sim_config(sim_url: str, **values: Any) -> dict[str, Any]:
+    answer = httpx.post(sim_url.removesuffix("/v1") + "/sim/config", json=values, timeout=10)
+    answer.raise_for_status()
+    stats: dict[str, Any] = answer.json()
+    return stats
+
+
+def _submit(env: dict[str, str], files: Path, *extra: str) -> str:
+    result = run_cli("submit", str(files), "--wait", "--fresh", "--mode", "batch", *extra, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout.strip().splitlines()[-1]
+
+
+def _calls(env: dict[str, str], run_id: str) -> list[LLMCall]:
+    with session_scope(get_engine(env["PIPELINE_DATABASE_URL"])) as session:
+        calls = list(session.scalars(select(LLMCall).where(LLMCall.run_id == run_id)))
+        session.expunge_all()
+    return calls
+
+
+def _answered_once(env: dict[str, str], run_id: str) -> tuple[int, Counter[str]]:
+    """(chunks of the run, answered extract calls by mode); asserts no chunk was answered twice."""
+    with session_scope(get_engine(env["PIPELINE_DATABASE_URL"])) as session:
+        chunks = session.scalars(
+            select(Chunk).join(Document, Document.id == Chunk.document_id).where(Document.run_id == run_id)
+        ).all()
+        assert all(chunk.result is not None for chunk in chunks)
+        count = len(chunks)
+    answered = [c for c in _calls(env, run_id) if c.stage == "extract" and c.status == "ok"]
+    per_chunk = Counter((c.document_id, c.chunk_idx) for c in answered)
+    assert max(per_chunk.values()) == 1, [k for k, n in per_chunk.items() if n > 1]
+    assert len(per_chunk) == count
+    return count, Counter(c.mode for c in answered)
+
+
+def _run(env: dict[str, str], run_id: str) -> Run:
+    with session_scope(get_engine(env["PIPELINE_DATABASE_URL"])) as session:
+        run = session.get(Run, run_id)
+        assert run is not None
+        session.expunge(run)
+        assert session.scalar(select(Report.id).where(Report.run_id == run_id)) is not None
+        statuses = Counter(session.scalars(select(Document.status).where(Document.run_id == run_id)))
+    assert statuses == {"extracted": statuses.total()}, statuses
+    return run
+
+
+def test_a_run_in_batch_mode_is_extracted_and_reported_at_half_price(
+    batch_env: dict[str, str], sim_url: str, tmp_path: Path
+) -> None:
+    _sim_config(sim_url, batch_duration_s=1.0)
+    write_filings(tmp_path, 4, seed=141, sizes=[30_000] * 4)
+    run_id = _submit(batch_env, tmp_path)
+    run = _run(batch_env, run_id)
+    assert run.mode == "batch" and run.mode_reason == "asked for: --mode batch"
+    assert run.dispatched_at is not None and run.cutover_at is None
+    chunks, modes = _answered_once(batch_env, run_id)
+    assert modes == {"batch": chunks}
+    price = parse_prices(PRICES)["sim-1"]
+    batch_calls = [c for c in _calls(batch_env, run_id) if c.mode == "batch"]
+    for call in batch_calls:
+        full = price.of(call.prompt_tokens, call.completion_tokens)
+        assert call.sync_cost_usd == pytest.approx(full) and call.cost_usd == pytest.approx(full / 2)
+    with session_scope(get_engine(batch_env["PIPELINE_DATABASE_URL"])) as session:
+        rows = session.scalars(select(LLMBatch).where(LLMBatch.run_id == run_id)).all()
+        assert [(r.status, r.requests, r.completed, r.failed) for r in rows] == [
+            ("ingested", chunks, chunks, 0)
+        ]
+        assert rows[0].provider_batch_id and rows[0].input_file_id and rows[0].output_file_id
+    status = run_cli("status", run_id, env=batch_env)
+    assert status.returncode == 0, status.stderr
+    assert "batch" in status.stdout and "saved" in status.stdout
+
+
+def test_a_deadline_shorter_than_the_batch_is_met_with_its_lines_and_the_rest_sync(
+    batch_env: dict[str, str], sim_url: str, tmp_path: Path
+) -> None:
+    _sim_config(sim_url, batch_duration_s=40.0)
+    write_filings(tmp_path, 4, seed=142, sizes=[40_000] * 4)
+    deadline = datetime.now(UTC) + timedelta(seconds=20)
+    run_id = _submit(batch_env, tmp_path, "--deadline", deadline.isoformat())
+    finished = datetime.now(UTC)
+    run = _run(batch_env, run_id)
+    assert run.cutover_at is not None
+    # The tolerance: a poll (0.3 s), the cancel, the report's calls, a shared 2-core machine.
+    assert finished <= deadline + timedelta(seconds=10), finished - deadline
+    chunks, modes = _answered_once(batch_env, run_id)
+    assert modes["batch"] > 0 and modes["sync"] > 0 and modes.total() == chunks, modes
+    with session_scope(get_engine(batch_env["PIPELINE_DATABASE_URL"])) as session:
+        rows = session.scalars(select(LLMBatch).where(LLMBatch.run_id == run_id)).all()
+    assert len(rows) == 1, [(r.status, r.requests, r.completed, r.failed, r.error) for r in rows]
+    row = rows[0]
+    assert row.status == "ingested" and row.cancelled_at is not None
+    assert row.completed == modes["batch"], (row.completed, modes)
+
+
+def test_an_expired_batch_keeps_its_lines_and_pays_for_none_twice(
+    batch_env: dict[str, str], sim_url: str, tmp_path: Path
+) -> None:
+    before = _sim_config(sim_url, batch_duration_s=4.0, batch_expire_after_s=2.0)
+    write_filings(tmp_path, 3, seed=143, sizes=[40_000] * 3)
+    run_id = _submit(batch_env, tmp_path)
+    _run(batch_env, run_id)
+    chunks, modes = _answered_once(batch_env, run_id)
+    after = _sim_config(sim_url, batch_duration_s=2.0)
+    answered = after["batch_lines_answered"] - before["batch_lines_answered"]
+    assert modes["batch"] == answered and 0 < answered < chunks, (modes, answered)
+    assert after["batches_expired"] - before["batches_expired"] == 2  # the second try expires too
+    assert modes["sync"] == chunks - answered
+
+
+def test_error_file_lines_go_in_the_next_batch(
+    batch_env: dict[str, str], sim_url: str, tmp_path: Path
+) -> None:
+    _sim_config(sim_url, batch_duration_s=0.5, batch_fail_rate=0.5)
+    write_filings(tmp_path, 4, seed=144, sizes=[30_000] * 4)
+    run_id = _submit(batch_env, tmp_path)
+    _run(batch_env, run_id)
+    _, modes = _answered_once(batch_env, run_id)
+    with session_scope(get_engine(batch_env["PIPELINE_DATABASE_URL"])) as session:
+        rows = session.scalars(select(LLMBatch).where(LLMBatch.run_id == run_id).order_by(LLMBatch.id)).all()
+        tries = Counter(
+            session.scalars(
+                select(Chunk.batch_tries)
+                .join(Document, Document.id == Chunk.document_id)
+                .where(Document.run_id == run_id)
+            )
+        )
+    assert len(rows) == 2 and rows[1].requests == rows[0].failed > 0, [(r.requests, r.failed) for r in rows]
+    assert tries[2] == rows[0].failed
+    assert modes["batch"] == rows[0].completed + rows[1].completed
+    assert modes["sync"] == rows[1].failed
+
+
+def test_auto_mode_records_why(batch_env: dict[str, str], tmp_path: Path) -> None:
+    write_filings(tmp_path, 2, seed=145, sizes=[20_000] * 2)
+    soon = (datetime.now(UTC) + timedelta(seconds=30)).isoformat()
+    result = run_cli("submit", str(tmp_path), "--fresh", "--mode", "auto", "--deadline", soon, env=batch_env)
+    assert result.returncode == 0, result.stderr
+    run_id = result.stdout.strip().splitlines()[-1]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with session_scope(get_engine(batch_env["PIPELINE_DATABASE_URL"])) as session:
+            run = session.get(Run, run_id)
+            assert run is not None
+            if run.status == "completed":
+                break
+        time.sleep(0.3)
+    assert run.mode == "sync" and run.mode_reason and "less than" in run.mode_reason, run.mode_reason
+    bad = run_cli("submit", str(tmp_path), "--mode", "batch", "--deadline", "tomorrow-ish", env=batch_env)
+    assert bad.returncode == 2 and "--deadline" in bad.stderr + bad.stdout
