@@ -3,6 +3,8 @@ price, a deadline shorter than the batch, an expired batch, error-file lines."""
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -108,6 +110,14 @@ def test_a_run_in_batch_mode_is_extracted_and_reported_at_half_price(
     status = run_cli("status", run_id, env=batch_env)
     assert status.returncode == 0, status.stderr
     assert "batch" in status.stdout and "saved" in status.stdout
+    report = run_cli("report", run_id, env=batch_env)
+    assert re.search(
+        rf"batch mode: {chunks} answers at batch prices .* saved against sync prices", report.stdout
+    )
+    listed = run_cli("runs", "--json", env=batch_env)
+    assert {"run_id": run_id, "mode": "batch"}.items() <= next(
+        r for r in json.loads(listed.stdout) if r["run_id"] == run_id
+    ).items()
 
 
 def test_a_deadline_shorter_than_the_batch_is_met_with_its_lines_and_the_rest_sync(

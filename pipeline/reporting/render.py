@@ -91,6 +91,19 @@ def _grounding_line(totals: dict[str, Any]) -> str:
     )
 
 
+def _cost_text(totals: dict[str, Any]) -> str:
+    """The run's cost before its final synthesis, and what batch mode saved, when known."""
+    cost = totals.get("cost_usd")
+    batch = totals.get("batch") or {}
+    text = f" · ${cost:.4f}" if isinstance(cost, (int, float)) else ""
+    if batch.get("answers"):
+        text += (
+            f" · batch mode: {batch['answers']} answers at batch prices (${batch.get('cost_usd', 0):.4f}), "
+            f"${batch.get('saved_usd', 0):.4f} saved against sync prices"
+        )
+    return text
+
+
 def markdown(r: ReportInput) -> str:
     counts = r.totals.get("documents", {})
     lines = [f"# Report: {cell(r.name or r.run_id)}", ""]
@@ -103,7 +116,8 @@ def markdown(r: ReportInput) -> str:
         "",
         f"Run `{r.run_id}` · model `{cell(r.model)}` · "
         + ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
-        + f" · {r.totals.get('llm_calls', 0)} LLM calls, {r.totals.get('tokens', 0):,} tokens",
+        + f" · {r.totals.get('llm_calls', 0)} LLM calls, {r.totals.get('tokens', 0):,} tokens"
+        + _cost_text(r.totals),
         "",
         "## Answer",
         "",

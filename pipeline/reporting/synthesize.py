@@ -198,6 +198,13 @@ def _totals(view: RunStatusView) -> dict[str, Any]:
             "rate": grounding.rate(view.quotes_grounded, view.quotes_total),
         },
         "injection_flagged": view.injection_flagged,
+        "cost_usd": view.cost_usd,
+        "mode": view.mode,
+        "batch": {
+            "answers": view.batch_calls,
+            "cost_usd": view.batch_cost_usd,
+            "saved_usd": view.batch_saved_usd,
+        },
     }
 
 

@@ -303,15 +303,8 @@ def _advance(ctx: Context, api: BatchAPI, run: Run, row: LLMBatch, version: str)
         log.info("run %s: batch %s refused on the enqueued-token limit: its lines go again", run.id, state.id)
     ingested = _ingest(ctx, api, run, row, state, version)
     with session_scope(ctx.engine) as session:
-        left = repo.release(session, row.id)
-    log.info(
-        "run %s: batch %s %s: %d lines ingested, %d chunks left without an answer",
-        run.id,
-        state.id,
-        state.status,
-        ingested,
-        left,
-    )
+        held = repo.release(session, row.id, refund_try=state.token_limit)
+    log.info("run %s: batch %s %s: %d of its %d lines stored", run.id, state.id, state.status, ingested, held)
     return ingested
 
 

@@ -204,13 +204,18 @@ def update_row(session: Session, batch_id: int, **values: Any) -> None:
     session.execute(update(LLMBatch).where(LLMBatch.id == batch_id).values(updated_at=utcnow(), **values))
 
 
-def release(session: Session, batch_id: int) -> int:
+def release(session: Session, batch_id: int, *, refund_try: bool = False) -> int:
     """The batch's files are read: its chunks without an answer may go in another batch (or
-    to the synchronous path). Returns how many were left unanswered."""
+    to the synchronous path). `refund_try`: the batch failed for no fault of its lines (the
+    enqueued-token limit), so it does not count against their batch tries. Returns how many
+    chunks it held."""
+    values: dict[str, Any] = {"batch_id": None}
+    if refund_try:
+        values["batch_tries"] = Chunk.batch_tries - 1
     result = session.execute(
         update(Chunk)
         .where(Chunk.batch_id == batch_id)
-        .values(batch_id=None)
+        .values(**values)
         .execution_options(synchronize_session=False)
     )
     update_row(session, batch_id, status=INGESTED, ingested_at=utcnow())
