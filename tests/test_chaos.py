@@ -16,7 +16,7 @@ from sqlalchemy import Engine, func, select
 
 from pipeline.runtime.embedded import Child, free_port, start_redis, wait_for_port
 from pipeline.storage.db import get_engine, session_scope, upgrade
-from pipeline.storage.models import Chunk, Document, Extraction, LLMCall, Report, Run
+from pipeline.storage.models import Chunk, Document, Extraction, LLMBatch, LLMCall, Report, Run
 from pipeline_dev.bench.procs import sim_stats
 from pipeline_dev.synth_filings import write_filings
 from tests.conftest import claimed_redis_db, run_cli, running_simulator, running_workers
@@ -359,3 +359,66 @@ def test_a_postgres_restart_mid_run_is_retried_and_the_run_completes(
         engine.dispose()
     print(f"postgres restart: {chunks} chunks, {calls} extract calls, {elapsed:.0f} s after the stop")
     assert calls <= chunks + 2 * 3
+
+
+def test_a_worker_killed_while_ingesting_a_batch_stores_and_asks_for_no_line_twice(
+    pipeline_env: dict[str, str], redis_base: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The worker reading a batch's output file dies between two of its transactions: a new
+    worker's heartbeat restarts the batch poll, which reads the file again from the first line
+    not committed. No chunk gets two answers or two call records, and nothing is asked again
+    (one batch, no synchronous extraction call)."""
+    logs = tmp_path_factory.mktemp("batch-kill")
+    write_filings(tmp_path, 24, seed=61, sizes=[50_000] * 24)
+    engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
+    with (
+        claimed_redis_db(redis_base) as redis_url,
+        running_simulator(logs, "--p50", "0.01", "--p95", "0.05", "--batch-duration", "1") as sim,
+    ):
+        env = {
+            **pipeline_env,
+            "PIPELINE_REDIS_URL": redis_url,
+            "PIPELINE_LLM_BASE_URL": sim,
+            "PIPELINE_LEASE_S": str(LEASE_S),
+            "PIPELINE_BATCH_POLL_S": "0.2",
+            "PIPELINE_CHUNK_TOKENS": "1000",  # a few hundred lines: ingestion takes a few commits
+        }
+        with running_workers(env, logs, count=1, concurrency=2) as (victim,):
+            submitted = run_cli("submit", str(tmp_path), "--fresh", "--mode", "batch", env=env)
+            assert submitted.returncode == 0, submitted.stderr
+            run_id = submitted.stdout.strip().splitlines()[-1]
+            deadline = time.monotonic() + WORK_TIMEOUT_S
+            while True:  # until the first lines are committed, and not the last
+                with session_scope(engine) as session:
+                    row = session.scalar(select(LLMBatch).where(LLMBatch.run_id == run_id))
+                    if row is not None and row.output_lines_done and row.status != "ingested":
+                        break
+                assert time.monotonic() < deadline, "the batch was not ingested in time"
+                time.sleep(0.005)
+            victim.process.send_signal(signal.SIGKILL)
+            victim.process.wait(10)
+        with session_scope(engine) as session:
+            row = session.scalar(select(LLMBatch).where(LLMBatch.run_id == run_id))
+            assert row is not None
+            done_at_kill, lines = row.output_lines_done, row.requests
+        assert 0 < done_at_kill < lines, (done_at_kill, lines)
+        with running_workers(env, tmp_path_factory.mktemp("batch-kill-2"), count=1, concurrency=2):
+            assert _wait_for_end(engine, run_id, quiet_s=60) == "completed"
+        stats = sim_stats(sim)
+    chunks, extract_calls = _assert_each_extracted_once(engine, run_id, 24)
+    with session_scope(engine) as session:
+        modes = dict(
+            list(
+                session.execute(
+                    select(LLMCall.mode, func.count())
+                    .where(LLMCall.run_id == run_id, LLMCall.stage == "extract")
+                    .group_by(LLMCall.mode)
+                ).tuples()
+            )
+        )
+        batches = session.scalar(select(func.count()).where(LLMBatch.run_id == run_id))
+    assert chunks == lines and extract_calls == chunks and modes == {"batch": chunks}, (chunks, modes)
+    assert batches == 1 and stats["batch_lines_answered"] == chunks, (batches, stats["batch_lines_answered"])
+    print(
+        f"killed after {done_at_kill} of {lines} lines were stored; the rest stored once by the next worker"
+    )
