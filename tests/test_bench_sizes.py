@@ -13,3 +13,9 @@ def test_the_scale_memory_and_peer_regimes_run_at_tiny_sizes(tmp_path: Path) -> 
     assert results["R6"]["lost"] == 0 and results["R5"]["lost"] == 0
     assert results["R5"]["worker_peak_mb"] > 0 and results["R5"]["producer_10k_peak_mb"] > 0
     assert results["peer-R1"]["text_share"] < 1
+
+
+def test_the_batch_regime_runs_at_tiny_sizes(tmp_path: Path) -> None:
+    r7 = run_tiny_bench(tmp_path / "bench", ["R7"])["results"]["R7"]
+    assert r7["lost"] == 0 and r7["batch_answers"] > 0 and r7["sync_cost_usd"] > 0
+    assert r7["deadline_batch_answers"] + r7["deadline_sync_answers"] > 0

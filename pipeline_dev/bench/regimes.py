@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import math
 import random
+import shutil
 import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -110,15 +112,18 @@ def run_pipeline(
     workers: int | None = None,
     concurrency: int | None = None,
     env_extra: dict[str, str] | None = None,
+    submit_args: Callable[[], list[str]] = list,
 ) -> Result:
-    """Submit `files` with --wait against a fresh simulator and workers; measure it."""
+    """Submit `files` with --wait against a fresh simulator and workers; measure it.
+    `submit_args` adds options to the submit, made just before it starts (a deadline)."""
     logs = Path(tempfile.mkdtemp(dir=cfg.work_dir, prefix="logs-"))
     with procs.simulator(logs, sim_args) as sim_url:
         env = cfg.env(sim_url, **(env_extra or {}))
         with procs.workers(env, logs, workers or cfg.workers, concurrency or cfg.concurrency) as children:
             out, wall, producer_mb = procs.run_measured(
                 # 1: the run ended failed (too many failed documents): measured all the same.
-                procs.pipeline_cli("submit", str(files), "--wait", "--fresh"),  # measure calls, not reuse
+                # --fresh: measure calls, not the reuse of an earlier run's answers.
+                procs.pipeline_cli("submit", str(files), "--wait", "--fresh", *submit_args()),
                 env,
                 timeout_s=3 * 3600,
                 ok_codes=(0, 1),
@@ -308,6 +313,115 @@ def r6_scale(cfg: BenchConfig) -> Result:
     return result
 
 
+R7_FILINGS = 200
+R7_PRICES = "sim-1:0.15/0.60"
+"""gpt-4o-mini's list prices (USD per million input/output tokens): what the costs are counted in."""
+R7_BATCH_S = 40.0
+"""How long the simulator's batches take when the batch is let finish."""
+R7_SLOW_BATCH_S = 600.0
+R7_DEADLINE_S = 150.0
+"""The deadline run: a batch of 10 minutes against a deadline 150 s after the submit, which the
+synchronous path alone meets (~90 s at 600 RPM): the run cuts over, keeps what the batch answered."""
+
+
+def r7_batch(cfg: BenchConfig) -> Result:
+    """200 of R1's filings three times against R1's provider (600 RPM, quantized): synchronously
+    (what R1 pays for them), in batch mode, and in batch mode with a deadline shorter than the
+    batch takes."""
+    files = cfg.work_dir / "filings" / "r7"
+    if not files.exists():
+        files.mkdir(parents=True)
+        for path in sorted(r1_filings(cfg).iterdir())[: cfg.count(R7_FILINGS)]:
+            shutil.copy(path, files / path.name)
+    k = cfg.window_s / 60  # the harness test's short window shortens the batches and deadline
+    env = {
+        "PIPELINE_RATE_LIMIT_RPM": str(cfg.rpm),
+        "PIPELINE_LLM_PRICES": R7_PRICES,
+        "PIPELINE_BATCH_POLL_S": str(max(0.2, 1.0 * k)),
+        "PIPELINE_BATCH_DEADLINE_MARGIN_S": str(10 * k),
+        "PIPELINE_BATCH_CANCEL_WAIT_S": str(10 * k),
+    }
+    sim = cfg.latency_args() + cfg.limit_args()
+    batch_s = R7_BATCH_S * k
+    sync = run_pipeline(cfg, files, sim, env_extra=env)
+    batch = run_pipeline(
+        cfg,
+        files,
+        [*sim, "--batch-duration", str(batch_s)],
+        env_extra=env,
+        submit_args=lambda: ["--mode", "batch"],
+    )
+    deadline_s = R7_DEADLINE_S * k
+
+    def by_deadline() -> list[str]:
+        return [
+            "--mode",
+            "batch",
+            "--deadline",
+            (datetime.now(UTC) + timedelta(seconds=deadline_s)).isoformat(),
+        ]
+
+    slow = [*sim, "--batch-duration", str(R7_SLOW_BATCH_S * k)]
+    deadline = run_pipeline(cfg, files, slow, env_extra=env, submit_args=by_deadline)
+    costs = {
+        name: _costs(cfg.database_url, r["run_id"])
+        for name, r in (("sync", sync), ("batch", batch), ("deadline", deadline))
+    }
+    result = {
+        **batch,
+        "sync_wall_s": sync["wall_s"],
+        "sync_cost_usd": costs["sync"]["cost_usd"],
+        "batch_cost_usd": costs["batch"]["cost_usd"],
+        "cost_ratio": costs["batch"]["cost_usd"] / costs["sync"]["cost_usd"]
+        if costs["sync"]["cost_usd"]
+        else None,
+        "batch_answers": costs["batch"]["batch"],
+        "batch_sync_answers": costs["batch"]["sync"],
+        "deadline_s": round(deadline_s, 1),
+        "deadline_wall_s": deadline["wall_s"],
+        "deadline_lost": deadline["lost"],
+        "deadline_cost_usd": costs["deadline"]["cost_usd"],
+        "deadline_batch_answers": costs["deadline"]["batch"],
+        "deadline_sync_answers": costs["deadline"]["sync"],
+        "lost": batch["lost"] + sync["lost"] + deadline["lost"],
+    }
+    result["goal"] = "cost <= 0.55 x sync, all extracted, deadline met"
+    result["met"] = (
+        result["cost_ratio"] is not None
+        and result["cost_ratio"] <= 0.55
+        and result["lost"] == 0
+        and batch["extracted_share"] == 1.0
+        and deadline["extracted_share"] == 1.0
+        and deadline["wall_s"] <= deadline_s
+    )
+    return result
+
+
+def _costs(database_url: str, run_id: str) -> dict[str, Any]:
+    """The run's cost, and its answered extraction calls by mode."""
+    from sqlalchemy import func, select
+
+    from pipeline.storage.db import get_engine, session_scope
+    from pipeline.storage.models import LLMCall, Run
+
+    with session_scope(get_engine(database_url)) as session:
+        run = session.get(Run, run_id)
+        modes = dict(
+            list(
+                session.execute(
+                    select(LLMCall.mode, func.count())
+                    .where(LLMCall.run_id == run_id, LLMCall.stage == "extract", LLMCall.status == "ok")
+                    .group_by(LLMCall.mode)
+                ).tuples()
+            )
+        )
+        return {
+            "cost_usd": run.cost_usd if run else 0.0,
+            "batch": modes.get("batch", 0),
+            "sync": modes.get("sync", 0),
+        }
+
+
 def peer(cfg: BenchConfig, regime: str) -> Result:
     from pipeline_dev.bench.peer import run_peer
 
@@ -338,7 +452,8 @@ REGIMES: dict[str, Callable[[BenchConfig], Result]] = {
     "R3": r3_overhead,
     "R4": r4_faults,
     "R6": r6_scale,
-    "R5": r5_memory,  # after R6: it reports R6's producer peak
+    "R5": r5_memory,
+    "R7": r7_batch,  # after R6: it reports R6's producer peak
     "peer-R1": lambda cfg: peer(cfg, "R1"),
     "peer-R4": lambda cfg: peer(cfg, "R4"),
 }

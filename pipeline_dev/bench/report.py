@@ -15,6 +15,7 @@ HEADLINE = {
     "R4": ("extracted share; wall / R1", "extracted_share"),
     "R5": ("peak RSS MB: worker (64 in flight)", "worker_peak_mb"),
     "R6": ("ms per document", "ms_per_document"),
+    "R7": ("batch cost / sync cost; deadline run wall / deadline", "cost_ratio"),
     "peer-R1": ("our wall / peer wall", "wall_ratio_ours_to_peer"),
     "peer-R4": ("our wall / peer wall", "wall_ratio_ours_to_peer"),
 }
@@ -53,6 +54,8 @@ def markdown(results: dict[str, dict[str, Any]], meta: dict[str, Any]) -> str:
             value += f"; {_fmt(r['wall_ratio_to_r1'])}"
         if name == "R5" and r.get("producer_10k_peak_mb") is not None:
             value += f"; producer (10,000 docs) {_fmt(r['producer_10k_peak_mb'])}"
+        if name == "R7" and r.get("deadline_s"):
+            value += f"; {_fmt(r['deadline_wall_s'] / r['deadline_s'])}"
         if name.startswith("peer"):
             value += f"; peer text share {_fmt(r.get('text_share'))}, extracted {r.get('extracted')}"
         met = "" if r.get("met") is None else ("yes" if r["met"] else "no")
