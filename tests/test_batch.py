@@ -123,9 +123,9 @@ def test_a_run_in_batch_mode_is_extracted_and_reported_at_half_price(
 def test_a_deadline_shorter_than_the_batch_is_met_with_its_lines_and_the_rest_sync(
     batch_env: dict[str, str], sim_url: str, tmp_path: Path
 ) -> None:
-    _sim_config(sim_url, batch_duration_s=40.0)
+    _sim_config(sim_url, batch_duration_s=30.0)
     write_filings(tmp_path, 4, seed=142, sizes=[40_000] * 4)
-    deadline = datetime.now(UTC) + timedelta(seconds=20)
+    deadline = datetime.now(UTC) + timedelta(seconds=12)
     run_id = _submit(batch_env, tmp_path, "--deadline", deadline.isoformat())
     finished = datetime.now(UTC)
     run = _run(batch_env, run_id)
@@ -197,3 +197,18 @@ def test_auto_mode_records_why(batch_env: dict[str, str], tmp_path: Path) -> Non
     assert run.mode == "sync" and run.mode_reason and "less than" in run.mode_reason, run.mode_reason
     bad = run_cli("submit", str(tmp_path), "--mode", "batch", "--deadline", "tomorrow-ish", env=batch_env)
     assert bad.returncode == 2 and "--deadline" in bad.stderr + bad.stdout
+
+
+def test_a_batch_run_of_unchanged_filings_reuses_their_answers_and_sends_no_batch(
+    batch_env: dict[str, str], sim_url: str, tmp_path: Path
+) -> None:
+    _sim_config(sim_url, batch_duration_s=0.5)
+    write_filings(tmp_path, 2, seed=146, sizes=[30_000] * 2)
+    _submit(batch_env, tmp_path)
+    again = run_cli("submit", str(tmp_path), "--wait", "--mode", "batch", env=batch_env)
+    assert again.returncode == 0, again.stdout + again.stderr
+    run_id = again.stdout.strip().splitlines()[-1]
+    _run(batch_env, run_id)
+    with session_scope(get_engine(batch_env["PIPELINE_DATABASE_URL"])) as session:
+        assert session.scalar(select(LLMBatch.id).where(LLMBatch.run_id == run_id)) is None
+    assert not [c for c in _calls(batch_env, run_id) if c.stage == "extract"]

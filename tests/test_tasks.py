@@ -150,20 +150,20 @@ def test_a_document_counts_as_extracted_only_once_its_summary_is_written(
 ) -> None:
     """Finalize compresses every extracted document without a summary: if a document counted as
     extracted while its own task still compressed it, the two would compress it twice."""
-    from pipeline.extraction.extract import extract_document
+    from pipeline.extraction.extract import CallRecord, CustomResult, GroundedExtraction, extract_document
     from workers.context import worker_context
-    from workers.tasks import _compress_now
+    from workers.tasks import _summarize
 
     engine, plan = _stored_run(pipeline_env, tmp_path, seed=98)
     document_id = plan.document_ids[0]
     seen: list[str] = []
 
-    def compress(doc_id: int, fence: int) -> None:
+    def compress(query: str, result: GroundedExtraction | CustomResult) -> tuple[str | None, list[CallRecord]]:
         with session_scope(engine) as session:
-            seen.append(str(session.scalar(select(Document.status).where(Document.id == doc_id))))
-        _compress_now(doc_id, fence)
+            seen.append(str(session.scalar(select(Document.status).where(Document.id == document_id))))
+        return _summarize(query, result)
 
-    assert extract_document(worker_context(), document_id, before_done=compress) == "extracted"
+    assert extract_document(worker_context(), document_id, summarize=compress) == "extracted"
     with session_scope(engine) as session:
         status, summary = session.execute(
             select(Document.status, Extraction.summary)

@@ -1,18 +1,34 @@
-"""Building the run's chord: one extract task per document, then finalize."""
+"""Building the run's chord: one extract task per document, then finalize.
+
+Tasks are sent by name (`workers.app` routes them by name): the producer that sends them does
+not import their code (`workers.tasks` loads the whole extraction path and the LLM client,
+about a second before a run's first documents could go)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from celery import chord
+from celery.canvas import Signature
 from sqlalchemy import Engine
 
 from pipeline.core.settings import Settings
 from pipeline.ingest.producer import SubmitPlan
-from pipeline.runs import watchdog
+from pipeline.runs.mode import decide
 from pipeline.runs.resume import ResumePlan
-from pipeline.runs.watchdog import Verdict
-from workers.tasks import batch_tick, extract, finalize
+from workers.app import app
+
+if TYPE_CHECKING:
+    from pipeline.runs.watchdog import Verdict
+
+EXTRACT = "pipeline.extract"
+FINALIZE = "pipeline.finalize"
+BATCH_TICK = "pipeline.batch_tick"
+
+
+def _task(name: str, *args: Any) -> Signature:
+    return app.signature(name, args=args, immutable=True)
 
 
 def enqueue_run(run_id: str, document_ids: Sequence[int]) -> str:
@@ -22,21 +38,19 @@ def enqueue_run(run_id: str, document_ids: Sequence[int]) -> str:
     whether every document is final, and waits for them. Without documents, finalize goes alone."""
     if not document_ids:
         return enqueue_finalize(run_id)
-    header = [extract.si(document_id) for document_id in document_ids]
-    result = chord(header)(finalize.si(run_id))
+    header = [_task(EXTRACT, document_id) for document_id in document_ids]
+    result = chord(header, app=app)(_task(FINALIZE, run_id))
     return str(result.id)
 
 
 def enqueue_batch(run_id: str) -> str:
     """Start polling a batch run: its first tick builds and submits its input files."""
-    return str(batch_tick.delay(run_id).id)
+    return str(app.send_task(BATCH_TICK, (run_id,)).id)
 
 
 def start_run(engine: Engine, settings: Settings, plan: SubmitPlan) -> str:
     """Decide the stored run's mode (recorded on the run with its reason) and send it: the
     chord, or the batch path's first tick. Returns the mode."""
-    from pipeline.runs.batching import decide
-
     choice = decide(engine, settings, plan)
     if choice.mode == "batch":
         enqueue_batch(plan.run_id)
@@ -49,12 +63,12 @@ def enqueue_early(document_ids: Sequence[int]) -> None:
     """Send a run's first documents while the producer still reads the rest (no chord: the
     run's chord, sent once everything is stored, carries finalize)."""
     for document_id in document_ids:  # no chord waits for these: their results are not kept
-        extract.apply_async((document_id,), ignore_result=True)
+        app.send_task(EXTRACT, (document_id,), ignore_result=True)
 
 
 def enqueue_finalize(run_id: str) -> str:
     """Send the finalize step alone (a run whose documents are all final, but no report)."""
-    return str(finalize.delay(run_id).id)
+    return str(app.send_task(FINALIZE, (run_id,)).id)
 
 
 def enqueue_resume(plan: ResumePlan) -> None:
@@ -72,6 +86,8 @@ def enqueue_resume(plan: ResumePlan) -> None:
 
 def resume_idle_runs(engine: Engine, settings: Settings) -> list[Verdict]:
     """One watchdog pass: enqueue the resumes it decides; returns every verdict."""
+    from pipeline.runs import watchdog
+
     verdicts = watchdog.check(engine, settings, workers_alive=_workers_alive(settings))
     for verdict in verdicts:
         if verdict.plan is not None:

@@ -126,7 +126,7 @@ def _extract(self: Task, document_id: int) -> str:
 
     status = _retry_or(
         self,
-        lambda failed: extracting.extract_document(ctx, document_id, failed, before_done=_compress_now),
+        lambda failed: extracting.extract_document(ctx, document_id, failed, summarize=_summarize),
         lambda reason: _fail(ctx, document_id, reason),
         lambda reason: extracting.note_retry(ctx, document_id, reason),
         lambda countdown: extracting.retry_due(ctx, document_id, countdown),
@@ -143,15 +143,18 @@ def _fail(ctx: extracting.Context, document_id: int, reason: str) -> str:
     return extracting.fail(ctx, document_id, reason)
 
 
-def _compress_now(document_id: int, fence: int) -> None:
-    """Compress right after extracting (before the document counts as extracted, under its
-    lease), while other documents are still being extracted: the calls fill threads that the
-    end of the extraction phase leaves idle. Best effort: what is not compressed here,
-    finalize compresses."""
+def _summarize(
+    query: str, result: extracting.GroundedExtraction | extracting.CustomResult
+) -> tuple[str | None, list[extracting.CallRecord]]:
+    """Compress right after extracting, from the grounded result in memory (the document's one
+    closing write stores the summary with it), while other documents are still being
+    extracted: the calls fill threads that the end of the extraction phase leaves idle. Best
+    effort: what is not compressed here, finalize compresses."""
     try:
-        compressing.compress_document(worker_context(), document_id, fence=fence)
+        return compressing.summarize(worker_context(), query, result)
     except Exception as exc:  # never out of the chord's header; finalize retries it
-        log.info("compress of %s left to finalize: %s", document_id, exc)
+        log.info("summary left to finalize: %s", exc)
+        return None, []
 
 
 def _finalize_if_last(document_id: int) -> None:

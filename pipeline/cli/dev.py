@@ -42,6 +42,11 @@ from pipeline.core.settings import get_settings
     help="Share of quotes replaced by text not in the document (deterministic with --seed).",
 )
 @click.option(
+    "--cache-answers",
+    is_flag=True,
+    help="Give a request the answer composed for the same request before (no CPU for a repeated run).",
+)
+@click.option(
     "--reject-shape",
     "rejected_shapes",
     multiple=True,
@@ -112,6 +117,7 @@ def sim(
     bad_json_rate: float,
     truncate_rate: float,
     ungrounded_rate: float,
+    cache_answers: bool,
     rejected_shapes: tuple[str, ...],
     reject_status: int,
     sim_api_key: str | None,
@@ -142,6 +148,7 @@ def sim(
         bad_json_rate=bad_json_rate,
         truncate_rate=truncate_rate,
         ungrounded_rate=ungrounded_rate,
+        cache_answers=cache_answers,
         record_path=record_path,
         rejected_shapes=rejected_shapes,
         rejected_status=reject_status,

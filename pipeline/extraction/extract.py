@@ -10,15 +10,17 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import BaseModel
 from sqlalchemy import Engine
+from sqlalchemy.orm import Session
 
 from pipeline.core import errors, logs
 from pipeline.core.constants import PROMPT_VERSION
 from pipeline.core.settings import Settings
 from pipeline.extraction import custom
-from pipeline.extraction.grounding import Source, ground
+from pipeline.extraction.grounding import GroundedExtraction, Source, ground
 from pipeline.extraction.merge import merge_chunks
 from pipeline.extraction.schemas import FilingExtraction
 from pipeline.ingest import sections
@@ -47,11 +49,27 @@ class Context:
     concurrency); None: one after another."""
 
 
+
+
+@dataclass(frozen=True)
+class CustomResult:
+    """A user's schema's merged answer, quote fields grounded."""
+
+    data: dict[str, Any]
+    quotes_total: int
+    quotes_grounded: int
+
+
+Summarizer = Callable[[str, GroundedExtraction | CustomResult], tuple[str | None, list[CallRecord]]]
+"""(the run's question, the document's grounded result) -> its summary (None: left to
+finalize) and the calls that made it."""
+
+
 def extract_document(
     ctx: Context,
     document_id: int,
     failed_attempts: int = 0,
-    before_done: Callable[[int, int], None] | None = None,
+    summarize: Summarizer | None = None,
 ) -> str:
     """Extract and store one document under a lease; returns its final status.
 
@@ -62,9 +80,10 @@ def extract_document(
     document cannot be extracted (recorded as its failure while the lease holds), and LeaseLost when
     another worker took the document over (nothing more is written).
 
-    `before_done(document_id, fence)` runs once the extraction is stored and before the
-    document is marked extracted (the task layer compresses there): whoever waits for every
-    document to be final (finalize) then never finds one whose summary is still being written.
+    `summarize` (the task layer compresses there) gets the grounded result in memory; the
+    extraction, its risk factors, its summary, the summary's calls and the document's status
+    are then written in one transaction: whoever waits for every document to be final
+    (finalize) never finds one whose summary is still being written.
     """
     started = time.monotonic()
     with ctx.leases.claiming(document_id) as mine:
@@ -73,27 +92,27 @@ def extract_document(
         work = _start(ctx, document_id, failed_attempts)
         if work is None:
             return current_status(ctx, document_id)
-        return _extract(ctx, work, started, before_done)
+        return _extract(ctx, work, started, summarize)
 
 
-def _extract(
-    ctx: Context, work: _Work, started: float, before_done: Callable[[int, int], None] | None
-) -> str:
-    """The started document's chunks, merge and writes, under its lease."""
+def _extract(ctx: Context, work: _Work, started: float, summarize: Summarizer | None) -> str:
+    """The started document's chunks, merge, summary and one closing write, under its lease."""
     document_id = work.doc.id
     with ctx.leases.holding(document_id, work.fence):
         try:
             answers = _answer_chunks(ctx, work, started)
             model = Counter(model for _, model in answers).most_common(1)[0][0]
-            if work.schema:
-                _save_custom(ctx, work, [part for part, _ in answers], model)
-            else:
-                parts = [part for part, _ in answers if isinstance(part, FilingExtraction)]
-                _save_filing(ctx, work, parts, model)
-            if before_done is not None:
-                before_done(document_id, work.fence)
+            parts = [part for part, _ in answers]
+            result = _custom_result(work, parts) if work.schema else _filing_result(work, parts)
+            summary: str | None = None
+            calls: list[CallRecord] = []
+            if summarize is not None and not _budget_spent(ctx, work):
+                summary, calls = summarize(work.query, result)
             with session_scope(ctx.engine) as session:
-                documents.mark_extracted(session, document_id, work.fence)
+                documents.hold(session, document_id, work.fence)
+                _save(session, work, result, model, summary)
+                llm_calls.record_calls(session, work.doc.run_id, document_id, None, calls)
+                documents.mark_extracted(session, document_id, work.fence, held=True)
         except errors.PermanentError as exc:
             with session_scope(ctx.engine) as session:  # only while the lease holds
                 documents.hold(session, document_id, work.fence)
@@ -105,6 +124,19 @@ def _extract(
             _release(ctx, document_id, work.fence)
             raise
     return "extracted"
+
+
+def _budget_spent(ctx: Context, work: _Work) -> bool:
+    """The run's budget is spent: the document is stored without a summary (finalize falls
+    back to one made from its fields)."""
+    if not work.capped:
+        return False
+    try:
+        with session_scope(ctx.engine) as session:
+            llm_calls.check_budget(session, work.doc.run_id)
+    except errors.BudgetSpent:
+        return True
+    return False
 
 
 def _grace_s(ctx: Context, exc: BaseException | None = None) -> float:
@@ -140,6 +172,8 @@ class _Work:
     text: str
     chunks: list[Chunk]
     schema: str | None
+    query: str
+    """The run's question (what the summary is written for)."""
     capped: bool
     """The run has a budget: check it before each call."""
     failed_attempts: int
@@ -176,6 +210,7 @@ def _start(ctx: Context, document_id: int, failed_attempts: int) -> _Work | None
             text=text,
             chunks=chunks,
             schema=schema,
+            query=run.query if run is not None else "",
             capped=run is not None and run.budget_usd is not None,
             failed_attempts=max(failed_attempts, doc.attempts - 1),  # earlier deliveries count too
             fence=doc.fence,
@@ -251,36 +286,37 @@ def _answer_chunks(ctx: Context, work: _Work, started: float) -> list[tuple[Base
         raise
 
 
-def _save_custom(ctx: Context, work: _Work, parts: list[BaseModel], model: str) -> None:
-    """A user's schema: answers merged generically, quote fields grounded, stored as JSON."""
+def _custom_result(work: _Work, parts: list[BaseModel]) -> CustomResult:
     data, total, grounded = custom.ground(
         custom.merge([p.model_dump(mode="json") for p in parts]), Source(work.text)
     )
-    with session_scope(ctx.engine) as session:
-        documents.hold(session, work.doc.id, work.fence)
+    return CustomResult(data, total, grounded)
+
+
+def _filing_result(work: _Work, parts: list[BaseModel]) -> GroundedExtraction:
+    """The 10-K schema: answers merged (preferring found quotes), grounded."""
+    source = Source(work.text)
+    filings = [p for p in parts if isinstance(p, FilingExtraction)]
+    return ground(merge_chunks(filings, lambda quote: source.find(quote) is not None), source)
+
+
+def _save(
+    session: Session, work: _Work, result: GroundedExtraction | CustomResult, model: str, summary: str | None
+) -> None:
+    if isinstance(result, CustomResult):
         documents.save_custom_extraction(
             session,
             work.doc,
-            data,
-            quotes_total=total,
-            quotes_grounded=grounded,
+            result.data,
+            quotes_total=result.quotes_total,
+            quotes_grounded=result.quotes_grounded,
             model=model,
             prompt_version=prompt_version(work.schema),
+            summary=summary,
         )
-
-
-def _save_filing(ctx: Context, work: _Work, parts: list[FilingExtraction], model: str) -> None:
-    """The 10-K schema: answers merged (preferring found quotes), grounded, stored as facts."""
-    source = Source(work.text)
-    merged = merge_chunks(parts, lambda quote: source.find(quote) is not None)
-    with session_scope(ctx.engine) as session:
-        documents.hold(session, work.doc.id, work.fence)
+    else:
         documents.save_extraction(
-            session,
-            work.doc,
-            ground(merged, source),
-            model=model,
-            prompt_version=PROMPT_VERSION,
+            session, work.doc, result, model=model, prompt_version=PROMPT_VERSION, summary=summary
         )
 
 

@@ -3,21 +3,25 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import select
 
 from pipeline.core.constants import DEFAULT_COMPRESS_MAX_TOKENS
+from pipeline.core.errors import PipelineError
 from pipeline.extraction import custom
-from pipeline.extraction.extract import Context
+from pipeline.extraction.extract import Context, CustomResult
+from pipeline.extraction.grounding import GroundedExtraction
 from pipeline.llm import prompts
 from pipeline.llm.client import CallRecord
 from pipeline.reporting import render
-from pipeline.storage import documents, llm_calls, reports
+from pipeline.storage import llm_calls, reports
 from pipeline.storage.db import session_scope
 from pipeline.storage.models import Extraction, RiskFactor, Run
 
+log = logging.getLogger(__name__)
 CUSTOM_FALLBACK_CHARS = 600
 """A custom schema's stored JSON, cut to this, stands in for a summary the LLM did not give."""
 
@@ -27,12 +31,11 @@ def compress_document(
     document_id: int,
     failed_attempts: int = 0,
     *,
-    fence: int | None = None,
     guard: Callable[[], None] | None = None,
 ) -> str:
-    """Store a short summary of the document's extraction, by the LLM; idempotent. Under a
-    document's lease (`fence`), the summary is written only while the lease holds; `guard()`
-    runs before the write and raises when a step lease was lost."""
+    """Store a short summary of the stored extraction of a document that has none (finalize:
+    its extraction task's own summary failed); idempotent. `guard()` runs before the write
+    and raises when the step's lease was lost."""
     with session_scope(ctx.engine) as session:
         row = session.execute(
             select(Extraction, Run.query, Run.budget_usd, Run.schema)
@@ -52,50 +55,97 @@ def compress_document(
                 .where(RiskFactor.document_id == document_id, RiskFactor.grounded)
                 .order_by(RiskFactor.position)
             ).all()
-            facts = trusted_facts(extraction, [(title, quote) for title, quote in risks])
+            facts = trusted_facts(
+                extraction.company,
+                extraction.fiscal_year,
+                extraction.revenue_usd if extraction.revenue_grounded is not False else None,
+                extraction.revenue_quote if extraction.revenue_grounded is not False else None,
+                [(title, quote) for title, quote in risks],
+            )
     if budget is not None:
         with session_scope(ctx.engine) as session:
             llm_calls.check_budget(session, extraction.run_id)
     calls: list[CallRecord] = []
     try:
-        summary = ctx.llm.text(
-            prompts.compress_messages(query, facts),
-            stage="compress",
-            max_tokens=DEFAULT_COMPRESS_MAX_TOKENS,
-            sink=calls.append,
-            model=ctx.llm.pick_model("compress", failed_attempts),
-        )
+        summary = _summary(ctx, query, facts, bool(schema), calls.append, failed_attempts)
     finally:
         with session_scope(ctx.engine) as session:
             llm_calls.record_calls(session, extraction.run_id, document_id, None, calls)
-    if not summary and schema:
-        summary = json.dumps(facts, ensure_ascii=False)[:CUSTOM_FALLBACK_CHARS]
-    elif not summary:
-        titles = [r["title"] for r in facts["risk_factors"]]
-        summary = fallback_summary(extraction.company, extraction.fiscal_year, facts["revenue_usd"], titles)
     if guard is not None:
         guard()
-    save_summary(ctx, document_id, summary, fence)
+    with session_scope(ctx.engine) as session:
+        reports.save_summary(session, document_id, summary)
     return "done"
 
 
-def trusted_facts(extraction: Extraction, grounded_risks: list[tuple[str, str]]) -> dict[str, Any]:
-    """What the summary may state as fact: only facts whose quote was found in the filing."""
-    revenue_ok = extraction.revenue_grounded is not False
+def summarize(
+    ctx: Context, query: str, result: GroundedExtraction | CustomResult
+) -> tuple[str | None, list[CallRecord]]:
+    """The summary of a document's grounded result, still in memory (its extraction task calls
+    this before its one closing write), and the calls it made; None when the call failed
+    (finalize compresses the stored extraction then). Never raises for the LLM."""
+    if isinstance(result, CustomResult):
+        facts, own_schema = custom.without_ungrounded(result.data), True
+    else:
+        e = result.extraction
+        revenue_ok = result.revenue is None or result.revenue.grounded
+        grounded = [(r.title, r.quote) for r, check in zip(e.risk_factors, result.risks, strict=True) if check.grounded]
+        facts = trusted_facts(
+            e.company,
+            e.fiscal_year,
+            e.revenue_usd if revenue_ok else None,
+            e.revenue_quote if revenue_ok else None,
+            grounded,
+        )
+        own_schema = False
+    calls: list[CallRecord] = []
+    try:
+        return _summary(ctx, query, facts, own_schema, calls.append), calls
+    except PipelineError as exc:
+        log.info("summary left to finalize: %s", exc)
+        return None, calls
+
+
+def _summary(
+    ctx: Context,
+    query: str,
+    facts: dict[str, Any],
+    own_schema: bool,
+    sink: Callable[[CallRecord], None],
+    failed_attempts: int = 0,
+) -> str:
+    """The LLM's summary of `facts`; an empty answer falls back to one made from the facts."""
+    summary = ctx.llm.text(
+        prompts.compress_messages(query, facts),
+        stage="compress",
+        max_tokens=DEFAULT_COMPRESS_MAX_TOKENS,
+        sink=sink,
+        model=ctx.llm.pick_model("compress", failed_attempts),
+    )
+    if summary:
+        return summary
+    if own_schema:
+        return json.dumps(facts, ensure_ascii=False)[:CUSTOM_FALLBACK_CHARS]
+    titles = [r["title"] for r in facts["risk_factors"]]
+    return fallback_summary(facts["company"], facts["fiscal_year"], facts["revenue_usd"], titles)
+
+
+def trusted_facts(
+    company: str | None,
+    fiscal_year: int | None,
+    revenue_usd: float | None,
+    revenue_quote: str | None,
+    grounded_risks: list[tuple[str, str]],
+) -> dict[str, Any]:
+    """What the summary may state as fact: only facts whose quote was found in the filing (the
+    caller leaves out a revenue whose quote was not)."""
     return {
-        "company": extraction.company,
-        "fiscal_year": extraction.fiscal_year,
-        "revenue_usd": extraction.revenue_usd if revenue_ok else None,
-        "revenue_quote": extraction.revenue_quote if revenue_ok else None,
+        "company": company,
+        "fiscal_year": fiscal_year,
+        "revenue_usd": revenue_usd,
+        "revenue_quote": revenue_quote,
         "risk_factors": [{"title": title, "quote": quote} for title, quote in grounded_risks],
     }
-
-
-def save_summary(ctx: Context, document_id: int, summary: str, fence: int | None = None) -> None:
-    with session_scope(ctx.engine) as session:
-        if fence is not None:
-            documents.hold(session, document_id, fence)
-        reports.save_summary(session, document_id, summary)
 
 
 def fallback_summary(

@@ -17,7 +17,6 @@ lost.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -28,12 +27,9 @@ from sqlalchemy.orm import Session
 
 from pipeline.core import errors
 from pipeline.core.cost import call_cost
-from pipeline.core.deadline import parse_deadline
-from pipeline.core.settings import Settings
 from pipeline.extraction import custom
 from pipeline.extraction.extract import Context, chunk_messages, prompt_version
 from pipeline.extraction.schemas import FilingExtraction
-from pipeline.ingest.producer import SubmitPlan
 from pipeline.llm import lenient
 from pipeline.llm.batch import (
     BatchAPI,
@@ -49,70 +45,15 @@ from pipeline.llm.batch import (
 from pipeline.llm.client import CallRecord, Completion
 from pipeline.llm.ratelimit import Scope
 from pipeline.llm.tokens import estimate_prompt
+from pipeline.runs.mode import SAFETY, sync_estimate_s, work_estimate
 from pipeline.storage import batches as repo
-from pipeline.storage import documents, run_state
+from pipeline.storage import documents
 from pipeline.storage.db import session_scope
 from pipeline.storage.models import LLMBatch, LLMCall, Run, aware, utcnow
 
 log = logging.getLogger(__name__)
 
 LINES_PER_TRANSACTION = 100
-SAFETY = 1.25
-"""The synchronous path's estimate is stretched by this before the deadline is met with it."""
-ASSUMED_RPM = 500
-"""Requests a minute assumed for the synchronous path when no limit is configured or learned."""
-REPORT_CALLS_PER_DOCUMENT = 1
-"""Compressions: one call per document after its extraction."""
-
-
-@dataclass(frozen=True)
-class ModeChoice:
-    mode: str  # sync | batch
-    reason: str
-
-
-def choose_mode(
-    settings: Settings, deadline: datetime | None, sync_estimate_s: float, now: datetime
-) -> ModeChoice:
-    """What `--mode auto` sends: batch when the deadline leaves room for a batch beyond what the
-    synchronous path needs, sync otherwise. `sync`/`batch` are taken as asked."""
-    asked = settings.llm_mode
-    if asked == "sync":
-        return ModeChoice("sync", "asked for: --mode sync")
-    if asked == "batch":
-        return ModeChoice("batch", "asked for: --mode batch")
-    if deadline is None:
-        return ModeChoice("batch", "auto: no deadline, so the price decides (batch costs half)")
-    room = (deadline - now).total_seconds() - sync_estimate_s * SAFETY - settings.batch_deadline_margin_s
-    need = settings.batch_min_room_s
-    if room >= need:
-        return ModeChoice(
-            "batch",
-            f"auto: the deadline leaves {_duration(room)} beyond the {_duration(sync_estimate_s)} "
-            f"the synchronous path needs (a batch needs at least {_duration(need)})",
-        )
-    return ModeChoice(
-        "sync",
-        f"auto: the deadline leaves {_duration(max(0.0, room))} beyond the {_duration(sync_estimate_s)} "
-        f"the synchronous path needs, less than the {_duration(need)} a batch needs",
-    )
-
-
-def sync_estimate_s(calls: int, tokens: int, rpm: int, tpm: int) -> float:
-    """How long the synchronous path needs for `calls` calls of `tokens` tokens in all at these
-    limits (none: ASSUMED_RPM)."""
-    if not rpm and not tpm:
-        rpm = ASSUMED_RPM
-    by_requests = calls / rpm * 60 if rpm else 0.0
-    by_tokens = tokens / tpm * 60 if tpm else 0.0
-    return max(by_requests, by_tokens)
-
-
-def work_estimate(settings: Settings, chunks: int, chunk_tokens: int, documents: int) -> tuple[int, int]:
-    """(calls, tokens) of extracting `chunks` chunks of `chunk_tokens` text tokens in all, and
-    the report of `documents` documents."""
-    calls = chunks + documents * REPORT_CALLS_PER_DOCUMENT + 1
-    return calls, chunk_tokens + calls * (settings.extract_max_tokens + PROMPT_OVERHEAD_TOKENS)
 
 
 def limits_in_force(ctx: Context) -> tuple[int, int]:
@@ -137,10 +78,6 @@ def remaining_estimate_s(ctx: Context, run_id: str) -> float:
         chunks, tokens, documents = repo.remaining_work(session, run_id, version)
     calls, total = work_estimate(ctx.settings, chunks, tokens, documents)
     return sync_estimate_s(calls, total, *limits_in_force(ctx))
-
-
-PROMPT_OVERHEAD_TOKENS = 400
-"""The instructions and schema around a chunk's text, roughly."""
 
 
 def cutover_at(ctx: Context, run: Run) -> datetime | None:
@@ -211,26 +148,6 @@ def documents_to_extract(engine: Engine, run_id: str) -> list[int]:
     answers make most of them quick)."""
     with session_scope(engine) as session:
         return repo.unfinished_documents(session, run_id)
-
-
-def decide(engine: Engine, settings: Settings, plan: SubmitPlan, now: datetime | None = None) -> ModeChoice:
-    """Choose the stored run's mode (`PIPELINE_LLM_MODE`, `PIPELINE_RUN_DEADLINE`) and record it
-    on the run with its reason and deadline."""
-    now = now or datetime.now(UTC)
-    deadline = parse_deadline(settings.run_deadline, now) if settings.run_deadline else None
-    chunks = sum(plan.chunk_counts.values())
-    calls, tokens = work_estimate(settings, chunks, plan.tokens, plan.submitted)
-    estimate = sync_estimate_s(calls, tokens, settings.rate_limit_rpm, settings.rate_limit_tpm)
-    choice = (
-        choose_mode(settings, deadline, estimate, now)
-        if plan.submitted
-        else ModeChoice("sync", "no documents")
-    )
-    if choice.mode == "batch" and plan.early_ids:
-        choice = ModeChoice("sync", f"{choice.reason}; but the run started early, synchronously")
-    with session_scope(engine) as session:
-        run_state.set_mode(session, plan.run_id, choice.mode, choice.reason, deadline)
-    return choice
 
 
 def _cut_over(ctx: Context, api: BatchAPI, run: Run, now: datetime) -> bool:
@@ -332,7 +249,10 @@ def _submit(ctx: Context, api: BatchAPI, run: Run, version: str) -> int:
                 settings.batch_max_file_bytes,
                 room if settings.batch_max_enqueued_tokens else 0,
             )
-            pending = repo.pending_chunks(session, run.id, version, settings.batch_line_attempts)
+            reuse = ctx.llm.extract_model_names() if run.reuse_answers and not run.schema else None
+            pending = repo.pending_chunks(
+                session, run.id, version, settings.batch_line_attempts, reuse_models=reuse
+            )
             packed, _ = pack(_requests(ctx, run, pending, version), limits)
             if not packed.chunk_ids:
                 packed.close()
@@ -367,27 +287,29 @@ def _upload(ctx: Context, api: BatchAPI, row: LLMBatch, version: str, run: Run) 
 
 
 def _send_file(ctx: Context, api: BatchAPI, row: LLMBatch, packed: InputFile, run: Run) -> None:
+    """Upload the row's input file and create its batch. The attempt is counted before the
+    upload: a row whose upload began before (a crash) looks for that file first."""
     name = repo.filename(row)
-    file_id = api.find_upload(name) if row.status == repo.PREPARING and row.attempts else None
+    file_id = api.find_upload(name) if row.attempts else None
+    with session_scope(ctx.engine) as session:
+        repo.update_row(session, row.id, attempts=row.attempts + 1)
     if file_id is None:
         file_id = api.upload(packed, name)
     with session_scope(ctx.engine) as session:
-        repo.update_row(
-            session, row.id, status=repo.UPLOADED, input_file_id=file_id, attempts=row.attempts + 1
-        )
-    row.input_file_id, row.status = file_id, repo.UPLOADED
-    _create(ctx, api, row, run)
+        repo.update_row(session, row.id, status=repo.UPLOADED, input_file_id=file_id)
+    row.input_file_id, row.status, row.attempts = file_id, repo.UPLOADED, row.attempts + 1
+    _create(ctx, api, row, run, look_first=False)
 
 
-def _create(ctx: Context, api: BatchAPI, row: LLMBatch, run: Run) -> None:
+def _create(ctx: Context, api: BatchAPI, row: LLMBatch, run: Run, *, look_first: bool = True) -> None:
+    """Create the batch of the row's uploaded file; `look_first`: an earlier tick may have
+    created it and died before storing its id, so a batch of this input file is looked for."""
     assert row.input_file_id
-    state = api.find_batch(row.input_file_id) if row.attempts > 1 else None
+    state = api.find_batch(row.input_file_id) if look_first else None
     if state is None:
         state = api.create(row.input_file_id, {"pipeline_run": run.id, "pipeline_batch": str(row.id)})
     with session_scope(ctx.engine) as session:
-        repo.update_row(
-            session, row.id, provider_batch_id=state.id, status=state.status, submitted_at=utcnow()
-        )
+        repo.update_row(session, row.id, provider_batch_id=state.id, status=state.status, submitted_at=utcnow())
 
 
 def _ingest(ctx: Context, api: BatchAPI, run: Run, row: LLMBatch, state: BatchState, version: str) -> int:
@@ -533,14 +455,3 @@ def _content(body: dict[str, object]) -> tuple[str, str]:
 
 def _schema(run: Run) -> type[BaseModel]:
     return custom.load_schema(run.schema) if run.schema else FilingExtraction
-
-
-def _duration(seconds: float) -> str:
-    seconds = max(0, math.ceil(seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    if minutes:
-        return f"{minutes}m{secs:02d}s"
-    return f"{secs}s"

@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
+from pipeline.storage import documents
 from pipeline.storage.models import (
     Chunk,
     Content,
@@ -51,10 +52,17 @@ class Pending:
 
 
 def pending_chunks(
-    session: Session, run_id: str, version: str, max_tries: int, *, documents_per_query: int = 50
+    session: Session,
+    run_id: str,
+    version: str,
+    max_tries: int,
+    *,
+    reuse_models: Sequence[str] | None = None,
+    documents_per_query: int = 50,
 ) -> Iterator[Pending]:
     """The run's unanswered chunks that no batch holds and that have batch tries left, document
-    by document (a run's texts are never all in memory at once)."""
+    by document (a run's texts are never all in memory at once). With `reuse_models`, chunks an
+    earlier run answered for the same text are filled from it first, and not sent."""
     last = 0
     while True:
         docs = list(
@@ -87,8 +95,12 @@ def pending_chunks(
             by_doc.setdefault(chunk.document_id, []).append(chunk)
         texts = _texts(session, {d.sha256 for d in docs if d.id in by_doc and d.sha256})
         for doc in docs:
-            for chunk in by_doc.get(doc.id, []):
-                yield Pending(chunk, doc, texts[doc.sha256 or ""])
+            mine = by_doc.get(doc.id, [])
+            if reuse_models is not None and mine:
+                documents.reuse_answers(session, doc, mine, reuse_models)
+            for chunk in mine:
+                if chunk.result is None or chunk.prompt_version != version:  # not reused just now
+                    yield Pending(chunk, doc, texts[doc.sha256 or ""])
 
 
 def unfinished_documents(session: Session, run_id: str) -> list[int]:

@@ -299,9 +299,10 @@ def save_extraction(
     *,
     model: str,
     prompt_version: str,
+    summary: str | None = None,
 ) -> None:
-    """Upsert the document's extraction and replace its risk factors (`mark_extracted` then
-    ends the document).
+    """Upsert the document's extraction (with its summary when there is one) and replace its
+    risk factors (`mark_extracted` then ends the document).
 
     Every fact is stored, grounded or not: the flags and offsets say which quotes were
     found in the filing's text.
@@ -323,6 +324,7 @@ def save_extraction(
         revenue_grounded=revenue.grounded if revenue else None,
         revenue_quote_start=revenue.start if revenue else None,
         revenue_quote_end=revenue.end if revenue else None,
+        summary=summary,
     )
     session.execute(delete(RiskFactor).where(RiskFactor.document_id == doc.id))
     session.add_all(
@@ -349,6 +351,7 @@ def save_custom_extraction(
     quotes_grounded: int,
     model: str,
     prompt_version: str,
+    summary: str | None = None,
 ) -> None:
     """Upsert the JSON answer of a user's schema (no fact columns); see `save_extraction`."""
     _upsert_extraction(
@@ -359,11 +362,14 @@ def save_custom_extraction(
         prompt_version=prompt_version,
         quotes_total=quotes_total,
         quotes_grounded=quotes_grounded,
+        summary=summary,
     )
 
 
-def mark_extracted(session: Session, document_id: int, fence: int) -> None:
-    hold(session, document_id, fence)
+def mark_extracted(session: Session, document_id: int, fence: int, *, held: bool = False) -> None:
+    """End the document `extracted`; `held`: this transaction's `hold` proved the lease already."""
+    if not held:
+        hold(session, document_id, fence)
     _finish_document(session, document_id, DocStatus.EXTRACTED, None)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -10,6 +11,7 @@ import time
 import urllib.request
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +38,16 @@ def sim_stats(base_url: str) -> dict[str, Any]:
 
 @contextmanager
 def simulator(logs: Path, args: list[str]) -> Iterator[str]:
+    with simulator_process(logs, args) as (url, _):
+        yield url
+
+
+@contextmanager
+def simulator_process(logs: Path, args: list[str]) -> Iterator[tuple[str, embedded.Child]]:
+    """The simulator's URL and process (whose CPU a regime may measure)."""
     child, url = embedded.start_simulator(embedded.child_env({}), logs, args)
     with child:
-        yield url
+        yield url, child
 
 
 @contextmanager
@@ -78,10 +87,19 @@ def finish_stopping() -> None:
     _stopping.clear()
 
 
+@dataclass(frozen=True)
+class Measured:
+    out: str
+    wall_s: float
+    peak_mb: float | None
+    cpu_s: float
+    """User + system CPU seconds of the process, all its threads (from wait4)."""
+
+
 def run_measured(
     argv: list[str], env: Mapping[str, str], timeout_s: float, ok_codes: tuple[int, ...] = (0,)
-) -> tuple[str, float, float | None]:
-    """Run a command to its end; returns its stdout, wall seconds and peak RSS (MB)."""
+) -> Measured:
+    """Run a command to its end; its stdout, wall seconds, peak RSS (MB) and CPU seconds."""
     started = time.monotonic()
     # stdout goes to a file: a pipe nobody reads while we poll would fill up and block it.
     with tempfile.TemporaryFile("w+") as out:
@@ -89,7 +107,12 @@ def run_measured(
             argv, env=embedded.child_env(env), stdout=out, stderr=subprocess.DEVNULL, text=True
         )
         peak: float | None = None
-        while process.poll() is None:
+        while True:
+            # wait4, not poll(): the child's rusage (CPU, peak RSS) comes with its exit status.
+            pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+            if pid:
+                process.returncode = os.waitstatus_to_exitcode(status)
+                break
             peak = max(peak or 0.0, peak_rss_mb(process.pid) or 0.0) or peak
             if time.monotonic() - started > timeout_s:
                 process.kill()
@@ -100,7 +123,14 @@ def run_measured(
         text = out.read()
     if process.returncode not in ok_codes:
         raise RuntimeError(f"{' '.join(argv[:4])} exited {process.returncode}")
-    return text, wall, peak
+    peak = max(peak or 0.0, usage.ru_maxrss / 1024)  # ru_maxrss: KB on Linux
+    return Measured(text, wall, peak, usage.ru_utime + usage.ru_stime)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a live process (all its threads) has used so far (/proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
 def pipeline_cli(*args: str) -> list[str]:

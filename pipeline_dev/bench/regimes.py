@@ -8,6 +8,7 @@ import random
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -120,7 +121,7 @@ def run_pipeline(
     with procs.simulator(logs, sim_args) as sim_url:
         env = cfg.env(sim_url, **(env_extra or {}))
         with procs.workers(env, logs, workers or cfg.workers, concurrency or cfg.concurrency) as children:
-            out, wall, producer_mb = procs.run_measured(
+            measured = procs.run_measured(
                 # 1: the run ended failed (too many failed documents): measured all the same.
                 # --fresh: measure calls, not the reuse of an earlier run's answers.
                 procs.pipeline_cli("submit", str(files), "--wait", "--fresh", *submit_args()),
@@ -129,7 +130,8 @@ def run_pipeline(
                 ok_codes=(0, 1),
             )
             worker_mb = [procs.peak_rss_mb(c.process.pid) for c in children]
-            run_id = out.strip().splitlines()[-1]
+            run_id = measured.out.strip().splitlines()[-1]
+            wall, producer_mb = measured.wall_s, measured.peak_mb
         stats = procs.sim_stats(sim_url)
     documents, synthesis_levels = _outcome(cfg.database_url, run_id)
     status = {"documents": documents}
@@ -245,10 +247,39 @@ def r2_latency_bound(cfg: BenchConfig) -> Result:
 
 
 def r3_overhead(cfg: BenchConfig) -> Result:
+    """The pipeline's own cost per document against a bare Celery chord of no-op tasks, with a
+    provider that costs no CPU: the filings go twice through one simulator that keeps its
+    answers (`--cache-answers`), and the second run is measured. CPU seconds are read from the
+    processes (the workers' /proc before and after, the producer's wait4), not from the wall;
+    the database and Redis figures are the servers' own counters over the measured run."""
     files = filings(cfg, "r3", cfg.count(400), 20_000, 24_000)
-    result = run_pipeline(cfg, files, ["--p50", "0", "--p95", "0"])
-    n = result["documents"]
-    logs = Path(tempfile.mkdtemp(dir=cfg.work_dir, prefix="baseline-"))
+    n = len(list(files.iterdir()))
+    logs = Path(tempfile.mkdtemp(dir=cfg.work_dir, prefix="logs-"))
+    submit = procs.pipeline_cli("submit", str(files), "--wait", "--fresh")
+    with procs.simulator_process(logs, ["--p50", "0", "--p95", "0", "--cache-answers"]) as (sim_url, sim):
+        env = cfg.env(sim_url)
+        with procs.workers(env, logs, cfg.workers, cfg.concurrency) as children:
+            procs.run_measured(submit, env, 3600, ok_codes=(0, 1))  # fills the simulator's answers
+            before = _counters(cfg, [c.process.pid for c in children], sim.process.pid)
+            measured = procs.run_measured(submit, env, 3600, ok_codes=(0, 1))
+            after = _counters(cfg, [c.process.pid for c in children], sim.process.pid)
+        run_id = measured.out.strip().splitlines()[-1]
+    documents, _ = _outcome(cfg.database_url, run_id)
+    used = {key: after[key] - before[key] for key in before}
+    result: Result = {
+        "run_id": run_id,
+        "documents": n,
+        "wall_s": round(measured.wall_s, 2),
+        "statuses": documents,
+        "lost": n - sum(documents.get(s, 0) for s in ("extracted", "failed", "skipped")),
+        "worker_cpu_s": round(used["workers"], 2),
+        "producer_cpu_s": round(measured.cpu_s, 2),
+        "simulator_cpu_s": round(used["simulator"], 2),
+        "cpu_s_per_1000_documents": round((used["workers"] + measured.cpu_s) / n * 1000, 1),
+        "redis_commands_per_document": round(used["redis"] / n, 1),
+        "db_transactions_per_document": round(used["db"] / n, 1) if used["db"] >= 0 else None,
+    }
+    base_logs = Path(tempfile.mkdtemp(dir=cfg.work_dir, prefix="baseline-"))
     argv = [
         sys.executable,
         "-m",
@@ -264,15 +295,53 @@ def r3_overhead(cfg: BenchConfig) -> Result:
         "--loglevel=INFO",
     ]
     env = {"PIPELINE_REDIS_URL": cfg.redis_url}
-    with procs.workers(env, logs, cfg.workers, cfg.concurrency, argv=argv):
-        out, _, _ = procs.run_measured([sys.executable, "-m", "workers.baseline", str(n)], env, 3600)
-    baseline = json.loads(out)
-    result["pipeline_docs_per_s"] = n / result["wall_s"]
+    with procs.workers(env, base_logs, cfg.workers, cfg.concurrency, argv=argv) as base:
+        pids = [c.process.pid for c in base]
+        before = _counters(cfg, pids, None)
+        chord_run = procs.run_measured([sys.executable, "-m", "workers.baseline", str(n)], env, 3600)
+        after = _counters(cfg, pids, None)
+    baseline = json.loads(chord_run.out)
+    base_cpu = after["workers"] - before["workers"] + chord_run.cpu_s
+    result["bare_chord_cpu_s_per_1000_tasks"] = round(base_cpu / n * 1000, 1)
+    result["bare_chord_redis_commands_per_task"] = round((after["redis"] - before["redis"]) / n, 1)
+    result["pipeline_docs_per_s"] = n / measured.wall_s
     result["bare_chord_tasks_per_s"] = n / baseline["wall_s"]
     result["ratio"] = result["pipeline_docs_per_s"] / result["bare_chord_tasks_per_s"]
+    result["cpu_ratio"] = result["bare_chord_cpu_s_per_1000_tasks"] / result["cpu_s_per_1000_documents"]
     result["goal"] = ">= 0.5"
     result["met"] = result["ratio"] >= 0.5
     return result
+
+
+def _counters(cfg: BenchConfig, worker_pids: list[int], sim_pid: int | None) -> dict[str, float]:
+    """CPU seconds of the workers and the simulator, Redis commands served, and (Postgres)
+    transactions of the bench's database, so far."""
+    import redis
+
+    time.sleep(1.0)  # Postgres publishes its statistics counters about once a second
+    commands = redis.Redis.from_url(cfg.redis_url).info("commandstats")
+    return {
+        "workers": sum(procs.cpu_seconds(pid) for pid in worker_pids),
+        "simulator": procs.cpu_seconds(sim_pid) if sim_pid else 0.0,
+        "redis": float(sum(int(v.get("calls", 0)) for v in commands.values())),
+        "db": float(_transactions(cfg.database_url)),
+    }
+
+
+def _transactions(database_url: str) -> int:
+    """Transactions committed and rolled back in the database so far (-1: not Postgres)."""
+    if not database_url.startswith("postgresql"):
+        return -1
+    from sqlalchemy import text
+
+    from pipeline.storage.db import get_engine
+
+    with get_engine(database_url).connect() as conn:
+        conn.execute(text("select pg_stat_clear_snapshot()"))
+        found = conn.execute(
+            text("select xact_commit + xact_rollback from pg_stat_database where datname = current_database()")
+        ).scalar()
+    return int(found or 0)
 
 
 def r4_faults(cfg: BenchConfig) -> Result:
@@ -311,6 +380,69 @@ def r6_scale(cfg: BenchConfig) -> Result:
     result["goal"] = "completes, report within the context budget"
     result["met"] = result["lost"] == 0 and result["synthesis_levels"] >= 1
     return result
+
+
+R8_FILINGS = 60
+R8_LARGE_BYTES = 5_000_000
+R8_LARGE_EVERY = 30
+"""One filing in 30 of R8's is 5 MB (two of 60); the others spread evenly on a log scale from
+20 KB to 1 MB."""
+
+
+def r8_sizes(count: int, seed: int) -> list[int]:
+    rng = random.Random(seed)
+    large = [R8_LARGE_BYTES] * (count // R8_LARGE_EVERY)
+    spread = [round(math.exp(rng.uniform(math.log(20_000), math.log(1_000_000)))) for _ in range(count)]
+    return [*large, *spread][:count]
+
+
+def r8_real_sizes(cfg: BenchConfig) -> Result:
+    """Filings as they come: 20 KB to 1 MB (log-uniform) and two of 5 MB, against R1's
+    provider (600 RPM, quantized). Wall against the quota minimum, peak worker memory, and
+    the grounding of every document timed again in this process on its stored text."""
+    files = cfg.work_dir / "filings" / "r8"
+    if not files.exists():
+        count = cfg.count(R8_FILINGS)
+        write_filings(files, count, seed=cfg.seed, sizes=r8_sizes(count, cfg.seed))
+    env = {"PIPELINE_RATE_LIMIT_RPM": str(cfg.rpm)}
+    result = run_pipeline(cfg, files, cfg.latency_args() + cfg.limit_args(), env_extra=env)
+    result = _against_quota(cfg, result, tokens=False, ratio=1.10, share_429=0.01)
+    result.update(_grounding_times(cfg.database_url, result["run_id"]))
+    result["bytes_max"] = max(p.stat().st_size for p in files.iterdir())
+    result["goal"] = "nothing lost, worker peak <= 250 MB"
+    result["met"] = result["lost"] == 0 and result["worker_peak_mb"] <= 250
+    return result
+
+
+def _grounding_times(database_url: str, run_id: str) -> dict[str, Any]:
+    """Each extracted document's quotes grounded again against its text, timed: the largest
+    time, and the time per MB of text."""
+    from sqlalchemy import select
+
+    from pipeline.extraction.grounding import Source, ground
+    from pipeline.extraction.schemas import FilingExtraction
+    from pipeline.storage.db import get_engine, session_scope
+    from pipeline.storage.models import Content, Document, Extraction
+
+    times: list[tuple[float, int]] = []
+    with session_scope(get_engine(database_url)) as session:
+        rows = session.execute(
+            select(Extraction.data, Content.text)
+            .join(Document, Document.id == Extraction.document_id)
+            .join(Content, Content.sha256 == Document.sha256)
+            .where(Extraction.run_id == run_id)
+        ).all()
+        for data, text in rows:
+            started = time.perf_counter()
+            ground(FilingExtraction.model_validate(data), Source(text))
+            times.append((time.perf_counter() - started, len(text.encode())))
+    if not times:
+        return {"grounding_max_ms": None, "grounding_ms_per_mb": None}
+    total_s, total_bytes = sum(t for t, _ in times), sum(b for _, b in times)
+    return {
+        "grounding_max_ms": round(max(t for t, _ in times) * 1000, 1),
+        "grounding_ms_per_mb": round(total_s * 1000 / (total_bytes / 1e6), 1),
+    }
 
 
 R7_FILINGS = 200
@@ -453,7 +585,8 @@ REGIMES: dict[str, Callable[[BenchConfig], Result]] = {
     "R4": r4_faults,
     "R6": r6_scale,
     "R5": r5_memory,
-    "R7": r7_batch,  # after R6: it reports R6's producer peak
+    "R7": r7_batch,
+    "R8": r8_real_sizes,  # after R6: it reports R6's producer peak
     "peer-R1": lambda cfg: peer(cfg, "R1"),
     "peer-R4": lambda cfg: peer(cfg, "R4"),
 }

@@ -16,6 +16,7 @@ HEADLINE = {
     "R5": ("peak RSS MB: worker (64 in flight)", "worker_peak_mb"),
     "R6": ("ms per document", "ms_per_document"),
     "R7": ("batch cost / sync cost; deadline run wall / deadline", "cost_ratio"),
+    "R8": ("wall / quota minimum; worker peak MB", "ratio_to_min"),
     "peer-R1": ("our wall / peer wall", "wall_ratio_ours_to_peer"),
     "peer-R4": ("our wall / peer wall", "wall_ratio_ours_to_peer"),
 }
@@ -54,6 +55,13 @@ def markdown(results: dict[str, dict[str, Any]], meta: dict[str, Any]) -> str:
             value += f"; {_fmt(r['wall_ratio_to_r1'])}"
         if name == "R5" and r.get("producer_10k_peak_mb") is not None:
             value += f"; producer (10,000 docs) {_fmt(r['producer_10k_peak_mb'])}"
+        if name == "R3" and r.get("cpu_s_per_1000_documents") is not None:
+            value += (
+                f"; CPU s per 1,000: {_fmt(r['cpu_s_per_1000_documents'])} "
+                f"(bare chord {_fmt(r.get('bare_chord_cpu_s_per_1000_tasks'))})"
+            )
+        if name == "R8" and r.get("worker_peak_mb") is not None:
+            value += f"; {_fmt(r['worker_peak_mb'])}; grounding max {_fmt(r.get('grounding_max_ms'))} ms"
         if name == "R7" and r.get("deadline_s"):
             value += f"; {_fmt(r['deadline_wall_s'] / r['deadline_s'])}"
         if name.startswith("peer"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
 import json
 import logging
 import math
@@ -23,7 +24,8 @@ from pipeline_dev.sim.state import STATE, Recorder, SimState
 
 log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 64 * 1024 * 1024  # whole filings arrive in one request
-INLINE_CHARS = 20_000  # bigger prompts are answered on a worker thread, off the event loop
+INLINE_CHARS = 20_000
+MAX_CACHED_ANSWERS = 200_000  # bigger prompts are answered on a worker thread, off the event loop
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -136,7 +138,7 @@ async def _chat(request: web.Request, state: SimState) -> web.StreamResponse:
     loop = asyncio.get_running_loop()
     composed: Composed | None = None
     if chat.max_tokens is None:  # the token charge needs the answer's length
-        composed = await _compose(chat, loop, state.config)
+        composed = await _compose(chat, loop, state)
         charge = chat.prompt_tokens + composed.tokens
     else:
         charge = chat.prompt_tokens + chat.max_tokens
@@ -163,7 +165,7 @@ async def _chat(request: web.Request, state: SimState) -> web.StreamResponse:
             await asyncio.wait_for(state.shutdown.wait(), state.config.hang_s)
         return await _abort(request)
     if outcome == "ok" and composed is None:
-        composed = await _compose(chat, loop, state.config)
+        composed = await _compose(chat, loop, state)
     await asyncio.sleep(draw.latency_s)
     if outcome == "drop":
         state.counters.dropped += 1
@@ -204,10 +206,22 @@ async def _read_json(request: web.Request) -> Any:
         raise RequestError(f"We could not parse the JSON body of your request: {exc}") from exc
 
 
-async def _compose(chat: ChatRequest, loop: asyncio.AbstractEventLoop, config: SimConfig) -> Composed:
+async def _compose(chat: ChatRequest, loop: asyncio.AbstractEventLoop, state: SimState) -> Composed:
+    """The answer, built from the request's document (CPU), or with --cache-answers the one
+    built for the same request before (a second run of the same filings costs no CPU here)."""
+    config = state.config
+    key = b""
+    if config.cache_answers:
+        key = hashlib.sha1(f"{chat.model}|{chat.shape}|{chat.max_tokens}|{chat.prompt}".encode()).digest()
+        if (found := state.answers.get(key)) is not None:
+            return found
     if len(chat.prompt) <= INLINE_CHARS:
-        return compose(chat, config.ungrounded_rate, config.seed)
-    return await loop.run_in_executor(None, compose, chat, config.ungrounded_rate, config.seed)
+        composed = compose(chat, config.ungrounded_rate, config.seed)
+    else:
+        composed = await loop.run_in_executor(None, compose, chat, config.ungrounded_rate, config.seed)
+    if key and len(state.answers) < MAX_CACHED_ANSWERS:
+        state.answers[key] = composed
+    return composed
 
 
 async def models(request: web.Request) -> web.Response:

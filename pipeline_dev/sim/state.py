@@ -114,6 +114,7 @@ class SimState:
         self.invented_quotes: list[str] = []  # GET /sim/invented
         self.admissions: list[tuple[float, int]] = []  # (monotonic s, tokens charged) per admitted request
         self.refusals: list[float] = []  # monotonic s of each 429
+        self.answers: dict[bytes, Any] = {}  # --cache-answers: composed answers by request
 
     def record(
         self,
