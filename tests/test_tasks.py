@@ -158,7 +158,9 @@ def test_a_document_counts_as_extracted_only_once_its_summary_is_written(
     document_id = plan.document_ids[0]
     seen: list[str] = []
 
-    def compress(query: str, result: GroundedExtraction | CustomResult) -> tuple[str | None, list[CallRecord]]:
+    def compress(
+        query: str, result: GroundedExtraction | CustomResult
+    ) -> tuple[str | None, list[CallRecord]]:
         with session_scope(engine) as session:
             seen.append(str(session.scalar(select(Document.status).where(Document.id == document_id))))
         return _summarize(query, result)

@@ -20,6 +20,9 @@ from pipeline.core.errors import Deferred, LeaseLost, PermanentError, RetryableE
 from pipeline.core.logs import log_context
 from pipeline.core.retry import backoff_s, countdown_s
 from pipeline.extraction import extract as extracting
+from pipeline.extraction.extract import CustomResult
+from pipeline.extraction.grounding import GroundedExtraction
+from pipeline.llm.client import CallRecord
 from pipeline.reporting import compress as compressing
 from pipeline.reporting import streaming
 from pipeline.reporting import synthesize as reporting
@@ -143,9 +146,7 @@ def _fail(ctx: extracting.Context, document_id: int, reason: str) -> str:
     return extracting.fail(ctx, document_id, reason)
 
 
-def _summarize(
-    query: str, result: extracting.GroundedExtraction | extracting.CustomResult
-) -> tuple[str | None, list[extracting.CallRecord]]:
+def _summarize(query: str, result: GroundedExtraction | CustomResult) -> tuple[str | None, list[CallRecord]]:
     """Compress right after extracting, from the grounded result in memory (the document's one
     closing write stores the summary with it), while other documents are still being
     extracted: the calls fill threads that the end of the extraction phase leaves idle. Best

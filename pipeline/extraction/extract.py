@@ -49,8 +49,6 @@ class Context:
     concurrency); None: one after another."""
 
 
-
-
 @dataclass(frozen=True)
 class CustomResult:
     """A user's schema's merged answer, quote fields grounded."""

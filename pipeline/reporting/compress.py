@@ -89,7 +89,11 @@ def summarize(
     else:
         e = result.extraction
         revenue_ok = result.revenue is None or result.revenue.grounded
-        grounded = [(r.title, r.quote) for r, check in zip(e.risk_factors, result.risks, strict=True) if check.grounded]
+        grounded = [
+            (r.title, r.quote)
+            for r, check in zip(e.risk_factors, result.risks, strict=True)
+            if check.grounded
+        ]
         facts = trusted_facts(
             e.company,
             e.fiscal_year,

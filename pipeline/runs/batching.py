@@ -309,7 +309,9 @@ def _create(ctx: Context, api: BatchAPI, row: LLMBatch, run: Run, *, look_first:
     if state is None:
         state = api.create(row.input_file_id, {"pipeline_run": run.id, "pipeline_batch": str(row.id)})
     with session_scope(ctx.engine) as session:
-        repo.update_row(session, row.id, provider_batch_id=state.id, status=state.status, submitted_at=utcnow())
+        repo.update_row(
+            session, row.id, provider_batch_id=state.id, status=state.status, submitted_at=utcnow()
+        )
 
 
 def _ingest(ctx: Context, api: BatchAPI, run: Run, row: LLMBatch, state: BatchState, version: str) -> int:

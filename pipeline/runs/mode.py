@@ -76,10 +76,8 @@ def work_estimate(settings: Settings, chunks: int, chunk_tokens: int, documents:
     return calls, chunk_tokens + calls * (settings.extract_max_tokens + PROMPT_OVERHEAD_TOKENS)
 
 
-
 PROMPT_OVERHEAD_TOKENS = 400
 """The instructions and schema around a chunk's text, roughly."""
-
 
 
 def decide(engine: Engine, settings: Settings, plan: SubmitPlan, now: datetime | None = None) -> ModeChoice:

@@ -111,14 +111,33 @@ def release(session: Session, partial_id: int) -> None:
     session.execute(delete(SynthesisPartial).where(SynthesisPartial.id == partial_id))
 
 
-def pending(session: Session, run_id: str, made_after: datetime) -> int:
-    """The run's partials made after `made_after` that have no text yet (their call runs)."""
+def close(session: Session, run_id: str) -> int:
+    """The final synthesis takes every summary of the run that no partial holds, under a partial
+    of its own that never gets a text (so `_summaries` reads them): a partial claimed by the
+    run's last documents after the final synthesis read the summaries would otherwise put
+    those summaries in the report twice. Returns that partial's id."""
+    closing = SynthesisPartial(run_id=run_id, documents=0)
+    session.add(closing)
+    session.flush()
+    closing.documents = session.execute(
+        update(Extraction)
+        .where(Extraction.run_id == run_id, Extraction.partial_id.is_(None))
+        .values(partial_id=closing.id)
+        .execution_options(synchronize_session=False)
+    ).rowcount  # type: ignore[attr-defined]
+    return closing.id
+
+
+def pending(session: Session, run_id: str, made_after: datetime, excluding: int | None = None) -> int:
+    """The run's partials made after `made_after` that have no text yet (their call runs), but
+    `excluding` (the final synthesis's own, from `close`)."""
     return int(
         session.scalar(
             select(func.count()).where(
                 SynthesisPartial.run_id == run_id,
                 SynthesisPartial.text.is_(None),
                 SynthesisPartial.created_at > made_after,
+                SynthesisPartial.id != (excluding or 0),
             )
         )
         or 0

@@ -319,11 +319,11 @@ def _counters(cfg: BenchConfig, worker_pids: list[int], sim_pid: int | None) -> 
     import redis
 
     time.sleep(1.0)  # Postgres publishes its statistics counters about once a second
-    commands = redis.Redis.from_url(cfg.redis_url).info("commandstats")
+    commands: dict[str, dict[str, int]] = redis.Redis.from_url(cfg.redis_url).info("commandstats")  # type: ignore[assignment]
     return {
         "workers": sum(procs.cpu_seconds(pid) for pid in worker_pids),
         "simulator": procs.cpu_seconds(sim_pid) if sim_pid else 0.0,
-        "redis": float(sum(int(v.get("calls", 0)) for v in commands.values())),
+        "redis": float(sum(int(stats.get("calls", 0)) for stats in commands.values())),
         "db": float(_transactions(cfg.database_url)),
     }
 
@@ -339,7 +339,9 @@ def _transactions(database_url: str) -> int:
     with get_engine(database_url).connect() as conn:
         conn.execute(text("select pg_stat_clear_snapshot()"))
         found = conn.execute(
-            text("select xact_commit + xact_rollback from pg_stat_database where datname = current_database()")
+            text(
+                "select xact_commit + xact_rollback from pg_stat_database where datname = current_database()"
+            )
         ).scalar()
     return int(found or 0)
 

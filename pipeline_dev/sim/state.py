@@ -16,6 +16,7 @@ from aiohttp import web
 
 from pipeline_dev.sim.config import SimConfig
 from pipeline_dev.sim.limits import SlidingWindowLimiter
+from pipeline_dev.sim.request import Composed
 
 BUSY_SHARE = 0.9
 
@@ -114,7 +115,7 @@ class SimState:
         self.invented_quotes: list[str] = []  # GET /sim/invented
         self.admissions: list[tuple[float, int]] = []  # (monotonic s, tokens charged) per admitted request
         self.refusals: list[float] = []  # monotonic s of each 429
-        self.answers: dict[bytes, Any] = {}  # --cache-answers: composed answers by request
+        self.answers: dict[bytes, Composed] = {}  # --cache-answers: composed answers by request
 
     def record(
         self,
