@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from rich.markup import escape
@@ -13,10 +13,30 @@ from rich.markup import escape
 from pipeline.cli.base import broker_settings, console, fail, main, open_engine, outcome
 from pipeline.core.settings import Settings, get_settings
 
+F = TypeVar("F", bound=Callable[..., Any])
+
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
     from pipeline.ingest.producer import SubmitPlan
+
+
+def _mode_options(command: F) -> F:
+    """`--mode` and `--deadline`, for `submit` and `run`."""
+    command = click.option(
+        "--deadline",
+        default=None,
+        help="When the report must be there: a time of day (06:00, next one) or an ISO timestamp "
+        "[default: PIPELINE_RUN_DEADLINE].",
+    )(command)
+    return click.option(
+        "--mode",
+        type=click.Choice(["sync", "batch", "auto"]),
+        default=None,
+        help="sync: HTTP calls under the global limit; batch: the provider's Batch API (half price), "
+        "then sync for what it has not answered by the deadline; auto: batch when the deadline "
+        "leaves room [default: PIPELINE_LLM_MODE, sync].",
+    )(command)
 
 
 @main.command()
@@ -32,20 +52,7 @@ if TYPE_CHECKING:
     help="Extract with this pydantic model instead of the 10-K schema.",
 )
 @click.option("--new-only", is_flag=True, help="Leave out files whose content an earlier run extracted.")
-@click.option(
-    "--mode",
-    type=click.Choice(["sync", "batch", "auto"]),
-    default=None,
-    help="sync: HTTP calls under the global limit; batch: the provider's Batch API (half price), then "
-    "sync for what it has not answered by the deadline; auto: batch when the deadline leaves room "
-    "[default: PIPELINE_LLM_MODE, sync].",
-)
-@click.option(
-    "--deadline",
-    default=None,
-    help="When the report must be there: a time of day (06:00, next one) or an ISO timestamp "
-    "[default: PIPELINE_RUN_DEADLINE].",
-)
+@_mode_options
 def submit(
     paths: tuple[str, ...],
     query: str | None,
@@ -227,20 +234,7 @@ def resume(run: str, stale_after_s: float, wait: bool) -> None:
     metavar="MODULE:MODEL",
     help="Extract with this pydantic model instead of the 10-K schema.",
 )
-@click.option(
-    "--mode",
-    type=click.Choice(["sync", "batch", "auto"]),
-    default=None,
-    help="sync: HTTP calls under the global limit; batch: the provider's Batch API (half price), then "
-    "sync for what it has not answered by the deadline; auto: batch when the deadline leaves room "
-    "[default: PIPELINE_LLM_MODE, sync].",
-)
-@click.option(
-    "--deadline",
-    default=None,
-    help="When the report must be there: a time of day (06:00, next one) or an ISO timestamp "
-    "[default: PIPELINE_RUN_DEADLINE].",
-)
+@_mode_options
 def run(
     paths: tuple[str, ...],
     query: str | None,

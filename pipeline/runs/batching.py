@@ -47,7 +47,7 @@ from pipeline.llm.ratelimit import Scope
 from pipeline.llm.tokens import estimate_prompt
 from pipeline.runs.mode import SAFETY, sync_estimate_s, work_estimate
 from pipeline.storage import batches as repo
-from pipeline.storage import documents
+from pipeline.storage import documents, llm_calls
 from pipeline.storage.db import session_scope
 from pipeline.storage.models import LLMBatch, LLMCall, Run, aware, utcnow
 
@@ -426,24 +426,10 @@ def _store_line(ctx: Context, session: Session, run: Run, line: OutputLine, vers
 
 def _call_row(ctx: Context, run_id: str, document_id: int, chunk_idx: int, call: CallRecord) -> LLMCall:
     """A call's row; a batch call also says what its tokens would have cost synchronously."""
-    sync_cost = call_cost(ctx.settings.prices(), call.model, call.prompt_tokens, call.completion_tokens)
-    return LLMCall(
-        run_id=run_id,
-        document_id=document_id,
-        chunk_idx=chunk_idx,
-        stage=call.stage,
-        model=call.model,
-        status=call.status,
-        prompt_tokens=call.prompt_tokens,
-        completion_tokens=call.completion_tokens,
-        latency_ms=call.latency_ms,
-        error=call.error,
-        key_slot=call.key_slot,
-        limiter_wait_ms=call.limiter_wait_ms,
-        cost_usd=call.cost_usd,
-        mode=call.mode,
-        sync_cost_usd=sync_cost if call.mode == "batch" else call.cost_usd,
-    )
+    sync_cost = None
+    if call.mode == "batch":
+        sync_cost = call_cost(ctx.settings.prices(), call.model, call.prompt_tokens, call.completion_tokens)
+    return llm_calls.call_row(run_id, document_id, chunk_idx, call, sync_cost)
 
 
 def _content(body: dict[str, object]) -> tuple[str, str]:

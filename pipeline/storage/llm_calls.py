@@ -25,29 +25,38 @@ def record_calls(
     chunk_idx: int | None,
     records: Iterable[CallRecord],
 ) -> None:
-    session.add_all(
-        LLMCall(
-            run_id=run_id,
-            document_id=document_id,
-            chunk_idx=chunk_idx,
-            stage=r.stage,
-            model=r.model,
-            status=r.status,
-            prompt_tokens=r.prompt_tokens,
-            completion_tokens=r.completion_tokens,
-            latency_ms=r.latency_ms,
-            error=r.error,
-            key_slot=r.key_slot,
-            limiter_wait_ms=r.limiter_wait_ms,
-            cost_usd=r.cost_usd,
-            mode=r.mode,
-            sync_cost_usd=r.cost_usd,
-        )
-        for r in records
-    )
+    session.add_all(call_row(run_id, document_id, chunk_idx, r) for r in records)
     spent = sum(r.cost_usd or 0.0 for r in records)
     if spent:
         session.execute(update(Run).where(Run.id == run_id).values(cost_usd=Run.cost_usd + spent))
+
+
+def call_row(
+    run_id: str,
+    document_id: int | None,
+    chunk_idx: int | None,
+    r: CallRecord,
+    sync_cost_usd: float | None = None,
+) -> LLMCall:
+    """A call's row; `sync_cost_usd` is what its tokens cost at synchronous prices (a batch
+    call's; a synchronous call's own cost when not given)."""
+    return LLMCall(
+        run_id=run_id,
+        document_id=document_id,
+        chunk_idx=chunk_idx,
+        stage=r.stage,
+        model=r.model,
+        status=r.status,
+        prompt_tokens=r.prompt_tokens,
+        completion_tokens=r.completion_tokens,
+        latency_ms=r.latency_ms,
+        error=r.error,
+        key_slot=r.key_slot,
+        limiter_wait_ms=r.limiter_wait_ms,
+        cost_usd=r.cost_usd,
+        mode=r.mode,
+        sync_cost_usd=r.cost_usd if sync_cost_usd is None else sync_cost_usd,
+    )
 
 
 def check_budget(session: Session, run_id: str) -> None:
