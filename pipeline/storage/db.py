@@ -31,6 +31,10 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 IDLE_IN_TRANSACTION_TIMEOUT_MS = 30_000
 """Postgres ends a session idle inside a transaction this long (its locks go with it)."""
 
+POOL_RECYCLE_S = 1800
+"""A pooled Postgres connection older than this is replaced at its next checkout, before a
+firewall's or a server's idle cut (commonly an hour or more) finds it."""
+
 
 def get_engine(url: str, pool_size: int = 5) -> Engine:
     """One engine per URL per process, its pool sized for the process's concurrency: asked for
@@ -62,11 +66,15 @@ def _create_engine(url: str, pool_size: int) -> Engine:
     # worker's reclaim of that very document would wait on them: the server ends such a session.
     # No transaction of ours waits between its statements (LLM calls happen outside them).
     options = f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_TIMEOUT_MS}"
+    # No pre-ping: it costs a round trip at every checkout, that is every transaction. A pooled
+    # connection the server dropped (a restart, a failover) fails its first statement instead:
+    # SQLAlchemy sees a disconnect, discards it and every connection the pool made before it,
+    # and the task retries that transient error (workers/tasks.py) on a new connection.
     return create_engine(
         url,
         pool_size=pool_size,
         max_overflow=pool_size,
-        pool_pre_ping=True,
+        pool_recycle=POOL_RECYCLE_S,
         connect_args={"options": options},
     )
 
