@@ -171,6 +171,23 @@ def test_the_compose_healthcheck_passes_with_the_login_and_fails_without(flower:
     assert check("wrong") != 0
 
 
+def test_flower_turns_task_events_on_in_the_running_workers(
+    flower: Flower, workers: list[embedded.Child]
+) -> None:
+    # The session's workers send no task events (PIPELINE_TASK_EVENTS is off): `pipeline flower`
+    # asked them at its start, and Flower asks again every 5 s.
+    assert flower.child.log_path is not None
+    assert "task events: on in the " in flower.child.log_path.read_text(errors="replace")
+    logs = [w.log_path for w in workers if w.log_path is not None]
+    assert len(logs) == len(workers)
+    eventually(
+        lambda: all(
+            "Events of group {task} enabled by remote" in p.read_text(errors="replace") for p in logs
+        ),
+        "the workers told to send task events",
+    )
+
+
 # -- what Flower shows of a run -----------------------------------------------------------
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import logging
 import os
@@ -126,10 +128,33 @@ def flower(address: str | None, port: int | None, unauthenticated: bool) -> None
     else:
         # Flower reads it from its environment: not on a command line `ps` shows, nor in a log.
         os.environ[BASIC_AUTH_ENV] = credentials
+    _enable_task_events()
     console.print(f"Flower on http://{escape(address)}:{port}/ (Prometheus metrics at {METRICS_PATH})")
     from pipeline.cli import celery_app
 
     sys.exit(celery_app.start(flower_argv(address, port)) or 0)
+
+
+ENABLE_EVENTS_TIMEOUT_S = 1.0
+"""How long `pipeline flower` collects the running workers' answers to `enable_events`."""
+
+
+def _enable_task_events() -> None:
+    """Turn task events on in the running workers (`celery control enable_events`), so that
+    Flower lists their tasks from its start; workers send none otherwise (PIPELINE_TASK_EVENTS).
+    Flower itself repeats the command every 5 s, which reaches the workers that start later."""
+    from pipeline.cli import celery_app
+
+    answers = io.StringIO()
+    argv = ["control", "enable_events", "--timeout", str(ENABLE_EVENTS_TIMEOUT_S), "--json"]
+    try:
+        with contextlib.redirect_stdout(answers):
+            celery_app.start(argv)
+    except click.ClickException:  # no worker answered: none runs yet
+        console.print("task events: no worker is running yet; Flower turns them on in those that start")
+        return
+    replies = json.loads(answers.getvalue() or "[]")
+    console.print(f"task events: on in the {len(replies)} running worker(s)")
 
 
 @main.command()
