@@ -440,7 +440,7 @@ class LLMClient:
         """End the permit and hand the limiter what the provider said of its limits."""
         if told is not None:
             self._warn_above_provider(told)
-        if self.limiter and permit.id:
+        if self.limiter:
             try:
                 pushed = self.limiter.release(permit, told, charged_tokens)
             except redis.RedisError as exc:
