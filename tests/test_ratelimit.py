@@ -414,6 +414,20 @@ def test_once_the_provider_answered_without_limits_calls_run_no_script(private_r
     client.delete(*keys(scope))
 
 
+def test_another_process_goes_scriptless_from_its_first_admission_after_the_probe(
+    private_redis: redis.Redis,
+) -> None:
+    client, scope = private_redis, Scope("http://127.0.0.1:1/v1", f"m-{uuid.uuid4().hex[:6]}", 0)
+    prober, other = _unlimited_limiter(client), _unlimited_limiter(client, unlimited_recheck_s=60.0)
+    probe = prober.acquire([scope], 10)
+    with pytest.raises(Deferred, match="probing"):
+        other.acquire([scope], 10)  # it looked before the answer: "not yet" for a minute
+    prober.release(probe, policy.ProviderLimits())
+    assert other.acquire([scope], 10).id, "through the scripts, which say the provider was heard"
+    assert other.acquire([scope], 10).id == "", "and from then on without them"
+    client.delete(*keys(scope))
+
+
 def test_an_answer_that_states_limits_ends_the_scriptless_calls_at_once(private_redis: redis.Redis) -> None:
     client, scope = private_redis, Scope("http://127.0.0.1:1/v1", f"m-{uuid.uuid4().hex[:6]}", 0)
     client.hset(keys(scope)[7], "seen", 1)  # an earlier answer came without limits

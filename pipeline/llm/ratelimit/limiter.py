@@ -89,6 +89,8 @@ class Decision:
     rpm: int = 0
     tpm: int = 0
     """The limits in force: configured, learned from the provider, or the lower of the two."""
+    heard: bool = False
+    """An answer has told what the provider's limits are (or that it states none)."""
 
 
 @dataclass(frozen=True)
@@ -201,7 +203,7 @@ class RedisLimiter:
     def try_acquire(self, scope: Scope, tokens: int, permit_id: str, max_wait_s: float = 0.0) -> Decision:
         """One atomic attempt: a send time at most `max_wait_s` away, reserved (and recorded),
         or a refusal that says how long to wait before asking again."""
-        admitted, wait_ms, reason, requests, used, factor, at_ms, rpm, tpm = self._acquire(
+        admitted, wait_ms, reason, requests, used, factor, at_ms, rpm, tpm, heard = self._acquire(
             keys=keys(scope),
             args=[
                 self.limits.rpm,
@@ -230,6 +232,7 @@ class RedisLimiter:
             at_ms=int(at_ms),
             rpm=int(rpm),
             tpm=int(tpm),
+            heard=bool(int(heard)),
         )
 
     def acquire(
@@ -257,8 +260,7 @@ class RedisLimiter:
                 reach = min(reach, horizon_s)
             for scope in ordered:
                 decision = self.try_acquire(scope, tokens, permit_id, reach)
-                if decision.rpm or decision.tpm:  # limits in force: no need to look for a while
-                    self._verdicts[scope.tag] = _Verdict(False, time.monotonic() + self.unlimited_recheck_s)
+                self._note(scope, decision)
                 if decision.admitted:
                     break
                 if decision.reason == "too_large":
@@ -299,6 +301,19 @@ class RedisLimiter:
             verdict = _Verdict(self._look(scope), now_s + self.unlimited_recheck_s)
             self._verdicts[scope.tag] = verdict
         return verdict.unlimited
+
+    def _note(self, scope: Scope, decision: Decision) -> None:
+        """What a script's decision tells of the verdict, so that no look is needed: limits in
+        force, or an admission with none in force once the provider has been heard."""
+        if self.limits.active:
+            return
+        if decision.rpm or decision.tpm:
+            unlimited = False
+        elif decision.admitted and (decision.heard or not self.limits.learn):
+            unlimited = True
+        else:
+            return
+        self._verdicts[scope.tag] = _Verdict(unlimited, time.monotonic() + self.unlimited_recheck_s)
 
     def _look(self, scope: Scope) -> bool:
         k = keys(scope)
