@@ -291,6 +291,19 @@ def test_basic_auth_refuses_what_cannot_work(
         basic_auth(_settings(**values), unauthenticated=unauthenticated)
 
 
+@pytest.mark.parametrize(("value", "on"), [(None, False), ("false", False), ("true", True)])
+def test_workers_send_task_events_only_when_configured(value: str | None, on: bool) -> None:
+    env = {k: v for k, v in embedded.child_env({}).items() if k != "PIPELINE_TASK_EVENTS"}
+    if value is not None:
+        env["PIPELINE_TASK_EVENTS"] = value
+    code = (
+        "from workers.app import app; c = app.conf; print(c.worker_send_task_events, c.task_send_sent_event)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [str(on), str(on)]
+
+
 def test_blank_credentials_mean_none_and_unauthenticated_allows_that() -> None:
     settings = _settings(flower_user=" ", flower_password="")
     assert settings.flower_user is None and settings.flower_password is None

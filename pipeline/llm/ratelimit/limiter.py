@@ -323,7 +323,7 @@ class RedisLimiter:
         with self.client.pipeline(transaction=False) as pipe:
             if answered:
                 # What release.lua does for each answer: the provider was heard, without limits.
-                pipe.hset(learned, "seen", 1)
+                pipe.hset(learned, "seen", "1")
                 pipe.pexpire(learned, c.LIMITER_LEARNED_TTL_MS)
             pipe.time()
             pipe.hmget(learned, ["rpm", "tpm", "seen"])
