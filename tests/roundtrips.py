@@ -16,6 +16,7 @@ rata. Used by tests/test_round_trips.py; runs against any checkout of the projec
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -32,6 +33,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -223,8 +225,61 @@ class EventTap:
             self.seen[channel.rsplit("/", 1)[-1]] += 1
 
     def close(self) -> None:
-        self._thread.stop()
-        self._pubsub.close()
+        self._thread.stop()  # the thread closes the pubsub connection on its way out
+        self._thread.join(5)
+
+
+def _script_names() -> dict[str, str]:
+    """SHA1 -> name of the Lua scripts the stack runs with EVALSHA (ours, Celery's, kombu's)."""
+    from celery.backends import redis as celery_redis
+    from kombu.transport import redis as kombu_redis
+
+    from pipeline.llm import structured
+
+    texts = {
+        name: resources.files("pipeline.llm.ratelimit").joinpath(name).read_text(encoding="utf-8")
+        for name in ("acquire.lua", "release.lua", "pause.lua", "spend_reconcile.lua")
+        if resources.files("pipeline.llm.ratelimit").joinpath(name).is_file()
+    }
+    texts["structured step-down"] = structured._STEP_DOWN
+    for module in (celery_redis, kombu_redis):
+        for name, value in vars(module).items():
+            if name.endswith("_LUA") or name in ("REFRESH_BINDING", "SWEEP_BINDINGS"):
+                texts[f"{module.__name__.split('.')[0]} {name}"] = str(value)
+    return {hashlib.sha1(text.encode()).hexdigest(): name for name, text in texts.items()}
+
+
+class ScriptTap:
+    """Which Lua scripts clients ran (MONITOR), by name: EVALSHA by its script's SHA1, EVAL (the
+    heartbeat's lease scripts) as one kind."""
+
+    def __init__(self, url: str) -> None:
+        self.seen: Counter[str] = Counter()
+        self.counting = False
+        self._names = _script_names()
+        self._client: redis.Redis = redis.Redis.from_url(url)
+        self._monitor = self._client.monitor().__enter__()
+        self._thread = threading.Thread(target=self._listen, name="script-tap", daemon=True)
+        self._thread.start()
+
+    def _listen(self) -> None:
+        while True:
+            try:
+                command = self._monitor.next_command()
+            except Exception:  # the connection was closed: stop
+                return
+            if not self.counting or command is None or command["client_type"] == "lua":
+                continue
+            words = command["command"].split(" ", 2)
+            if words[0].upper() == "EVALSHA" and len(words) > 1:
+                self.seen[self._names.get(words[1], f"other {words[1][:8]}")] += 1
+            elif words[0].upper() == "EVAL":
+                self.seen["EVAL (heartbeat leases)"] += 1
+
+    def close(self) -> None:
+        self._monitor.connection.disconnect()
+        self._thread.join(5)
+        self._client.close()
 
 
 # -- a run ------------------------------------------------------------------------------
@@ -245,6 +300,8 @@ class Measured:
     redis_idle_per_s: float
     events: Counter[str]
     """Celery events published during the run, by routing key."""
+    scripts: Counter[str]
+    """Lua scripts run during the run, by name."""
     workers_pg: dict[str, int]
     producer_pg: dict[str, int]
     workers_pg_idle_per_s: float
@@ -265,7 +322,10 @@ class Measured:
             "redis_commands_per_document": self.per(redis_total, self.documents),
             "redis_commands_per_document_with_idle_traffic": self.per(self.redis_raw, self.documents),
             "redis_commands_per_task": self.per(redis_total, tasks),
-            "redis_scripts_per_call": self.per(self.redis["evalsha"] + self.redis["eval"], self.calls),
+            "limiter_scripts_per_call": self.per(
+                sum(v for k, v in self.scripts.items() if k in ("acquire.lua", "release.lua")), self.calls
+            ),
+            "scripts_per_document": {k: self.per(v, self.documents) for k, v in self.scripts.most_common()},
             "redis_publish_per_task": self.per(self.redis["publish"], tasks),
             "redis_by_command_per_document": {
                 k: self.per(v, self.documents) for k, v in self.redis.most_common() if v > 0
@@ -354,7 +414,7 @@ def measure(
                     for i, log in enumerate(logs)
                 ]
                 client: redis.Redis = redis.Redis.from_url(redis_url)
-                tap = EventTap(client)
+                tap, scripts = EventTap(client), ScriptTap(redis_url)
                 submit_env = {**child_env, "PIPELINE_DATABASE_URL": producer_proxy.url(database_url)}
                 try:
                     embedded.wait_until_ready(children, 60)
@@ -370,12 +430,12 @@ def measure(
                     redis_start, pg_start = command_counts(client), workers_proxy.count.snapshot()
                     producer_start = producer_proxy.count.snapshot()
                     tasks_before = _tasks_in(logs)
-                    tap.counting = True
+                    tap.counting = scripts.counting = True
                     started = time.monotonic()
                     run_id = _submit(files, submit_env)
                     _wait_idle(client)
                     run_s = time.monotonic() - started
-                    tap.counting = False
+                    tap.counting = scripts.counting = False
                     redis_run = command_counts(client) - redis_start
                     pg_run = workers_proxy.count.snapshot()
                     producer_pg = {
@@ -384,6 +444,7 @@ def measure(
                     tasks = _tasks_in(logs) - tasks_before
                 finally:
                     tap.close()
+                    scripts.close()
                     embedded.stop_all(children)
                     client.close()
             workers_proxy.close()
@@ -418,6 +479,7 @@ def measure(
                 workers_pg=workers_pg,
                 producer_pg=producer_pg,
                 events=tap.seen,
+                scripts=scripts.seen,
                 workers_pg_idle_per_s=pg_idle["round_trips"] / IDLE_S,
             )
 

@@ -40,8 +40,20 @@ def db_upgrade(revision: str) -> None:
 @click.option("--pool", default="threads", show_default=True, help="threads, prefork or solo")
 @click.option("--name", "-n", default=None, help="Worker node name (default pipeline-PID@host).")
 @click.option("--loglevel", "-l", default="INFO", show_default=True)
-def worker(concurrency: int | None, queues: str, pool: str, name: str | None, loglevel: str) -> None:
+@click.option(
+    "--task-events",
+    "-E",
+    is_flag=True,
+    help="Send Celery task events from the start (default PIPELINE_TASK_EVENTS, off: "
+    "`pipeline flower` turns them on when it starts).",
+)
+def worker(
+    concurrency: int | None, queues: str, pool: str, name: str | None, loglevel: str, task_events: bool
+) -> None:
     """Start a Celery worker (I/O-bound: a thread pool by default)."""
+    if task_events:
+        os.environ["PIPELINE_TASK_EVENTS"] = "true"
+        get_settings.cache_clear()
     settings = broker_settings()
     if not settings.llm_base_url:
         fail("PIPELINE_LLM_BASE_URL (or OPENAI_BASE_URL) is not set: point it at the LLM endpoint")
