@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import redis
 from sqlalchemy import create_engine, func, text
@@ -99,13 +100,16 @@ class WireCount:
             }
 
 
-class _Parser:
-    """Reads the frontend's side of the protocol from a byte stream, counting messages."""
+class _PgReader:
+    """Reads the frontend's side of the Postgres protocol, counting messages."""
 
     def __init__(self, count: WireCount) -> None:
         self.count, self.buffer, self.started = count, b"", False
 
-    def feed(self, data: bytes) -> None:
+    def server(self, data: bytes) -> None:
+        pass
+
+    def client(self, data: bytes) -> None:
         self.buffer += data
         while True:
             if not self.started:
@@ -131,15 +135,75 @@ class _Parser:
                     self.count.queries[words[0].upper() if words else ""] += 1
 
 
-class PgProxy:
-    """A TCP proxy on a free loopback port in front of `target`, counting what clients send."""
+@dataclass
+class RespCount:
+    """What Redis clients sent through one proxy: commands by name, and round trips (a client
+    write after the server last answered on that connection: a pipeline is one)."""
 
-    def __init__(self, target: tuple[str, int]) -> None:
-        self.target, self.count = target, WireCount()
+    connections: int = 0
+    round_trips: int = 0
+    commands: Counter[str] = field(default_factory=Counter)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def snapshot(self) -> tuple[int, Counter[str]]:
+        with self.lock:
+            return self.round_trips, Counter(self.commands)
+
+
+class _RespReader:
+    """Reads a Redis client's requests (RESP arrays of bulk strings, or inline commands)."""
+
+    def __init__(self, count: RespCount) -> None:
+        self.count, self.buffer, self.waiting = count, b"", False
+
+    def server(self, data: bytes) -> None:
+        self.waiting = False
+
+    def client(self, data: bytes) -> None:
+        if not self.waiting:
+            self.waiting = True
+            with self.count.lock:
+                self.count.round_trips += 1
+        self.buffer += data
+        while (name := self._command()) is not None:
+            with self.count.lock:
+                self.count.commands[name] += 1
+
+    def _command(self) -> str | None:
+        """The next complete command's name, consumed from the buffer (None: not complete)."""
+        buffer = self.buffer
+        end = buffer.find(b"\r\n")
+        if end < 0:
+            return None
+        if buffer[:1] != b"*":  # inline
+            self.buffer = buffer[end + 2 :]
+            words = buffer[:end].split()
+            return words[0].decode(errors="replace").lower() if words else ""
+        items, pos, name = int(buffer[1:end]), end + 2, ""
+        for index in range(items):
+            end = buffer.find(b"\r\n", pos)
+            if end < 0:
+                return None
+            length = int(buffer[pos + 1 : end])
+            start, pos = end + 2, end + 2 + length + 2
+            if len(buffer) < pos:
+                return None
+            if index == 0:
+                name = buffer[start : start + length].decode(errors="replace").lower()
+        self.buffer = buffer[pos:]
+        return name
+
+
+class Proxy:
+    """A TCP proxy on a free loopback port in front of `target`, each connection read by a
+    reader made by `reader()` (what the client sends, and when the server answers)."""
+
+    def __init__(self, target: tuple[str, int], reader: Any) -> None:
+        self.target, self._reader = target, reader
         self._server = socket.create_server(("127.0.0.1", 0))
         self.port = int(self._server.getsockname()[1])
         self._stopping = False
-        threading.Thread(target=self._accept, name="pg-proxy", daemon=True).start()
+        threading.Thread(target=self._accept, name="proxy", daemon=True).start()
 
     def _accept(self) -> None:
         while not self._stopping:
@@ -147,12 +211,10 @@ class PgProxy:
                 client, _ = self._server.accept()
             except OSError:
                 return
-            with self.count.lock:
-                self.count.connections += 1
             threading.Thread(target=self._pump, args=(client,), daemon=True).start()
 
     def _pump(self, client: socket.socket) -> None:
-        parser = _Parser(self.count)
+        reader = self._reader()
         try:
             server = socket.create_connection(self.target)
         except OSError:
@@ -170,14 +232,44 @@ class PgProxy:
                         return
                     (server if sock is client else client).sendall(data)
                     if sock is client:
-                        parser.feed(data)
-
-    def url(self, database_url: str) -> str:
-        return make_url(database_url).set(host="127.0.0.1", port=self.port).render_as_string(False)
+                        reader.client(data)
+                    else:
+                        reader.server(data)
 
     def close(self) -> None:
         self._stopping = True
         self._server.close()
+
+
+class PgProxy(Proxy):
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.count = WireCount()
+        super().__init__(target, self._new)
+
+    def _new(self) -> _PgReader:
+        with self.count.lock:
+            self.count.connections += 1
+        return _PgReader(self.count)
+
+    def url(self, database_url: str) -> str:
+        return make_url(database_url).set(host="127.0.0.1", port=self.port).render_as_string(False)
+
+
+class RedisProxy(Proxy):
+    def __init__(self, redis_url: str) -> None:
+        self.count = RespCount()
+        parsed = urlsplit(redis_url)
+        self._db = parsed.path.strip("/") or "0"
+        super().__init__((parsed.hostname or "127.0.0.1", parsed.port or 6379), self._new)
+
+    def _new(self) -> _RespReader:
+        with self.count.lock:
+            self.count.connections += 1
+        return _RespReader(self.count)
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/{self._db}"
 
 
 @contextmanager
@@ -298,6 +390,12 @@ class Measured:
     redis_raw: int
     """Every command during the run, idle traffic included."""
     redis_idle_per_s: float
+    redis_round_trips: int
+    """The workers' round trips to Redis during the run (idle traffic subtracted)."""
+    redis_requests: Counter[str]
+    """The workers' commands as sent (not those scripts run inside Redis), idle subtracted."""
+    producer_redis: tuple[int, int]
+    """The submitting CLI's round trips and commands."""
     events: Counter[str]
     """Celery events published during the run, by routing key."""
     scripts: Counter[str]
@@ -319,6 +417,14 @@ class Measured:
             "llm_calls": self.calls,
             "tasks": dict(self.tasks),
             "run_s": round(self.run_s, 1),
+            "redis_round_trips_per_document": self.per(self.redis_round_trips, self.documents),
+            "redis_round_trips_per_task": self.per(self.redis_round_trips, tasks),
+            "redis_requests_per_document": self.per(sum(self.redis_requests.values()), self.documents),
+            "redis_requests_by_command_per_document": {
+                k: self.per(v, self.documents) for k, v in self.redis_requests.most_common() if v > 0
+            },
+            "producer_redis_round_trips_per_document": self.per(self.producer_redis[0], self.documents),
+            "producer_redis_commands_per_document": self.per(self.producer_redis[1], self.documents),
             "redis_commands_per_document": self.per(redis_total, self.documents),
             "redis_commands_per_document_with_idle_traffic": self.per(self.redis_raw, self.documents),
             "redis_commands_per_task": self.per(redis_total, tasks),
@@ -364,13 +470,20 @@ def _tasks_in(logs: list[Path]) -> Counter[str]:
     return found
 
 
-def _wait_idle(client: redis.Redis, settle_s: float = 1.0) -> None:
-    """Until the broker's queues are empty for `settle_s` (the last tasks' trails are done)."""
-    quiet_since = time.monotonic()
+def _wait_idle(client: redis.Redis, settle_s: float = 1.0) -> int:
+    """Until the broker's queues are empty for `settle_s` (the last tasks' trails are done);
+    returns how often it looked (two LLEN and a ZCARD each)."""
+    quiet_since, looks = time.monotonic(), 0
     while time.monotonic() - quiet_since < settle_s:
-        if any(client.llen(q) for q in ("extract", "report")) or client.zcard("unacked_index"):
-            quiet_since = time.monotonic()
+        with client.pipeline(transaction=False) as pipe:
+            pipe.llen("extract")
+            pipe.llen("report")
+            pipe.zcard("unacked_index")
+            if any(pipe.execute()):
+                quiet_since = time.monotonic()
+        looks += 1
         time.sleep(0.1)
+    return looks
 
 
 def measure(
@@ -392,13 +505,14 @@ def measure(
             workers_proxy = PgProxy((target.host or "127.0.0.1", target.port or 5432))
             producer_proxy = PgProxy((target.host or "127.0.0.1", target.port or 5432))
             redis_child, redis_url = embedded.start_redis(root / "redis")
+            workers_redis, producer_redis = RedisProxy(redis_url), RedisProxy(redis_url)
             sim_child, sim_url = embedded.start_simulator(
                 embedded.child_env({}), root, ["--p50", "0.01", "--p95", "0.05", "--seed", "1", *sim_args]
             )
             with redis_child, sim_child:
                 env = {
                     "PIPELINE_DATABASE_URL": workers_proxy.url(database_url),
-                    "PIPELINE_REDIS_URL": redis_url,
+                    "PIPELINE_REDIS_URL": workers_redis.url,
                     "PIPELINE_LLM_BASE_URL": sim_url,
                     "PIPELINE_LLM_API_KEY": "sk-roundtrips",
                     "PIPELINE_LLM_MODEL": "sim-1",
@@ -415,7 +529,11 @@ def measure(
                 ]
                 client: redis.Redis = redis.Redis.from_url(redis_url)
                 tap, scripts = EventTap(client), ScriptTap(redis_url)
-                submit_env = {**child_env, "PIPELINE_DATABASE_URL": producer_proxy.url(database_url)}
+                submit_env = {
+                    **child_env,
+                    "PIPELINE_DATABASE_URL": producer_proxy.url(database_url),
+                    "PIPELINE_REDIS_URL": producer_redis.url,
+                }
                 try:
                     embedded.wait_until_ready(children, 60)
                     # A stack that has run before (as a nightly deployment's has): the limiter's
@@ -424,19 +542,29 @@ def measure(
                     _wait_idle(client)
                     time.sleep(2.0)  # start-up queries and first heartbeats over
                     redis_before, pg_before = command_counts(client), workers_proxy.count.snapshot()
+                    trips_before, sent_before = workers_redis.count.snapshot()
                     time.sleep(IDLE_S)
                     redis_idle = command_counts(client) - redis_before
+                    trips_idle, sent_idle = workers_redis.count.snapshot()
+                    trips_idle, sent_idle = trips_idle - trips_before, sent_idle - sent_before
                     pg_idle = {k: v - pg_before[k] for k, v in workers_proxy.count.snapshot().items()}
                     redis_start, pg_start = command_counts(client), workers_proxy.count.snapshot()
                     producer_start = producer_proxy.count.snapshot()
+                    trips_start, sent_start = workers_redis.count.snapshot()
+                    producer_trips_start, producer_sent_start = producer_redis.count.snapshot()
                     tasks_before = _tasks_in(logs)
                     tap.counting = scripts.counting = True
                     started = time.monotonic()
                     run_id = _submit(files, submit_env)
-                    _wait_idle(client)
+                    looks = _wait_idle(client)
                     run_s = time.monotonic() - started
                     tap.counting = scripts.counting = False
                     redis_run = command_counts(client) - redis_start
+                    trips_run, sent_run = workers_redis.count.snapshot()
+                    trips_run, sent_run = trips_run - trips_start, sent_run - sent_start
+                    producer_trips, producer_sent = producer_redis.count.snapshot()
+                    producer_trips -= producer_trips_start
+                    producer_sent -= producer_sent_start
                     pg_run = workers_proxy.count.snapshot()
                     producer_pg = {
                         k: v - producer_start[k] for k, v in producer_proxy.count.snapshot().items()
@@ -447,12 +575,15 @@ def measure(
                     scripts.close()
                     embedded.stop_all(children)
                     client.close()
-            workers_proxy.close()
-            producer_proxy.close()
+            for proxy in (workers_proxy, producer_proxy, workers_redis, producer_redis):
+                proxy.close()
             idle_scale = run_s / IDLE_S
+            requests = Counter({k: max(0, v - round(sent_idle[k] * idle_scale)) for k, v in sent_run.items()})
             background = Counter({k: round(v * idle_scale) for k, v in redis_idle.items()})
             redis_net = Counter({k: max(0, v - background[k]) for k, v in redis_run.items()})
-            redis_net.pop("info", None)  # our own INFO calls
+            redis_net.pop("info", None)  # our own INFO calls, and the looks at the queues:
+            redis_net["llen"] = max(0, redis_net["llen"] - 2 * looks)
+            redis_net["zcard"] = max(0, redis_net["zcard"] - looks)
             workers_pg = {k: v - pg_start[k] - round(pg_idle[k] * idle_scale) for k, v in pg_run.items()}
             engine = create_engine(database_url)
             with engine.connect() as conn:
@@ -474,8 +605,11 @@ def measure(
                 tasks=tasks,
                 run_s=run_s,
                 redis=redis_net,
-                redis_raw=sum(redis_run.values()) - redis_run["info"],
+                redis_raw=sum(redis_run.values()) - redis_run["info"] - 3 * looks,
                 redis_idle_per_s=sum(redis_idle.values()) / IDLE_S,
+                redis_round_trips=trips_run - round(trips_idle * idle_scale),
+                redis_requests=requests,
+                producer_redis=(producer_trips, sum(producer_sent.values())),
                 workers_pg=workers_pg,
                 producer_pg=producer_pg,
                 events=tap.seen,
