@@ -64,6 +64,10 @@ def worker(
     os.environ["PIPELINE_WORKER_CONCURRENCY"] = str(n)  # sizes the per-process pools
     os.environ["PIPELINE_WORKER_POOL"] = pool  # (a prefork child runs one task at a time)
     get_settings.cache_clear()
+    from pipeline.storage.db import ping_before_checkout
+
+    # No round trip before each transaction: the tasks retry a dropped connection's error.
+    ping_before_checkout(False)
     open_engine(get_settings())
     from pipeline.cli import celery_app
 

@@ -35,6 +35,19 @@ POOL_RECYCLE_S = 1800
 """A pooled Postgres connection older than this is replaced at its next checkout, before a
 firewall's or a server's idle cut (commonly an hour or more) finds it."""
 
+_ping_before_checkout = True
+
+
+def ping_before_checkout(enabled: bool) -> None:
+    """Whether the Postgres engines this process makes from now on test each pooled connection
+    before handing it out (a round trip per transaction). Worker processes turn it off
+    (`pipeline worker`): a connection the server dropped then fails its first statement, as a
+    disconnect, which the pool answers by discarding it and every connection made before it,
+    and the task retries (workers/tasks.py). Processes with no such retry (the CLI's waits,
+    `pipeline status`) keep the ping, which replaces a dropped connection unseen."""
+    global _ping_before_checkout
+    _ping_before_checkout = enabled
+
 
 def get_engine(url: str, pool_size: int = 5) -> Engine:
     """One engine per URL per process, its pool sized for the process's concurrency: asked for
@@ -66,14 +79,11 @@ def _create_engine(url: str, pool_size: int) -> Engine:
     # worker's reclaim of that very document would wait on them: the server ends such a session.
     # No transaction of ours waits between its statements (LLM calls happen outside them).
     options = f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_TIMEOUT_MS}"
-    # No pre-ping: it costs a round trip at every checkout, that is every transaction. A pooled
-    # connection the server dropped (a restart, a failover) fails its first statement instead:
-    # SQLAlchemy sees a disconnect, discards it and every connection the pool made before it,
-    # and the task retries that transient error (workers/tasks.py) on a new connection.
     return create_engine(
         url,
         pool_size=pool_size,
         max_overflow=pool_size,
+        pool_pre_ping=_ping_before_checkout,
         pool_recycle=POOL_RECYCLE_S,
         connect_args={"options": options},
     )
