@@ -171,6 +171,23 @@ def test_the_compose_healthcheck_passes_with_the_login_and_fails_without(flower:
     assert check("wrong") != 0
 
 
+def test_flower_turns_task_events_on_in_the_running_workers(
+    flower: Flower, workers: list[embedded.Child]
+) -> None:
+    # The session's workers send no task events (PIPELINE_TASK_EVENTS is off): `pipeline flower`
+    # asked them at its start, and Flower asks again every 5 s.
+    assert flower.child.log_path is not None
+    assert "task events: on in the " in flower.child.log_path.read_text(errors="replace")
+    logs = [w.log_path for w in workers if w.log_path is not None]
+    assert len(logs) == len(workers)
+    eventually(
+        lambda: all(
+            "Events of group {task} enabled by remote" in p.read_text(errors="replace") for p in logs
+        ),
+        "the workers told to send task events",
+    )
+
+
 # -- what Flower shows of a run -----------------------------------------------------------
 
 
@@ -272,6 +289,19 @@ def test_basic_auth_refuses_what_cannot_work(
 ) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
         basic_auth(_settings(**values), unauthenticated=unauthenticated)
+
+
+@pytest.mark.parametrize(("value", "on"), [(None, False), ("false", False), ("true", True)])
+def test_workers_send_task_events_only_when_configured(value: str | None, on: bool) -> None:
+    env = {k: v for k, v in embedded.child_env({}).items() if k != "PIPELINE_TASK_EVENTS"}
+    if value is not None:
+        env["PIPELINE_TASK_EVENTS"] = value
+    code = (
+        "from workers.app import app; c = app.conf; print(c.worker_send_task_events, c.task_send_sent_event)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [str(on), str(on)]
 
 
 def test_blank_credentials_mean_none_and_unauthenticated_allows_that() -> None:

@@ -247,6 +247,10 @@ def test_a_refused_call_gives_its_tokens_back(redis_url: str) -> None:
             redis_url=redis_url,
             llm_model="refund-test",
             rate_limit_learn=False,
+            # A limit in force, never binding (the window alone, no pacing): without one, calls
+            # keep no window at all.
+            rate_limit_tpm=1_000_000,
+            rate_limit_pacing=False,
             limiter_max_wait_s=0,  # after the 429's pause the call goes back to the queue
         )
         client = LLMClient(settings, pool_size=1, limiter=RedisLimiter.from_settings(settings, 1))

@@ -9,12 +9,14 @@ import uuid
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
+from typing import Any
 
 import pytest
 import redis
 
 from pipeline.core.errors import Deferred, RequestTooLarge
 from pipeline.llm.ratelimit import Decision, Limits, RedisLimiter, Scope, keys, policy
+from pipeline.runtime import embedded
 
 # -- the arithmetic ----------------------------------------------------------------------
 
@@ -370,6 +372,104 @@ def test_calls_are_spread_over_the_key_slots(client: redis.Redis) -> None:
             limiter.acquire(scopes, 1)
     finally:
         client.delete(*[k for s in scopes for k in keys(s)])
+
+
+# -- no limit in force: no script ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def private_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[redis.Redis]:
+    """A Redis of this module alone: its command counts are this module's calls."""
+    child, url = embedded.start_redis(tmp_path_factory.mktemp("private-redis"))
+    with child:
+        conn: redis.Redis = redis.Redis.from_url(url)
+        yield conn
+        conn.close()
+
+
+def _scripts_run(client: redis.Redis) -> int:
+    stats = client.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in ("evalsha", "eval"))
+
+
+def _unlimited_limiter(client: redis.Redis, **options: Any) -> RedisLimiter:
+    return RedisLimiter(client, Limits(window_s=1.0), lease_s=5, max_wait_s=0, **options)
+
+
+def test_once_the_provider_answered_without_limits_calls_run_no_script(private_redis: redis.Redis) -> None:
+    client, scope = private_redis, Scope("http://127.0.0.1:1/v1", f"m-{uuid.uuid4().hex[:6]}", 0)
+    limiter = _unlimited_limiter(client)
+    probe = limiter.acquire([scope], 10)
+    assert probe.id, "nothing heard yet: the first call is the probe, through the scripts"
+    limiter.release(probe, policy.ProviderLimits())  # answered, no x-ratelimit-* headers
+    before = _scripts_run(client)
+    for _ in range(50):
+        permit = limiter.acquire([scope], 10)
+        assert permit.id == ""
+        assert limiter.release(permit, policy.ProviderLimits(), 10) == (0.0, 0.0)
+    assert _scripts_run(client) == before
+    assert client.zcard(keys(scope)[0]) == 1, "only the probe is in the window"
+    configured = RedisLimiter(client, Limits(rpm=6_000, window_s=1.0), lease_s=5, max_wait_s=0)
+    assert configured.acquire([scope], 10).id, "a configured limit always goes through the scripts"
+    client.delete(*keys(scope))
+
+
+def test_another_process_goes_scriptless_from_its_first_admission_after_the_probe(
+    private_redis: redis.Redis,
+) -> None:
+    client, scope = private_redis, Scope("http://127.0.0.1:1/v1", f"m-{uuid.uuid4().hex[:6]}", 0)
+    prober, other = _unlimited_limiter(client), _unlimited_limiter(client, unlimited_recheck_s=60.0)
+    probe = prober.acquire([scope], 10)
+    with pytest.raises(Deferred, match="probing"):
+        other.acquire([scope], 10)  # it looked before the answer: "not yet" for a minute
+    prober.release(probe, policy.ProviderLimits())
+    assert other.acquire([scope], 10).id, "through the scripts, which say the provider was heard"
+    assert other.acquire([scope], 10).id == "", "and from then on without them"
+    client.delete(*keys(scope))
+
+
+def test_an_answer_that_states_limits_ends_the_scriptless_calls_at_once(private_redis: redis.Redis) -> None:
+    client, scope = private_redis, Scope("http://127.0.0.1:1/v1", f"m-{uuid.uuid4().hex[:6]}", 0)
+    client.hset(keys(scope)[7], "seen", 1)  # an earlier answer came without limits
+    limiter = _unlimited_limiter(client, unlimited_recheck_s=60.0)
+    permit = limiter.acquire([scope], 10)
+    assert permit.id == ""
+    limiter.release(permit, policy.ProviderLimits(limit_requests=60, remaining_requests=59))
+    learned = limiter.acquire([scope], 10)
+    assert learned.id, "learned like any answer's limits, and paced by them from now on"
+    assert limiter.view(scope).learned_rpm == 60
+    assert not _try(limiter, scope).admitted, "paced at the learned 60 per window"
+    client.delete(*keys(scope))
+
+
+def test_another_workers_pause_holds_a_scriptless_caller_within_the_recheck(
+    private_redis: redis.Redis,
+) -> None:
+    client, scope = private_redis, Scope("http://127.0.0.1:1/v1", f"m-{uuid.uuid4().hex[:6]}", 0)
+    client.hset(keys(scope)[7], "seen", 1)
+    refused, other = _unlimited_limiter(client), _unlimited_limiter(client, unlimited_recheck_s=0.2)
+    assert refused.acquire([scope], 1).id == "" and other.acquire([scope], 1).id == ""
+    refused.pause(scope, 1.0)  # a 429: this process waits from its next call on
+    with pytest.raises(Deferred, match="paused"):
+        refused.acquire([scope], 1)
+    time.sleep(0.25)
+    with pytest.raises(Deferred, match="paused"):
+        other.acquire([scope], 1)
+    client.delete(*keys(scope))
+
+
+def test_answers_without_limits_keep_what_was_heard_of_the_provider(private_redis: redis.Redis) -> None:
+    # release.lua renews it with every answer; without the scripts, each look does.
+    client, scope = private_redis, Scope("http://127.0.0.1:1/v1", f"m-{uuid.uuid4().hex[:6]}", 0)
+    learned = keys(scope)[7]
+    client.hset(learned, "seen", 1)
+    client.pexpire(learned, 2_000)
+    limiter = _unlimited_limiter(client, unlimited_recheck_s=0.1)
+    limiter.release(limiter.acquire([scope], 1), policy.ProviderLimits())
+    time.sleep(0.15)
+    assert limiter.acquire([scope], 1).id == ""
+    assert client.pttl(learned) > 60_000, "renewed for as long as the headers would have kept it"
+    client.delete(*keys(scope))
 
 
 def test_every_key_is_prefixed_and_expires(client: redis.Redis, scope: Scope) -> None:

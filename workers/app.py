@@ -109,8 +109,11 @@ def create_app() -> Celery:
         },
         beat_schedule=beat_schedule(settings),
         broker_connection_retry_on_startup=True,
-        worker_send_task_events=True,
-        task_send_sent_event=True,
+        # Task events are a Redis PUBLISH each (sent, received, started, succeeded): sent only
+        # when configured, or once Flower asks (`pipeline flower` at its start, then Flower every
+        # 5 s, with the `enable_events` remote control command). Worker heartbeats always go.
+        worker_send_task_events=settings.task_events,
+        task_send_sent_event=settings.task_events,
         worker_hijack_root_logger=False,
     )
     if redis_url.startswith("rediss://"):

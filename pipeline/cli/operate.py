@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import logging
 import os
@@ -38,8 +40,20 @@ def db_upgrade(revision: str) -> None:
 @click.option("--pool", default="threads", show_default=True, help="threads, prefork or solo")
 @click.option("--name", "-n", default=None, help="Worker node name (default pipeline-PID@host).")
 @click.option("--loglevel", "-l", default="INFO", show_default=True)
-def worker(concurrency: int | None, queues: str, pool: str, name: str | None, loglevel: str) -> None:
+@click.option(
+    "--task-events",
+    "-E",
+    is_flag=True,
+    help="Send Celery task events from the start (default PIPELINE_TASK_EVENTS, off: "
+    "`pipeline flower` turns them on when it starts).",
+)
+def worker(
+    concurrency: int | None, queues: str, pool: str, name: str | None, loglevel: str, task_events: bool
+) -> None:
     """Start a Celery worker (I/O-bound: a thread pool by default)."""
+    if task_events:
+        os.environ["PIPELINE_TASK_EVENTS"] = "true"
+        get_settings.cache_clear()
     settings = broker_settings()
     if not settings.llm_base_url:
         fail("PIPELINE_LLM_BASE_URL (or OPENAI_BASE_URL) is not set: point it at the LLM endpoint")
@@ -50,6 +64,10 @@ def worker(concurrency: int | None, queues: str, pool: str, name: str | None, lo
     os.environ["PIPELINE_WORKER_CONCURRENCY"] = str(n)  # sizes the per-process pools
     os.environ["PIPELINE_WORKER_POOL"] = pool  # (a prefork child runs one task at a time)
     get_settings.cache_clear()
+    from pipeline.storage.db import ping_before_checkout
+
+    # No round trip before each transaction: the tasks retry a dropped connection's error.
+    ping_before_checkout(False)
     open_engine(get_settings())
     from pipeline.cli import celery_app
 
@@ -126,10 +144,33 @@ def flower(address: str | None, port: int | None, unauthenticated: bool) -> None
     else:
         # Flower reads it from its environment: not on a command line `ps` shows, nor in a log.
         os.environ[BASIC_AUTH_ENV] = credentials
+    _enable_task_events()
     console.print(f"Flower on http://{escape(address)}:{port}/ (Prometheus metrics at {METRICS_PATH})")
     from pipeline.cli import celery_app
 
     sys.exit(celery_app.start(flower_argv(address, port)) or 0)
+
+
+ENABLE_EVENTS_TIMEOUT_S = 1.0
+"""How long `pipeline flower` collects the running workers' answers to `enable_events`."""
+
+
+def _enable_task_events() -> None:
+    """Turn task events on in the running workers (`celery control enable_events`), so that
+    Flower lists their tasks from its start; workers send none otherwise (PIPELINE_TASK_EVENTS).
+    Flower itself repeats the command every 5 s, which reaches the workers that start later."""
+    from pipeline.cli import celery_app
+
+    answers = io.StringIO()
+    argv = ["control", "enable_events", "--timeout", str(ENABLE_EVENTS_TIMEOUT_S), "--json"]
+    try:
+        with contextlib.redirect_stdout(answers):
+            celery_app.start(argv)
+    except click.ClickException:  # no worker answered: none runs yet
+        console.print("task events: no worker is running yet; Flower turns them on in those that start")
+        return
+    replies = json.loads(answers.getvalue() or "[]")
+    console.print(f"task events: on in the {len(replies)} running worker(s)")
 
 
 @main.command()

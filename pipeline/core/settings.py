@@ -225,6 +225,11 @@ class Settings(BaseSettings):
     flower_password: SecretStr | None = Field(default=None, description="Flower basic-auth password")
     flower_address: str = Field(default="127.0.0.1", description="interface Flower listens on")
     flower_port: int = Field(default=5555, ge=1, le=65535)
+    task_events: bool = Field(
+        default=False,
+        description="workers send Celery task events (what Flower lists; a Redis publish each); "
+        "`pipeline flower` turns them on in the running workers",
+    )
 
     @field_validator(
         "database_url", "redis_url", "llm_base_url", "inbox", "flower_user", "flower_password", mode="before"

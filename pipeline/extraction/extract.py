@@ -106,6 +106,9 @@ def _extract(ctx: Context, work: _Work, started: float, summarize: Summarizer | 
             calls: list[CallRecord] = []
             if summarize is not None and not _budget_spent(ctx, work):
                 summary, calls = summarize(work.query, result)
+                if work.capped:
+                    for call in calls:
+                        ctx.llm.spend.add(work.doc.run_id, call.cost_usd or 0.0)
             with session_scope(ctx.engine) as session:
                 documents.hold(session, document_id, work.fence)
                 _save(session, work, result, model, summary)
@@ -129,9 +132,9 @@ def _budget_spent(ctx: Context, work: _Work) -> bool:
     back to one made from its fields)."""
     if not work.capped:
         return False
+    run_id = work.doc.run_id
     try:
-        with session_scope(ctx.engine) as session:
-            llm_calls.check_budget(session, work.doc.run_id)
+        ctx.llm.spend.check(run_id, lambda: recorded_spend(ctx, run_id))
     except errors.BudgetSpent:
         return True
     return False
@@ -334,9 +337,8 @@ def _chunk_result(
     if _answered(chunk, schema):
         answer_model = custom.load_schema(schema) if schema else FilingExtraction
         return answer_model.model_validate(chunk.result), chunk.model or ctx.llm.model
-    if capped:
-        with session_scope(ctx.engine) as session:
-            llm_calls.check_budget(session, doc.run_id)
+    if capped:  # one Redis round trip (the run's spend is counted there as calls are made)
+        ctx.llm.spend.check(doc.run_id, lambda: recorded_spend(ctx, doc.run_id))
     model = ctx.llm.pick_model("extract", failed_attempts)
     messages, answer_model = chunk_messages(chunk, text, count, schema)
     calls: list[CallRecord] = []
@@ -346,7 +348,7 @@ def _chunk_result(
             answer_model,
             stage="extract",
             max_tokens=ctx.settings.extract_max_tokens,
-            sink=calls.append,
+            sink=ctx.llm.spending(doc.run_id, calls.append) if capped else calls.append,
             model=model,
         )
     except errors.PipelineError:
@@ -362,6 +364,12 @@ def _chunk_result(
             llm_calls.record_calls(session, doc.run_id, doc.id, chunk.idx, calls)
         raise
     return result, model
+
+
+def recorded_spend(ctx: Context, run_id: str) -> tuple[float | None, float] | None:
+    """The run's budget and recorded cost, from which `spend.check` opens its count."""
+    with session_scope(ctx.engine) as session:
+        return llm_calls.recorded_spend(session, run_id)
 
 
 def chunk_messages(

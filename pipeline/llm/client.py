@@ -28,7 +28,7 @@ from pipeline.core.cost import call_cost
 from pipeline.core.retry import backoff_s
 from pipeline.core.settings import Settings
 from pipeline.llm import lenient, prompts
-from pipeline.llm.ratelimit import Permit, RedisLimiter, Scope
+from pipeline.llm.ratelimit import Permit, RedisLimiter, Scope, SpendMeter
 from pipeline.llm.ratelimit.policy import ProviderLimits, provider_limits, provider_wait_s
 from pipeline.llm.structured import ModeStore
 from pipeline.llm.tokens import counter_for, estimate_prompt
@@ -113,6 +113,8 @@ class LLMClient:
         self._prompt_ratio: dict[str, float] = {}
         """Per model: the provider's prompt tokens / our estimate, a moving average."""
         self._modes = ModeStore(settings.llm_structured_output, limiter.client if limiter else None)
+        self.spend = SpendMeter(limiter.client if limiter else None)
+        """Capped runs' spend in Redis: `spend.check` before a call, `spending` counts its cost."""
         self._keys = settings.api_keys()
         self._extract_models = settings.extract_models()
         self._prices = settings.prices()
@@ -131,6 +133,17 @@ class LLMClient:
 
     def close(self) -> None:
         self._http.close()
+
+    def spending(self, run_id: str, sink: CallSink) -> CallSink:
+        """`sink`, with each call's cost also counted against the run's budget as it is made (for
+        `spend.check`, which then needs no query before each call of a capped run)."""
+
+        def record(call: CallRecord) -> None:
+            sink(call)
+            if call.cost_usd:
+                self.spend.add(run_id, call.cost_usd)
+
+        return record
 
     def pick_model(self, stage: str, failed_attempts: int = 0) -> str:
         """The model for a call: weighted among the extract models, the fallback model once
@@ -440,7 +453,7 @@ class LLMClient:
         """End the permit and hand the limiter what the provider said of its limits."""
         if told is not None:
             self._warn_above_provider(told)
-        if self.limiter and permit.id:
+        if self.limiter:
             try:
                 pushed = self.limiter.release(permit, told, charged_tokens)
             except redis.RedisError as exc:

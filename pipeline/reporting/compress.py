@@ -12,7 +12,7 @@ from sqlalchemy import select
 from pipeline.core.constants import DEFAULT_COMPRESS_MAX_TOKENS
 from pipeline.core.errors import PipelineError
 from pipeline.extraction import custom
-from pipeline.extraction.extract import Context, CustomResult
+from pipeline.extraction.extract import Context, CustomResult, recorded_spend
 from pipeline.extraction.grounding import GroundedExtraction
 from pipeline.llm import prompts
 from pipeline.llm.client import CallRecord
@@ -62,12 +62,14 @@ def compress_document(
                 extraction.revenue_quote if extraction.revenue_grounded is not False else None,
                 [(title, quote) for title, quote in risks],
             )
-    if budget is not None:
-        with session_scope(ctx.engine) as session:
-            llm_calls.check_budget(session, extraction.run_id)
+    run_id = extraction.run_id
     calls: list[CallRecord] = []
+    sink: Callable[[CallRecord], None] = calls.append
+    if budget is not None:
+        ctx.llm.spend.check(run_id, lambda: recorded_spend(ctx, run_id))
+        sink = ctx.llm.spending(run_id, calls.append)
     try:
-        summary = _summary(ctx, query, facts, bool(schema), calls.append, failed_attempts)
+        summary = _summary(ctx, query, facts, bool(schema), sink, failed_attempts)
     finally:
         with session_scope(ctx.engine) as session:
             llm_calls.record_calls(session, extraction.run_id, document_id, None, calls)

@@ -12,7 +12,7 @@ from sqlalchemy import Row, select
 
 from pipeline.core.constants import DEFAULT_SYNTHESIZE_MAX_TOKENS
 from pipeline.extraction import grounding
-from pipeline.extraction.extract import Context
+from pipeline.extraction.extract import Context, recorded_spend
 from pipeline.llm import prompts
 from pipeline.llm.client import CallRecord
 from pipeline.reporting import render
@@ -231,15 +231,14 @@ def synthesize_batch(
 ) -> str:
     """One synthesis call: the run's question answered from `batch`; its calls are recorded."""
     if budget_usd is not None:
-        with session_scope(ctx.engine) as session:
-            llm_calls.check_budget(session, run_id)
+        ctx.llm.spend.check(run_id, lambda: recorded_spend(ctx, run_id))
     calls: list[CallRecord] = []
     try:
         return ctx.llm.text(
             prompts.synthesize_messages(query, batch),
             stage="synthesize",
             max_tokens=DEFAULT_SYNTHESIZE_MAX_TOKENS,
-            sink=calls.append,
+            sink=ctx.llm.spending(run_id, calls.append) if budget_usd is not None else calls.append,
             model=model,
         )
     finally:

@@ -31,6 +31,23 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 IDLE_IN_TRANSACTION_TIMEOUT_MS = 30_000
 """Postgres ends a session idle inside a transaction this long (its locks go with it)."""
 
+POOL_RECYCLE_S = 1800
+"""A pooled Postgres connection older than this is replaced at its next checkout, before a
+firewall's or a server's idle cut (commonly an hour or more) finds it."""
+
+_ping_before_checkout = True
+
+
+def ping_before_checkout(enabled: bool) -> None:
+    """Whether the Postgres engines this process makes from now on test each pooled connection
+    before handing it out (a round trip per transaction). Worker processes turn it off
+    (`pipeline worker`): a connection the server dropped then fails its first statement, as a
+    disconnect, which the pool answers by discarding it and every connection made before it,
+    and the task retries (workers/tasks.py). Processes with no such retry (the CLI's waits,
+    `pipeline status`) keep the ping, which replaces a dropped connection unseen."""
+    global _ping_before_checkout
+    _ping_before_checkout = enabled
+
 
 def get_engine(url: str, pool_size: int = 5) -> Engine:
     """One engine per URL per process, its pool sized for the process's concurrency: asked for
@@ -66,7 +83,8 @@ def _create_engine(url: str, pool_size: int) -> Engine:
         url,
         pool_size=pool_size,
         max_overflow=pool_size,
-        pool_pre_ping=True,
+        pool_pre_ping=_ping_before_checkout,
+        pool_recycle=POOL_RECYCLE_S,
         connect_args={"options": options},
     )
 

@@ -59,8 +59,15 @@ def call_row(
     )
 
 
+def recorded_spend(session: Session, run_id: str) -> tuple[float | None, float] | None:
+    """The run's budget (None: no cap) and its recorded cost, in USD; None when there is no such
+    run. What `SpendMeter.check` opens and reconciles its Redis count from."""
+    row = session.execute(select(Run.budget_usd, Run.cost_usd).where(Run.id == run_id)).one_or_none()
+    return None if row is None else (row.budget_usd, row.cost_usd)
+
+
 def check_budget(session: Session, run_id: str) -> None:
     """Raise BudgetSpent once the run's recorded cost reached its budget."""
-    row = session.execute(select(Run.budget_usd, Run.cost_usd).where(Run.id == run_id)).one_or_none()
-    if row is not None and row.budget_usd is not None and row.cost_usd >= row.budget_usd:
-        raise BudgetSpent(f"budget: the run spent ${row.cost_usd:.4f} of its ${row.budget_usd:.4f}")
+    found = recorded_spend(session, run_id)
+    if found is not None and found[0] is not None and found[1] >= found[0]:
+        raise BudgetSpent(f"budget: the run spent ${found[1]:.4f} of its ${found[0]:.4f}")

@@ -1,5 +1,7 @@
-"""The global rate limit: one set of windows per (endpoint, model, key slot) in Redis."""
+"""The global rate limit: one set of windows per (endpoint, model, key slot) in Redis; and the
+spend of capped runs, counted next to it."""
 
+from pipeline.llm.ratelimit.budget import SpendMeter
 from pipeline.llm.ratelimit.limiter import Decision, Limits, Permit, RedisLimiter, Scope, ScopeView, keys
 
-__all__ = ["Decision", "Limits", "Permit", "RedisLimiter", "Scope", "ScopeView", "keys"]
+__all__ = ["Decision", "Limits", "Permit", "RedisLimiter", "Scope", "ScopeView", "SpendMeter", "keys"]

@@ -27,7 +27,8 @@
 -- ARGV[14] keep (ms): how long admissions that left the window stay in `retired`
 --
 -- Returns {admitted 0/1, wait ms, reason, requests in window, tokens in window, factor * 1e6,
---          now (ms), rpm in force, tpm in force}.
+--          now (ms), rpm in force, tpm in force, heard 0/1 (an answer has said what the
+--          provider's limits are, or that it states none)}.
 -- Admitted: the call is recorded at now + wait and must not be sent before then; reason says what
 -- set that time ('ok': nothing, 'rpm'/'tpm': the pacing, 'rpm window'/'tpm window': the window). Refused: nothing
 -- is recorded; wait says when to ask again. Requests and tokens are committed together.
@@ -85,6 +86,7 @@ if learn == 1 then rpm, tpm = in_force(rpm, learned[1]), in_force(tpm, learned[2
 -- everyone the limits. The probe is claimed for `probe` ms, not for its whole lease: a worker
 -- killed mid-probe holds the others back that long at most, and a slow probe lets one more go.
 local probing = learn == 1 and rpm <= 0 and tpm <= 0 and not learned[3]
+local heard = learned[3] and 1 or 0
 
 -- The adaptive factor climbs back linearly from the last cut.
 local factor = 1
@@ -100,7 +102,7 @@ local eff_rpm, eff_tpm = scaled(rpm), scaled(tpm)
 local f = math.floor(factor * 1000000)
 
 local function refuse(wait, reason)
-  return {0, math.max(1, math.ceil(wait)), reason, count, used, f, now, rpm, tpm}
+  return {0, math.max(1, math.ceil(wait)), reason, count, used, f, now, rpm, tpm, heard}
 end
 
 if tpm > 0 and cost > tpm then
@@ -193,4 +195,4 @@ if max_inflight > 0 then
   redis.call('ZADD', KEYS[4], at + lease, id)
   redis.call('PEXPIRE', KEYS[4], math.ceil(at - now) + lease + ttl)
 end
-return {1, math.ceil(at - now), reason, count + 1, used + cost, f, now, rpm, tpm}
+return {1, math.ceil(at - now), reason, count + 1, used + cost, f, now, rpm, tpm, heard}

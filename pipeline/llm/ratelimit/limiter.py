@@ -7,6 +7,10 @@ the provider's headers said of its limits.
 A call is given a send time: calls are spread at the quota's rate (GCRA) with at most
 `burst_s` of quota at once, because providers enforce a per-minute quota per second too;
 the sliding window only guarantees that no window ever holds more than the quota.
+
+Where no limit applies (none configured, the provider's answers carry none, no pause), a call
+runs no script: each process keeps that verdict per scope for `UNLIMITED_RECHECK_S`, then looks
+again (one round trip), and drops it at once when an answer states limits or a 429 pauses.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Any
 
@@ -31,6 +35,10 @@ Sleep = Callable[[float], None]
 _PACED = ("rpm", "tpm", "rpm window", "tpm window")
 """Refusal reasons that mean "your turn is later", not "stop"."""
 _FIELDS = ("log", "costs", "tokens", "inflight", "pause", "aimd", "pace", "learned", "retired")
+UNLIMITED_RECHECK_S = 2.0
+"""How long a process trusts that no limit applies to a scope before it looks in Redis again: a
+provider that starts stating limits to another worker, or another worker's 429 pause, is seen
+within this (an answer of this process that states limits, or its own 429, is seen at once)."""
 
 
 @dataclass(frozen=True)
@@ -81,14 +89,24 @@ class Decision:
     rpm: int = 0
     tpm: int = 0
     """The limits in force: configured, learned from the provider, or the lower of the two."""
+    heard: bool = False
+    """An answer has told what the provider's limits are (or that it states none)."""
 
 
 @dataclass(frozen=True)
 class Permit:
     scope: Scope
     id: str
+    """"" when no script admitted the call (no limit was in force): it holds nothing in Redis."""
     tokens: int
     waited_s: float
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    unlimited: bool
+    until_s: float
+    """time.monotonic() after which it is looked at again"""
 
 
 @dataclass(frozen=True)
@@ -131,6 +149,7 @@ class RedisLimiter:
         max_wait_s: float = c.DEFAULT_LIMITER_MAX_WAIT_S,
         probe_s: float = c.LIMITER_PROBE_MS / 1000,
         sleep: Sleep = time.sleep,
+        unlimited_recheck_s: float = UNLIMITED_RECHECK_S,
     ) -> None:
         self.client = client
         self.limits = limits
@@ -142,6 +161,11 @@ class RedisLimiter:
         self.probe_ms = int(probe_s * 1000)
         self._sleep = sleep
         self.burst_ms = int(limits.burst_s * 1000) if limits.pacing else -1
+        self.unlimited_recheck_s = unlimited_recheck_s
+        self._verdicts: dict[str, _Verdict] = {}
+        """Per scope tag: whether a call may skip the scripts (no limit in force), and until when."""
+        self._answered: set[str] = set()
+        """Scope tags answered without limits since the last look (that keeps `learned` alive)."""
         self._acquire = client.register_script(_script("acquire.lua"))
         self._release = client.register_script(_script("release.lua"))
         self._pause = client.register_script(_script("pause.lua"))
@@ -179,7 +203,7 @@ class RedisLimiter:
     def try_acquire(self, scope: Scope, tokens: int, permit_id: str, max_wait_s: float = 0.0) -> Decision:
         """One atomic attempt: a send time at most `max_wait_s` away, reserved (and recorded),
         or a refusal that says how long to wait before asking again."""
-        admitted, wait_ms, reason, requests, used, factor, at_ms, rpm, tpm = self._acquire(
+        admitted, wait_ms, reason, requests, used, factor, at_ms, rpm, tpm, heard = self._acquire(
             keys=keys(scope),
             args=[
                 self.limits.rpm,
@@ -208,6 +232,7 @@ class RedisLimiter:
             at_ms=int(at_ms),
             rpm=int(rpm),
             tpm=int(tpm),
+            heard=bool(int(heard)),
         )
 
     def acquire(
@@ -225,6 +250,8 @@ class RedisLimiter:
             raise RequestTooLarge(_too_large(tokens, self.limits.tpm))
         start = random.randrange(len(scopes))  # spread calls over the key slots
         ordered = list(scopes[start:]) + list(scopes[:start])
+        if self.unlimited(ordered[0]):
+            return Permit(ordered[0], "", tokens, waited_s)  # no script ran: nothing to release
         while True:
             permit_id = uuid.uuid4().hex
             decisions = []
@@ -233,6 +260,7 @@ class RedisLimiter:
                 reach = min(reach, horizon_s)
             for scope in ordered:
                 decision = self.try_acquire(scope, tokens, permit_id, reach)
+                self._note(scope, decision)
                 if decision.admitted:
                     break
                 if decision.reason == "too_large":
@@ -260,6 +288,52 @@ class RedisLimiter:
             # A 429 paused everyone while this call waited for its turn: ask again after it.
             self.release(permit, None, sent=False)
 
+    def unlimited(self, scope: Scope) -> bool:
+        """Whether no limit applies to `scope` now, so that a call may skip the scripts: nothing
+        configured, the provider's answers state no limits (with learning on, one has come back:
+        until then the first call is the probe), and no pause holds. Looked up in Redis (one
+        round trip) at most every `unlimited_recheck_s` per scope and process."""
+        if self.limits.active:
+            return False
+        verdict = self._verdicts.get(scope.tag)
+        now_s = time.monotonic()
+        if verdict is None or verdict.until_s <= now_s:
+            verdict = _Verdict(self._look(scope), now_s + self.unlimited_recheck_s)
+            self._verdicts[scope.tag] = verdict
+        return verdict.unlimited
+
+    def _note(self, scope: Scope, decision: Decision) -> None:
+        """What a script's decision tells of the verdict, so that no look is needed: limits in
+        force, or an admission with none in force once the provider has been heard."""
+        if self.limits.active:
+            return
+        if decision.rpm or decision.tpm:
+            unlimited = False
+        elif decision.admitted and (decision.heard or not self.limits.learn):
+            unlimited = True
+        else:
+            return
+        self._verdicts[scope.tag] = _Verdict(unlimited, time.monotonic() + self.unlimited_recheck_s)
+
+    def _look(self, scope: Scope) -> bool:
+        k = keys(scope)
+        pause, learned = k[4], k[7]
+        answered = self.limits.learn and scope.tag in self._answered
+        self._answered.discard(scope.tag)
+        with self.client.pipeline(transaction=False) as pipe:
+            if answered:
+                # What release.lua does for each answer: the provider was heard, without limits.
+                pipe.hset(learned, "seen", "1")
+                pipe.pexpire(learned, c.LIMITER_LEARNED_TTL_MS)
+            pipe.time()
+            pipe.hmget(learned, ["rpm", "tpm", "seen"])
+            pipe.get(pause)
+            *_, (seconds, micros), (rpm, tpm, seen), paused = pipe.execute()
+        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        if int(paused or 0) > now_ms:
+            return False
+        return not self.limits.learn or (seen is not None and not int(rpm or 0) and not int(tpm or 0))
+
     def paused_for_s(self, scope: Scope) -> float:
         """How long the shared pause of `scope` still holds (0: none)."""
         with self.client.pipeline(transaction=False) as pipe:
@@ -283,7 +357,18 @@ class RedisLimiter:
 
         `charged_tokens`: what the provider charged the quota, when known; a reservation above it
         is refunded. Providers charge a request's prompt and its max_tokens when it arrives
-        (OpenAI's guide), not what the answer used, so that is what the caller passes."""
+        (OpenAI's guide), not what the answer used, so that is what the caller passes.
+
+        A permit given without the scripts (no limit was in force) ends without Redis, unless
+        its answer states limits: those are learned as any answer's are, and calls go through
+        the scripts from then on."""
+        if not permit.id:
+            if told is None or not self.limits.learn or not (told.limit_requests or told.limit_tokens):
+                if told is not None:
+                    self._answered.add(permit.scope.tag)
+                return 0.0, 0.0
+            self._verdicts.pop(permit.scope.tag, None)
+            permit = replace(permit, id=uuid.uuid4().hex)  # in no window: only the learning applies
         log, costs, tokens, inflight, _, aimd, pace, learned, retired = keys(permit.scope)
         headers = told or policy.ProviderLimits()
         pushed_requests, pushed_tokens, _ = self._release(
@@ -301,6 +386,10 @@ class RedisLimiter:
                 int(self.limits.learn),
             ],
         )
+        if told is not None and not (told.limit_requests or told.limit_tokens):
+            verdict = self._verdicts.get(permit.scope.tag)
+            if verdict is not None and not verdict.unlimited:
+                del self._verdicts[permit.scope.tag]  # answered without limits: look again now
         return int(pushed_requests) / 1000, int(pushed_tokens) / 1000
 
     def pause(
@@ -308,6 +397,7 @@ class RedisLimiter:
     ) -> tuple[float, float]:
         """Make every worker of `scope` wait `seconds`; with `cut`, multiply the adaptive factor
         by `decrease`. Returns (pause until, unix s; factor now)."""
+        self._verdicts.pop(scope.tag, None)  # this process's next call waits the pause out
         k = keys(scope)
         until_ms, factor = self._pause(
             keys=[k[4], k[5]],
