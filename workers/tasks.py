@@ -7,8 +7,9 @@ chord): whatever happens, the document ends `extracted` or `failed` with its rea
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import kombu.exceptions
 import redis.exceptions
@@ -273,34 +274,60 @@ def _synthesize(self: Task, run_id: str) -> str:
         )
 
 
+BATCH_CHAIN_PREFIX = "pipeline:batch-chain:"
+
+
 @app.task(name="pipeline.batch_tick", ignore_result=True)
-def batch_tick(run_id: str) -> str:
+def batch_tick(run_id: str, chain: str | None = None) -> str:
     """A batch run's poll: its batches advanced, ingested and submitted (`batching.tick`), then
     itself again after PIPELINE_BATCH_POLL_S, until the run goes to the synchronous path. One
-    tick at a time per run (a step lease); a chain lost with a worker is restarted by the
-    heartbeat of any worker (`restart_batch_polls`)."""
+    tick at a time per run (a step lease). A tick sent without `chain` (the first, a restart by
+    the heartbeat, a resume) starts a new chain, and a tick of an older chain ends without
+    sending itself again: chains never multiply."""
     with log_context(run_id=run_id, task_name="pipeline.batch_tick"):
         ctx = worker_context()
-        with StepLease(redis_client(), ctx.leases, f"batch:{run_id}") as step:
+        client = redis_client()
+        key = f"{BATCH_CHAIN_PREFIX}{run_id}"
+        if chain is None:
+            chain = uuid.uuid4().hex
+            client.set(key, chain, ex=BATCH_CHAIN_TTL_S)
+        else:
+            found: Any = client.get(key)
+            if found is not None and found.decode() != chain:
+                return "superseded"
+        with StepLease(client, ctx.leases, f"batch:{run_id}") as step:
             if not step.taken:
-                return "polled elsewhere"
-            try:
-                outcome = batching.tick(ctx, run_id)
-            except Exception as exc:  # the provider or the database: the next tick tries again
-                expected = isinstance(exc, (*TRANSIENT, PermanentError))
-                log.warning(
-                    "batch poll of run %s: %s: %s", run_id, type(exc).__name__, exc, exc_info=not expected
-                )
-                outcome = batching.Tick()
+                outcome = batching.Tick()  # another tick of this run is still at it
+            else:
+                try:
+                    outcome = batching.tick(ctx, run_id)
+                except Exception as exc:  # the provider or the database: the next tick tries again
+                    expected = isinstance(exc, (*TRANSIENT, PermanentError))
+                    log.warning(
+                        "batch poll of run %s: %s: %s", run_id, type(exc).__name__, exc, exc_info=not expected
+                    )
+                    outcome = batching.Tick()
         if outcome.dispatch:
-            from workers.canvas import enqueue_run
+            try:
+                from workers.canvas import enqueue_run
 
-            enqueue_run(run_id, batching.documents_to_extract(ctx.engine, run_id))
-            return "dispatched"
+                # The chord first, then the mark: a chord sent twice changes nothing (leases,
+                # idempotent writes), a mark without a chord would leave the run waiting.
+                enqueue_run(run_id, batching.documents_to_extract(ctx.engine, run_id))
+                batching.dispatched(ctx.engine, run_id)
+                client.delete(key)
+                return "dispatched"
+            except Exception as exc:
+                log.warning("run %s: handing over to the synchronous path failed (%s): again", run_id, exc)
         if outcome.done:
             return "done"
-        batch_tick.apply_async((run_id,), countdown=ctx.settings.batch_poll_s)
+        batch_tick.apply_async((run_id, chain), countdown=ctx.settings.batch_poll_s)
+        client.expire(key, BATCH_CHAIN_TTL_S)
         return f"{outcome.submitted} sent, {outcome.ingested} ingested"
+
+
+BATCH_CHAIN_TTL_S = 7 * 24 * 3600
+"""A chain's id outlives any batch (24 h window) and any pause of the workers."""
 
 
 @app.task(name="pipeline.watchdog", ignore_result=True)

@@ -53,6 +53,7 @@ def upgrade() -> None:
         sa.Column("output_lines_done", sa.Integer(), server_default="0", nullable=False),
         sa.Column("error_lines_done", sa.Integer(), server_default="0", nullable=False),
         sa.Column("attempts", sa.Integer(), server_default="0", nullable=False),
+        sa.Column("failures", sa.Integer(), server_default="0", nullable=False),
         sa.Column("error", sa.Text(), nullable=True),
         sa.Column("created_at", WHEN, nullable=False),
         sa.Column("updated_at", WHEN, nullable=True),

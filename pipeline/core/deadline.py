@@ -21,8 +21,12 @@ def parse_deadline(text: str, now: datetime | None = None) -> datetime:
         hour, minute, second = int(match[1]), int(match[2]), int(match[3] or 0)
         if hour > 23 or minute > 59 or second > 59:
             raise ValueError(f"deadline {text!r}: no such time of day")
-        moment = datetime.combine(now.date(), time(hour, minute, second), tzinfo=now.tzinfo)
-        return moment if moment > now else moment + timedelta(days=1)
+        # Naive, then local: the zone's offset of that day (a DST change between today and
+        # tomorrow is taken into account), not today's.
+        moment = datetime.combine(now.date(), time(hour, minute, second)).astimezone()
+        if moment <= now:
+            moment = datetime.combine(now.date() + timedelta(days=1), time(hour, minute, second)).astimezone()
+        return moment
     try:
         moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:

@@ -109,11 +109,15 @@ def _extract(ctx: Context, work: _Work, started: float, summarize: Summarizer | 
                 if work.capped:
                     for call in calls:
                         ctx.llm.spend.add(work.doc.run_id, call.cost_usd or 0.0)
-            with session_scope(ctx.engine) as session:
-                documents.hold(session, document_id, work.fence)
-                _save(session, work, result, model, summary)
-                llm_calls.record_calls(session, work.doc.run_id, document_id, None, calls)
-                documents.mark_extracted(session, document_id, work.fence, held=True)
+            try:
+                with session_scope(ctx.engine) as session:
+                    documents.hold(session, document_id, work.fence)
+                    _save(session, work, result, model, summary)
+                    llm_calls.record_calls(session, work.doc.run_id, document_id, None, calls)
+                    documents.mark_extracted(session, document_id, work.fence, held=True)
+            except BaseException:
+                _record_anyway(ctx, work, calls)  # the summary was paid for
+                raise
         except errors.PermanentError as exc:
             with session_scope(ctx.engine) as session:  # only while the lease holds
                 documents.hold(session, document_id, work.fence)
@@ -125,6 +129,18 @@ def _extract(ctx: Context, work: _Work, started: float, summarize: Summarizer | 
             _release(ctx, document_id, work.fence)
             raise
     return "extracted"
+
+
+def _record_anyway(ctx: Context, work: _Work, calls: list[CallRecord]) -> None:
+    """Best effort, when the closing write failed: the summary's calls in a transaction of
+    their own (the database may be what failed)."""
+    if not calls:
+        return
+    try:
+        with session_scope(ctx.engine) as session:
+            llm_calls.record_calls(session, work.doc.run_id, work.doc.id, None, calls)
+    except Exception as exc:
+        log.info("document %s: the summary's call records are lost (%s)", work.doc.id, exc)
 
 
 def _budget_spent(ctx: Context, work: _Work) -> bool:

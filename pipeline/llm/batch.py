@@ -82,14 +82,13 @@ class InputFile:
         self.handle.close()
 
 
-def pack(requests: Iterable[Request], limits: FileLimits) -> tuple[InputFile, list[Request]]:
-    """The first input file the requests fill within `limits`, and the requests left over
-    (taken from the iterable only as far as needed, plus the one that did not fit)."""
+def pack(requests: Iterable[Request], limits: FileLimits) -> tuple[InputFile, Request | None]:
+    """The first input file the requests fill within `limits` (the iterable is read only as far
+    as needed), and the request that did not fit (None: the requests ran out). A request that
+    fits no file on its own comes back with an empty file."""
     handle: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)  # noqa: SIM115 - InputFile closes it
     packed = InputFile(handle, [], 0, 0)
-    left: list[Request] = []
-    iterator = iter(requests)
-    for request in iterator:
+    for request in requests:
         line = request.line()
         full = (
             len(packed.chunk_ids) >= limits.max_requests
@@ -97,15 +96,14 @@ def pack(requests: Iterable[Request], limits: FileLimits) -> tuple[InputFile, li
             or (limits.max_tokens > 0 and packed.tokens + request.tokens > limits.max_tokens)
         )
         if full:
-            left.append(request)
-            left.extend(iterator)
-            break
+            handle.seek(0)
+            return packed, request
         handle.write(line)
         packed.chunk_ids.append(request.chunk_id)
         packed.tokens += request.tokens
         packed.size += len(line)
     handle.seek(0)
-    return packed, left
+    return packed, None
 
 
 @dataclass(frozen=True)
@@ -256,13 +254,17 @@ def _output_line(raw: str) -> OutputLine:
         item = json.loads(raw)
     except ValueError:
         return OutputLine("", 0, None, f"not JSON: {raw[:100]!r}")
+    if not isinstance(item, dict):
+        return OutputLine("", 0, None, f"not an object: {raw[:100]!r}")
     response = item.get("response") or {}
     error = item.get("error")
     body = response.get("body") if isinstance(response, dict) else None
     status = int(response.get("status_code") or 0) if isinstance(response, dict) else 0
     reason = None
-    if error:
+    if isinstance(error, dict):
         reason = f"{error.get('code') or 'error'}: {error.get('message') or ''}"
+    elif error:
+        reason = str(error)[:300]
     elif status != 200:
         detail = (body or {}).get("error", {}) if isinstance(body, dict) else {}
         reason = f"HTTP {status}: {detail.get('message') if isinstance(detail, dict) else detail}"

@@ -119,7 +119,15 @@ def tick(ctx: Context, run_id: str, now: Callable[[], datetime] = lambda: dateti
             rows = repo.open_batches(session, run_id)
             session.expunge_all()
         for row in rows:
-            outcome.ingested += _advance(ctx, api, run, row, version)
+            try:
+                outcome.ingested += _advance(ctx, api, run, row, version)
+            except errors.PermanentError as exc:  # this batch cannot go on: its lines go elsewhere
+                _give_up(ctx, run, row, str(exc))
+            except Exception as exc:  # transient, or a bug: the other rows and the deadline go on
+                log.warning(
+                    "run %s: batch row %s: %s: %s", run_id, row.id, type(exc).__name__, exc, exc_info=True
+                )
+                _count_failure(ctx, run, row, f"{type(exc).__name__}: {exc}")
         # Once begun, the cutover goes on: what it ingests shortens the estimate, which must not
         # send the rest in a new batch.
         deadline_due = run.cutover_at is not None or (
@@ -136,11 +144,36 @@ def tick(ctx: Context, run_id: str, now: Callable[[], datetime] = lambda: dateti
     finally:
         api.close()
     if outcome.dispatch:
-        with session_scope(ctx.engine) as session:
-            outcome.dispatch = repo.mark_dispatched(session, run_id)
-        if outcome.dispatch:
-            log.info("run %s: the batch path is done, the rest goes synchronously", run_id)
+        log.info("run %s: the batch path is done, the rest goes synchronously", run_id)
     return outcome
+
+
+ROW_FAILURES_MAX = 5
+"""Polls in a row a batch may fail (the provider down, a file that cannot be read) before its
+lines go to another batch or synchronously."""
+
+
+def _count_failure(ctx: Context, run: Run, row: LLMBatch, reason: str) -> None:
+    with session_scope(ctx.engine) as session:
+        failures = repo.note_failure(session, row.id, reason)
+    if failures >= ROW_FAILURES_MAX:
+        _give_up(ctx, run, row, f"{failures} polls failed, the last: {reason}")
+
+
+def _give_up(ctx: Context, run: Run, row: LLMBatch, reason: str) -> None:
+    """The batch cannot go on: what it answered and was stored stays, its other lines go in
+    another batch (their try counted) or synchronously."""
+    log.warning("run %s: batch row %s given up: %s", run.id, row.id, reason)
+    with session_scope(ctx.engine) as session:
+        repo.update_row(session, row.id, error=reason[:2000])
+        repo.release(session, row.id)
+
+
+def dispatched(engine: Engine, run_id: str) -> bool:
+    """Record that the run's chord was sent (after sending it: a chord sent twice changes
+    nothing, a mark without a chord would leave the run waiting); True the first time."""
+    with session_scope(engine) as session:
+        return repo.mark_dispatched(session, run_id)
 
 
 def documents_to_extract(engine: Engine, run_id: str) -> list[int]:
@@ -220,7 +253,7 @@ def _advance(ctx: Context, api: BatchAPI, run: Run, row: LLMBatch, version: str)
         log.info("run %s: batch %s refused on the enqueued-token limit: its lines go again", run.id, state.id)
     ingested = _ingest(ctx, api, run, row, state, version)
     with session_scope(ctx.engine) as session:
-        held = repo.release(session, row.id, refund_try=state.token_limit)
+        held = repo.release(session, row.id)
     log.info("run %s: batch %s %s: %d of its %d lines stored", run.id, state.id, state.status, ingested, held)
     return ingested
 
@@ -253,9 +286,13 @@ def _submit(ctx: Context, api: BatchAPI, run: Run, version: str) -> int:
             pending = repo.pending_chunks(
                 session, run.id, version, settings.batch_line_attempts, reuse_models=reuse
             )
-            packed, _ = pack(_requests(ctx, run, pending, version), limits)
+            packed, over = pack(_requests(ctx, run, pending, version), limits)
             if not packed.chunk_ids:
                 packed.close()
+                if over is not None and not _room_taken(session, run):
+                    # Alone bigger than a file or the enqueued-token budget: it goes synchronously.
+                    repo.out_of_tries(session, over.chunk_id, settings.batch_line_attempts)
+                    continue
                 return sent
             row = repo.create(session, run.id, packed.chunk_ids, packed.tokens)
             row_id = row.id
@@ -273,6 +310,11 @@ def _submit(ctx: Context, api: BatchAPI, run: Run, version: str) -> int:
             len(packed.chunk_ids),
             packed.tokens,
         )
+
+
+def _room_taken(session: Session, run: Run) -> bool:
+    """Batches of the run hold enqueued tokens: a request may fit once they end."""
+    return repo.enqueued_tokens(session, run.id) > 0
 
 
 def _upload(ctx: Context, api: BatchAPI, row: LLMBatch, version: str, run: Run) -> None:
@@ -361,7 +403,12 @@ def _store_group(
     stored = 0
     with session_scope(ctx.engine) as session:
         for line in group:
-            stored += _store_line(ctx, session, run, line, version)
+            try:
+                stored += _store_line(ctx, session, run, line, version)
+            except (ValueError, TypeError, KeyError, AttributeError, errors.PipelineError) as exc:
+                # A line that cannot be read is skipped (its chunk is asked again); a database
+                # error fails the group, and the poll tries again.
+                log.warning("run %s: a batch line was not stored (%s: %s)", run.id, type(exc).__name__, exc)
         repo.update_row(session, row.id, **{done_column: position})
     return stored
 
@@ -379,6 +426,7 @@ def _store_line(ctx: Context, session: Session, run: Run, line: OutputLine, vers
         return 0
     chunk, doc = found
     content, finish = _content(line.body)
+    already = chunk.result is not None and chunk.prompt_version == version
     usage = line.body.get("usage") or {}
     prompt_tokens, completion_tokens = (
         int(usage.get("prompt_tokens") or 0),
@@ -393,8 +441,11 @@ def _store_line(ctx: Context, session: Session, run: Run, line: OutputLine, vers
         cost_usd=call_cost(ctx.settings.batch_prices(), model, prompt_tokens, completion_tokens),
         mode="batch",
     )
+    if already:  # answered meanwhile (the synchronous path): the line was paid for all the same
+        repo.record(session, [_call_row(ctx, run.id, doc.id, chunk.idx, record)])
+        return 0
     calls: list[CallRecord] = []
-    sink = calls.append
+    sink = ctx.llm.spending(run.id, calls.append) if run.budget_usd is not None else calls.append
 
     schema = _schema(run)
     answer: BaseModel | None
@@ -419,7 +470,7 @@ def _store_line(ctx: Context, session: Session, run: Run, line: OutputLine, vers
         answer = None
     rows = [_call_row(ctx, run.id, doc.id, chunk.idx, call) for call in calls]
     if answer is None:
-        session.add_all(rows)  # what it cost stands; the chunk stays unanswered
+        repo.record(session, rows)  # what it cost stands; the chunk stays unanswered
         return 0
     return int(repo.store_answer(session, chunk_id, version, answer.model_dump(mode="json"), model, rows))
 

@@ -213,21 +213,20 @@ def enqueued_tokens(session: Session, run_id: str) -> int:
 
 
 def update_row(session: Session, batch_id: int, **values: Any) -> None:
+    """Store what a good poll found (the count of failed polls starts again)."""
+    values.setdefault("failures", 0)
     session.execute(update(LLMBatch).where(LLMBatch.id == batch_id).values(updated_at=utcnow(), **values))
 
 
-def release(session: Session, batch_id: int, *, refund_try: bool = False) -> int:
+def release(session: Session, batch_id: int) -> int:
     """The batch's files are read: its chunks without an answer may go in another batch (or
-    to the synchronous path). `refund_try`: the batch failed for no fault of its lines (the
-    enqueued-token limit), so it does not count against their batch tries. Returns how many
-    chunks it held."""
-    values: dict[str, Any] = {"batch_id": None}
-    if refund_try:
-        values["batch_tries"] = Chunk.batch_tries - 1
+    to the synchronous path), each try counted (a batch refused on the enqueued-token limit
+    too: a limit below one file must not send it again for ever). Returns how many chunks it
+    held."""
     result = session.execute(
         update(Chunk)
         .where(Chunk.batch_id == batch_id)
-        .values(**values)
+        .values(batch_id=None)
         .execution_options(synchronize_session=False)
     )
     update_row(session, batch_id, status=INGESTED, ingested_at=utcnow())
@@ -242,23 +241,25 @@ def store_answer(
     model: str,
     calls: Sequence[LLMCall],
 ) -> bool:
-    """Store one line's answer and its calls, unless the chunk already holds an answer to this
-    prompt (the line was ingested before, or the synchronous path answered it): False then, and
-    nothing is written."""
+    """Store one line's answer, unless the chunk holds an answer to this prompt by now (the
+    synchronous path answered it meanwhile): False then. Its calls are recorded either way:
+    they were paid for. (A line ingested before is skipped before this: `answered`.)"""
     stored = session.execute(
         update(Chunk)
         .where(Chunk.id == chunk_id, unanswered(version))
         .values(result=result, model=model, prompt_version=version, completed_at=utcnow())
         .execution_options(synchronize_session=False)
     )
-    if not getattr(stored, "rowcount", 0):
-        return False
+    record(session, calls)
+    return bool(getattr(stored, "rowcount", 0))
+
+
+def record(session: Session, calls: Sequence[LLMCall]) -> None:
+    """Calls' rows, and their cost on their run."""
     session.add_all(calls)
     spent = sum(call.cost_usd or 0.0 for call in calls)
-    if spent:
-        run_id = calls[0].run_id
-        session.execute(update(Run).where(Run.id == run_id).values(cost_usd=Run.cost_usd + spent))
-    return True
+    if calls and spent:
+        session.execute(update(Run).where(Run.id == calls[0].run_id).values(cost_usd=Run.cost_usd + spent))
 
 
 def chunk_owner(session: Session, chunk_id: int) -> tuple[Chunk, Document] | None:
@@ -266,6 +267,21 @@ def chunk_owner(session: Session, chunk_id: int) -> tuple[Chunk, Document] | Non
         select(Chunk, Document).join(Document, Document.id == Chunk.document_id).where(Chunk.id == chunk_id)
     ).one_or_none()
     return None if row is None else (row[0], row[1])
+
+
+def note_failure(session: Session, batch_id: int, reason: str) -> int:
+    """Count a failed poll of the batch (reset by `update_row` of a good one); the count."""
+    session.execute(
+        update(LLMBatch)
+        .where(LLMBatch.id == batch_id)
+        .values(failures=LLMBatch.failures + 1, error=reason[:2000], updated_at=utcnow())
+    )
+    return int(session.scalar(select(LLMBatch.failures).where(LLMBatch.id == batch_id)) or 0)
+
+
+def out_of_tries(session: Session, chunk_id: int, tries: int) -> None:
+    """The chunk goes synchronously (its request fits no batch)."""
+    session.execute(update(Chunk).where(Chunk.id == chunk_id).values(batch_tries=tries))
 
 
 def mark_dispatched(session: Session, run_id: str) -> bool:

@@ -294,6 +294,8 @@ class LLMBatch(Base):
     """Lines of each file ingested (committed with their answers): a new reader starts after them."""
     attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     """Uploads begun (more than one: a crash interrupted one)."""
+    failures: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """Polls in a row that failed on this batch; at five its lines go elsewhere."""
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime | None]

@@ -113,10 +113,13 @@ def release(session: Session, partial_id: int) -> None:
 
 def close(session: Session, run_id: str) -> int:
     """The final synthesis takes every summary of the run that no partial holds, under a partial
-    of its own that never gets a text (so `_summaries` reads them): a partial claimed by the
+    of its own with an empty text (so `_summaries` reads its summaries, and no wait counts it
+    as pending, a retry's included): a partial claimed by the
     run's last documents after the final synthesis read the summaries would otherwise put
     those summaries in the report twice. Returns that partial's id."""
-    closing = SynthesisPartial(run_id=run_id, documents=0)
+    closing = SynthesisPartial(
+        run_id=run_id, documents=0, text=""
+    )  # "": answered by none, waited for by none
     session.add(closing)
     session.flush()
     closing.documents = session.execute(
