@@ -122,8 +122,10 @@ def _assert_each_summary_synthesized_once(engine: Engine, run_id: str, record: P
         for r in requests
         if r["status"] == 200 and r["messages"][0]["content"] == SYNTHESIZE_SYSTEM
     }
+    # As an item: a line of its own starting "- ". The simulator's answers repeat their items, so
+    # a level's answer in a later prompt holds them again, one "- " deeper: not an item there.
     for item in [summary for summary, _ in covered] + list(texts.values()):
-        assert item and sum(f"- {item}" in prompt for prompt in prompts) == 1, item
+        assert item and sum(f"\n- {item}" in f"\n{prompt}" for prompt in prompts) == 1, item
 
 
 def test_a_1mb_filing_reaches_the_llm_chunk_by_chunk_in_full(
