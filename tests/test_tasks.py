@@ -9,7 +9,7 @@ database of its own, so the session's worker processes never take these messages
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -159,11 +159,11 @@ def test_a_document_counts_as_extracted_only_once_its_summary_is_written(
     seen: list[str] = []
 
     def compress(
-        query: str, result: GroundedExtraction | CustomResult
-    ) -> tuple[str | None, list[CallRecord]]:
+        query: str, result: GroundedExtraction | CustomResult, sink: Callable[[CallRecord], None]
+    ) -> str | None:
         with session_scope(engine) as session:
             seen.append(str(session.scalar(select(Document.status).where(Document.id == document_id))))
-        return _summarize(query, result)
+        return _summarize(query, result, sink)
 
     assert extract_document(worker_context(), document_id, summarize=compress) == "extracted"
     with session_scope(engine) as session:

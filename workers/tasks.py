@@ -147,16 +147,18 @@ def _fail(ctx: extracting.Context, document_id: int, reason: str) -> str:
     return extracting.fail(ctx, document_id, reason)
 
 
-def _summarize(query: str, result: GroundedExtraction | CustomResult) -> tuple[str | None, list[CallRecord]]:
+def _summarize(
+    query: str, result: GroundedExtraction | CustomResult, sink: Callable[[CallRecord], None]
+) -> str | None:
     """Compress right after extracting, from the grounded result in memory (the document's one
     closing write stores the summary with it), while other documents are still being
     extracted: the calls fill threads that the end of the extraction phase leaves idle. Best
     effort: what is not compressed here, finalize compresses."""
     try:
-        return compressing.summarize(worker_context(), query, result)
+        return compressing.summarize(worker_context(), query, result, sink)
     except Exception as exc:  # never out of the chord's header; finalize retries it
         log.info("summary left to finalize: %s", exc)
-        return None, []
+        return None
 
 
 def _finalize_if_last(document_id: int) -> None:

@@ -58,9 +58,9 @@ class CustomResult:
     quotes_grounded: int
 
 
-Summarizer = Callable[[str, GroundedExtraction | CustomResult], tuple[str | None, list[CallRecord]]]
-"""(the run's question, the document's grounded result) -> its summary (None: left to
-finalize) and the calls that made it."""
+Summarizer = Callable[[str, GroundedExtraction | CustomResult, Callable[[CallRecord], None]], str | None]
+"""(the run's question, the document's grounded result, where its calls go) -> its summary
+(None: left to finalize)."""
 
 
 def extract_document(
@@ -105,10 +105,8 @@ def _extract(ctx: Context, work: _Work, started: float, summarize: Summarizer | 
             summary: str | None = None
             calls: list[CallRecord] = []
             if summarize is not None and not _budget_spent(ctx, work):
-                summary, calls = summarize(work.query, result)
-                if work.capped:
-                    for call in calls:
-                        ctx.llm.spend.add(work.doc.run_id, call.cost_usd or 0.0)
+                sink = ctx.llm.spending(work.doc.run_id, calls.append) if work.capped else calls.append
+                summary = summarize(work.query, result, sink)
             try:
                 with session_scope(ctx.engine) as session:
                     documents.hold(session, document_id, work.fence)

@@ -27,8 +27,6 @@ ENDPOINT: Final = "/v1/chat/completions"
 COMPLETION_WINDOW: Final = "24h"
 SPOOL_BYTES = 8 * 1024 * 1024
 """An input file is held in memory up to this, then on disk (a file may be 200 MB)."""
-OPEN_STATUSES = frozenset({"validating", "in_progress", "finalizing", "cancelling"})
-"""The provider's statuses of a batch that has not ended."""
 ENDED_STATUSES = frozenset({"completed", "failed", "expired", "cancelled"})
 
 
@@ -201,10 +199,6 @@ class BatchAPI:
             for raw in response.iter_lines():
                 if raw.strip():
                     yield _output_line(raw)
-
-    def delete(self, file_id: str) -> None:
-        with _mapped(f"deleting file {file_id}"):
-            self._client.files.delete(file_id)
 
 
 @contextmanager

@@ -81,10 +81,10 @@ def compress_document(
 
 
 def summarize(
-    ctx: Context, query: str, result: GroundedExtraction | CustomResult
-) -> tuple[str | None, list[CallRecord]]:
+    ctx: Context, query: str, result: GroundedExtraction | CustomResult, sink: Callable[[CallRecord], None]
+) -> str | None:
     """The summary of a document's grounded result, still in memory (its extraction task calls
-    this before its one closing write), and the calls it made; None when the call failed
+    this before its one closing write), its calls handed to `sink`; None when the call failed
     (finalize compresses the stored extraction then). Never raises for the LLM."""
     if isinstance(result, CustomResult):
         facts, own_schema = custom.without_ungrounded(result.data), True
@@ -104,12 +104,11 @@ def summarize(
             grounded,
         )
         own_schema = False
-    calls: list[CallRecord] = []
     try:
-        return _summary(ctx, query, facts, own_schema, calls.append), calls
+        return _summary(ctx, query, facts, own_schema, sink)
     except PipelineError as exc:
         log.info("summary left to finalize: %s", exc)
-        return None, calls
+        return None
 
 
 def _summary(

@@ -46,8 +46,8 @@ def synthesize_run(
     if answer is None:
         _await_partials(ctx, run_id)
         with session_scope(ctx.engine) as session:
-            closing = partials.close(session, run_id)  # no partial claims a summary after this
-        _await_partials(ctx, run_id, excluding=closing)  # those claimed just before it
+            partials.close(session, run_id)  # no partial claims a summary after this
+        _await_partials(ctx, run_id)  # those claimed just before it
     run, rows, risks, partial_texts = _load(ctx, run_id)
     titles, unverified = _risk_titles(risks)
     levels = 0
@@ -78,7 +78,7 @@ def synthesize_run(
     return status
 
 
-def _await_partials(ctx: Context, run_id: str, excluding: int | None = None) -> None:
+def _await_partials(ctx: Context, run_id: str) -> None:
     """Wait for the partial syntheses still being answered (one sent by the run's last
     documents, typically), so that each summary reaches the report once: through its partial.
     A partial older than a call's timeout is not waited for (its worker died): the final
@@ -87,7 +87,7 @@ def _await_partials(ctx: Context, run_id: str, excluding: int | None = None) -> 
     deadline = time.monotonic() + ctx.settings.llm_timeout_s + PARTIAL_GRACE_S
     while time.monotonic() < deadline:
         with session_scope(ctx.engine) as session:
-            if not partials.pending(session, run_id, made_after, excluding):
+            if not partials.pending(session, run_id, made_after):
                 return
         time.sleep(PARTIAL_POLL_S)
 

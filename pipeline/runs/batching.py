@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from pydantic import BaseModel
@@ -98,7 +98,6 @@ class Tick:
     """Nothing more for the batch path to do (dispatched before, or the run is gone)."""
     submitted: int = 0
     ingested: int = 0
-    notes: list[str] = field(default_factory=list)
 
 
 def tick(ctx: Context, run_id: str, now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> Tick:
@@ -211,12 +210,9 @@ def _cut_over(ctx: Context, api: BatchAPI, run: Run, now: datetime) -> bool:
                 repo.release(session, row.id)
     with session_scope(ctx.engine) as session:
         fresh = session.get(Run, run.id)
-        started = aware(fresh.cutover_at) if fresh and fresh.cutover_at else None
-        if started is None:
-            repo_run = session.get(Run, run.id)
-            if repo_run is not None:
-                repo_run.cutover_at = now
-            started = now
+        started = aware(fresh.cutover_at) if fresh and fresh.cutover_at else now
+        if fresh is not None and fresh.cutover_at is None:
+            fresh.cutover_at = now
     if waiting and (now - started).total_seconds() < ctx.settings.batch_cancel_wait_s:
         return False
     if waiting:
@@ -361,6 +357,7 @@ def _ingest(ctx: Context, api: BatchAPI, run: Run, row: LLMBatch, state: BatchSt
     after the lines a crashed ingestion committed (a file's lines come in the same order each
     time it is read)."""
     stored = 0
+    schema = _schema(run)
     for file_id, done_column in (
         (state.output_file_id, "output_lines_done"),
         (state.error_file_id, "error_lines_done"),
@@ -368,43 +365,64 @@ def _ingest(ctx: Context, api: BatchAPI, run: Run, row: LLMBatch, state: BatchSt
         if not file_id:
             continue
         skip = int(getattr(row, done_column) or 0)
-        group: list[OutputLine] = []
+        group: list[_Line] = []
         position = 0
         for line in api.lines(file_id):
             position += 1
             if position <= skip:
                 continue
-            group.append(line)
-            if len(group) >= LINES_PER_TRANSACTION or not _plain(line, run):
-                stored += _store_group(ctx, run, row, group, version, done_column, position)
+            read = _Line.of(line, schema)
+            group.append(read)
+            # A line that needs a synchronous call (repair, rest) commits alone, right after it.
+            if len(group) >= LINES_PER_TRANSACTION or not read.plain:
+                stored += _store_group(ctx, run, row, group, version, schema, done_column, position)
                 group = []
         if group:
-            stored += _store_group(ctx, run, row, group, version, done_column, position)
+            stored += _store_group(ctx, run, row, group, version, schema, done_column, position)
     return stored
 
 
-def _plain(line: OutputLine, run: Run) -> bool:
-    """The line needs no synchronous call (it validates as it is, or it holds no answer)."""
-    if not line.answered or line.body is None:
-        return True
-    content, finish = _content(line.body)
-    return finish != "length" and lenient.read(content, _schema(run), finish).value is not None
+@dataclass(frozen=True)
+class _Line:
+    """An output line with its answer read once: `valid` holds the answer when it validates as
+    it is (mended as models need), None when it needs a synchronous call or holds none."""
+
+    line: OutputLine
+    content: str
+    finish: str
+    valid: lenient.Reading[BaseModel] | None
+
+    @property
+    def plain(self) -> bool:
+        """No synchronous call is needed (it validates as it is, or it holds no answer)."""
+        return self.valid is not None or not self.line.answered or self.line.body is None
+
+    @classmethod
+    def of(cls, line: OutputLine, schema: type[BaseModel]) -> _Line:
+        if not line.answered or line.body is None:
+            return cls(line, "", "stop", None)
+        content, finish = _content(line.body)
+        reading = lenient.read(content, schema, finish) if finish != "length" else None
+        return cls(
+            line, content, finish, reading if reading is not None and reading.value is not None else None
+        )
 
 
 def _store_group(
     ctx: Context,
     run: Run,
     row: LLMBatch,
-    group: list[OutputLine],
+    group: list[_Line],
     version: str,
+    schema: type[BaseModel],
     done_column: str,
     position: int,
 ) -> int:
     stored = 0
     with session_scope(ctx.engine) as session:
-        for line in group:
+        for read in group:
             try:
-                stored += _store_line(ctx, session, run, line, version)
+                stored += _store_line(ctx, session, run, read, version, schema)
             except (ValueError, TypeError, KeyError, AttributeError, errors.PipelineError) as exc:
                 # A line that cannot be read is skipped (its chunk is asked again); a database
                 # error fails the group, and the poll tries again.
@@ -413,7 +431,10 @@ def _store_group(
     return stored
 
 
-def _store_line(ctx: Context, session: Session, run: Run, line: OutputLine, version: str) -> int:
+def _store_line(
+    ctx: Context, session: Session, run: Run, read: _Line, version: str, schema: type[BaseModel]
+) -> int:
+    line, content, finish = read.line, read.content, read.finish
     named = parse_custom_id(line.custom_id)
     if named is None:
         log.warning("run %s: a batch line names no chunk of ours: %r", run.id, line.custom_id[:80])
@@ -425,7 +446,6 @@ def _store_line(ctx: Context, session: Session, run: Run, line: OutputLine, vers
     if found is None or found[1].run_id != run.id:
         return 0
     chunk, doc = found
-    content, finish = _content(line.body)
     already = chunk.result is not None and chunk.prompt_version == version
     usage = line.body.get("usage") or {}
     prompt_tokens, completion_tokens = (
@@ -447,10 +467,9 @@ def _store_line(ctx: Context, session: Session, run: Run, line: OutputLine, vers
     calls: list[CallRecord] = []
     sink = ctx.llm.spending(run.id, calls.append) if run.budget_usd is not None else calls.append
 
-    schema = _schema(run)
     answer: BaseModel | None
     try:
-        if finish != "length" and (reading := lenient.read(content, schema, finish)).value is not None:
+        if (reading := read.valid) is not None:
             answer = reading.value
             sink(
                 replace(record, error=f"mended: {'; '.join(reading.notes)}"[:500] if reading.notes else None)

@@ -175,11 +175,24 @@ def finish_stranded(
     never came: one worker per run and lease period does it."""
     with session_scope(engine) as session:
         stranded = run_state.stranded_runs(session, quiet_s=leases.lease_s, scope=leases.scope)
+    why = "every document is final but no report came: finalizing it"
+    return _once_per_lease(client, leases, FINISHER_PREFIX, stranded, finish, why)
+
+
+def _once_per_lease(
+    client: redis.Redis,
+    leases: Leases,
+    prefix: str,
+    run_ids: list[str],
+    send: Callable[[str], None],
+    why: str,
+) -> list[str]:
+    """`send` each run, by the first worker to ask within a lease; the runs this one sent."""
     sent = []
-    for run_id in stranded:
-        if first_this_lease(client, leases, f"{FINISHER_PREFIX}{run_id}"):
-            log.warning("run %s: every document is final but no report came: finalizing it", run_id)
-            finish(run_id)
+    for run_id in run_ids:
+        if first_this_lease(client, leases, f"{prefix}{run_id}"):
+            log.warning("run %s: %s", run_id, why)
+            send(run_id)
             sent.append(run_id)
     return sent
 
@@ -194,13 +207,8 @@ def restart_batch_polls(
     the chain of ticks was lost with a worker or a broker. One worker per run and lease does it."""
     with session_scope(engine) as session:
         quiet = batches.overdue_runs(session, utcnow(), quiet_s)
-    sent = []
-    for run_id in quiet:
-        if first_this_lease(client, leases, f"{POLLER_PREFIX}{run_id}"):
-            log.warning("run %s: nobody polled its batches for %.0f s: polling them again", run_id, quiet_s)
-            poll(run_id)
-            sent.append(run_id)
-    return sent
+    why = f"nobody polled its batches for {quiet_s:.0f} s: polling them again"
+    return _once_per_lease(client, leases, POLLER_PREFIX, quiet, poll, why)
 
 
 STEP_PREFIX = "pipeline:step:"

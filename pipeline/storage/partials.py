@@ -131,16 +131,15 @@ def close(session: Session, run_id: str) -> int:
     return closing.id
 
 
-def pending(session: Session, run_id: str, made_after: datetime, excluding: int | None = None) -> int:
-    """The run's partials made after `made_after` that have no text yet (their call runs), but
-    `excluding` (the final synthesis's own, from `close`)."""
+def pending(session: Session, run_id: str, made_after: datetime) -> int:
+    """The run's partials made after `made_after` that have no text yet (their call runs; the
+    final synthesis's own, from `close`, has an empty one)."""
     return int(
         session.scalar(
             select(func.count()).where(
                 SynthesisPartial.run_id == run_id,
                 SynthesisPartial.text.is_(None),
                 SynthesisPartial.created_at > made_after,
-                SynthesisPartial.id != (excluding or 0),
             )
         )
         or 0
