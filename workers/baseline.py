@@ -1,8 +1,16 @@
-"""A bare Celery chord of no-op tasks: the floor the benchmark's overhead regime compares to.
+"""Bare Celery chords: the floors the benchmark's overhead regime (R3) compares to.
 
 Same broker, serializer and delivery settings as the pipeline's app, nothing else.
-`python -m workers.baseline N` sends a chord of N no-ops and prints its wall time as JSON;
-the workers are `python -m celery -A workers.baseline worker -Q baseline`.
+
+- `python -m workers.baseline N` sends a chord of N no-ops (Celery alone);
+- `python -m workers.baseline N --calls` sends a chord of N tasks that each make a document's
+  two LLM calls and nothing else: one extraction request of a 20 KB chunk with the filing
+  schema, one compression request, through the `openai` SDK to `PIPELINE_LLM_BASE_URL` (the
+  same simulator as the pipeline's run, its answers cached). No pipeline task can be faster
+  than this one and make those calls.
+
+Each prints its wall time as JSON; the workers are `python -m celery -A workers.baseline
+worker -Q baseline`.
 """
 
 from __future__ import annotations
@@ -10,7 +18,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
+from typing import Any
 
 from celery import Celery, chord
 
@@ -20,10 +30,48 @@ app: Celery = create_app()
 app.conf.update(task_default_queue="baseline", task_routes={}, include=[])
 app.conf.broker_url = app.conf.result_backend = os.environ.get("PIPELINE_REDIS_URL", app.conf.broker_url)
 
+CHUNK_CHARS = 20_000
+"""About R3's filings: one chunk each."""
+_local = threading.local()
+
 
 @app.task(name="baseline.noop")
 def noop(i: int) -> int:
     return i
+
+
+@app.task(name="baseline.two_calls")
+def two_calls(i: int) -> int:
+    client, schema = _client()
+    text = ("Revenue grew in the fiscal year. Competition is a risk factor. " * 400)[:CHUNK_CHARS]
+    client.chat.completions.with_raw_response.create(
+        model="sim-1",
+        messages=[
+            {"role": "system", "content": "Extract the filing's facts as JSON."},
+            {"role": "user", "content": f"<filing>\n{text}\n</filing>"},
+        ],
+        response_format={"type": "json_schema", "json_schema": {"name": "filing", "schema": schema}},
+        max_tokens=1500,
+    ).parse()
+    client.chat.completions.with_raw_response.create(
+        model="sim-1",
+        messages=[{"role": "user", "content": f"Summarize for the question: {text[:2_000]}"}],
+        max_tokens=300,
+    ).parse()
+    return i
+
+
+def _client() -> tuple[Any, dict[str, Any]]:
+    """One SDK client per worker thread, as the pipeline's pool gives each call a connection."""
+    if not hasattr(_local, "client"):
+        import openai
+
+        from pipeline.extraction.schemas import FilingExtraction
+
+        base_url = os.environ["PIPELINE_LLM_BASE_URL"]
+        _local.client = openai.OpenAI(base_url=base_url, api_key="sim", max_retries=0)
+        _local.schema = FilingExtraction.model_json_schema()
+    return _local.client, _local.schema
 
 
 @app.task(name="baseline.done")
@@ -31,12 +79,13 @@ def done(results: list[int]) -> int:
     return len(results)
 
 
-def main(n: int) -> None:
+def main(n: int, calls: bool) -> None:
+    task = two_calls if calls else noop
     started = time.monotonic()
-    result = chord(noop.si(i) for i in range(n))(done.s())
+    result = chord(task.si(i) for i in range(n))(done.s())
     count = result.get(timeout=3600)
     print(json.dumps({"tasks": count, "wall_s": time.monotonic() - started}))
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]))
+    main(int(sys.argv[1]), "--calls" in sys.argv[2:])

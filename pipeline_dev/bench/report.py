@@ -58,7 +58,9 @@ def markdown(results: dict[str, dict[str, Any]], meta: dict[str, Any]) -> str:
         if name == "R3" and r.get("cpu_s_per_1000_documents") is not None:
             value += (
                 f"; CPU s per 1,000: {_fmt(r['cpu_s_per_1000_documents'])} "
-                f"(bare chord {_fmt(r.get('bare_chord_cpu_s_per_1000_tasks'))})"
+                f"(bare chord {_fmt(r.get('bare_chord_cpu_s_per_1000_tasks'))}); "
+                f"two-call chord / bare {_fmt(r.get('calls_chord_ratio'))}, "
+                f"ours / two-call chord {_fmt(r.get('ratio_to_calls_chord'))}"
             )
         if name == "R8" and r.get("worker_peak_mb") is not None:
             value += f"; {_fmt(r['worker_peak_mb'])}; grounding max {_fmt(r.get('grounding_max_ms'))} ms"
