@@ -13,7 +13,14 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.engine import make_url
 
-from pipeline.storage.db import alembic_config, dispose_engines, get_engine, session_scope, upgrade
+from pipeline.storage.db import (
+    SCHEMA_HEAD,
+    alembic_config,
+    dispose_engines,
+    get_engine,
+    session_scope,
+    upgrade,
+)
 from pipeline.storage.models import Base, Run
 
 PUBLIC_TABLES = {"runs", "documents", "extractions", "risk_factors", "llm_calls", "reports"}
@@ -92,3 +99,8 @@ def test_processes_starting_together_migrate_once(tmp_path: Path) -> None:
     assert [p.wait(120) for p in processes] == [0, 0, 0, 0], [p.stderr.read() for p in processes if p.stderr]
     assert _revisions(url) == [_head(url)]
     _assert_matches_models(url)
+
+
+def test_the_schema_head_the_commands_check_first_is_alembics_newest() -> None:
+    script = ScriptDirectory.from_config(alembic_config("sqlite://"))
+    assert script.get_heads() == [SCHEMA_HEAD], "a new migration: set pipeline.storage.db.SCHEMA_HEAD to it"

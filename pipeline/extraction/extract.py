@@ -29,7 +29,7 @@ from pipeline.llm.client import CallRecord, LLMClient
 from pipeline.storage import documents, llm_calls
 from pipeline.storage.db import session_scope
 from pipeline.storage.leases import Leases
-from pipeline.storage.models import Chunk, Document, Run
+from pipeline.storage.models import Chunk, Document
 
 log = logging.getLogger(__name__)
 
@@ -214,19 +214,17 @@ def _start(ctx: Context, document_id: int, failed_attempts: int) -> _Work | None
         if doc is None:
             return None
         logs.bind(run_id=doc.run_id)
-        text = documents.document_text(session, doc)
+        text, run = documents.text_and_run(session, doc)
         chunks = documents.chunks_of(session, document_id)
-        run = session.get(Run, doc.run_id)
-        schema = run.schema if run is not None else None
-        if run is not None and run.reuse_answers and not schema:
+        if run.reuse_answers and not run.schema:
             documents.reuse_answers(session, doc, chunks, ctx.llm.extract_model_names())
         return _Work(
             doc=doc,
             text=text,
             chunks=chunks,
-            schema=schema,
-            query=run.query if run is not None else "",
-            capped=run is not None and run.budget_usd is not None,
+            schema=run.schema,
+            query=run.query,
+            capped=run.budget_usd is not None,
             failed_attempts=max(failed_attempts, doc.attempts - 1),  # earlier deliveries count too
             fence=doc.fence,
         )

@@ -7,11 +7,12 @@ status changes never move a document out of a final state.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
-from sqlalchemy import ColumnElement, and_, delete, or_, select, update
+from sqlalchemy import ColumnElement, and_, bindparam, delete, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from pipeline.core.constants import PROMPT_VERSION
@@ -24,13 +25,42 @@ from pipeline.storage.models import (
     Document,
     Extraction,
     RiskFactor,
+    Run,
     aware,
+    table_of,
     utcnow,
 )
 from pipeline.storage.upsert import upsert
 
 if TYPE_CHECKING:
     from pipeline.extraction.grounding import GroundedExtraction
+
+
+@dataclass(frozen=True)
+class RunOfDocument:
+    """What extracting a document needs of its run (a run that is gone: the defaults)."""
+
+    schema: str | None = None
+    query: str = ""
+    reuse_answers: bool = False
+    budget_usd: float | None = None
+
+
+def text_and_run(session: Session, doc: Document) -> tuple[str, RunOfDocument]:
+    """The document's text and what its extraction needs of its run, in one query."""
+    found = session.execute(
+        select(Content.text, Run.schema, Run.query, Run.reuse_answers, Run.budget_usd, Run.id)
+        .select_from(Content)
+        .outerjoin(Run, Run.id == doc.run_id)
+        .where(Content.sha256 == doc.sha256)
+    ).first()
+    if found is None:
+        raise LookupError(f"document {doc.id} has no stored text")
+    if found.id is None:
+        return found.text, RunOfDocument()
+    return found.text, RunOfDocument(
+        found.schema, found.query or "", bool(found.reuse_answers), found.budget_usd
+    )
 
 
 def document_text(session: Session, doc: Document) -> str:
@@ -62,6 +92,55 @@ def start_document(
     It holds across redeliveries, reclaims and resumes, so a document that kills its worker
     cannot loop forever; transient errors are bounded by PIPELINE_TASK_MAX_RETRIES instead.
     """
+    now = utcnow()
+    lease = {
+        "status": DocStatus.RUNNING,
+        "attempts": Document.attempts + 1,
+        "fence": Document.fence + 1,
+        "lease_owner": owner,
+        "lease_scope": scope,
+        "lease_expires_at": now + timedelta(seconds=lease_s),
+    }
+    # The common case in one statement (its row lock lasts to the end of the transaction): the
+    # document is not final, has attempts left, and no live lease of another's holds it.
+    free = [
+        Document.status != DocStatus.RUNNING,
+        Document.lease_owner.is_(None),
+        and_(
+            Document.lease_owner != owner,
+            or_(Document.lease_expires_at.is_(None), Document.lease_expires_at <= now),
+        ),
+    ]
+    if mine_idle:
+        free.append(Document.lease_owner == owner)
+    doc = session.scalars(
+        update(Document)
+        .where(
+            Document.id == document_id,
+            Document.status.not_in(TERMINAL_DOC_STATUSES),
+            Document.attempts < max_attempts,
+            or_(*free),
+        )
+        .values(**lease, started_at=func.coalesce(Document.started_at, now))
+        .returning(Document)
+        .execution_options(synchronize_session=False, populate_existing=True)
+    ).first()
+    if doc is not None:
+        return doc
+    return _start_otherwise(session, document_id, max_attempts, owner, lease, mine_idle=mine_idle)
+
+
+def _start_otherwise(
+    session: Session,
+    document_id: int,
+    max_attempts: int,
+    owner: str,
+    lease: dict[str, Any],
+    *,
+    mine_idle: bool,
+) -> Document | None:
+    """`start_document` where its one statement changed nothing: why, and the lease should the
+    document have come free since (a failure once its attempts are used up)."""
     doc = session.get(Document, document_id, with_for_update=True)
     if doc is None or doc.status in TERMINAL_DOC_STATUSES:
         return None
@@ -87,15 +166,7 @@ def start_document(
     granted = session.execute(
         update(Document)
         .where(Document.id == document_id, Document.fence == doc.fence)
-        .values(
-            status=DocStatus.RUNNING,
-            attempts=Document.attempts + 1,
-            fence=Document.fence + 1,
-            lease_owner=owner,
-            lease_scope=scope,
-            lease_expires_at=now + timedelta(seconds=lease_s),
-            started_at=doc.started_at or now,
-        )
+        .values(**lease, started_at=doc.started_at or now)
         .execution_options(synchronize_session=False)
     )
     if not granted.rowcount:  # type: ignore[attr-defined]
@@ -104,20 +175,24 @@ def start_document(
     return doc
 
 
+_DOCUMENTS = table_of(Document)
+_HOLD = (
+    update(_DOCUMENTS)
+    .where(
+        _DOCUMENTS.c.id == bindparam("held_id"),
+        _DOCUMENTS.c.fence == bindparam("held_fence"),
+        _DOCUMENTS.c.status.not_in(TERMINAL_DOC_STATUSES),
+    )
+    .values(fence=_DOCUMENTS.c.fence)
+)
+"""`hold`'s statement, built once: it runs before every write a lease makes."""
+
+
 def hold(session: Session, document_id: int, fence: int) -> None:
     """Lock the document for a write by the holder of lease `fence` (an UPDATE that changes
     nothing: a row lock on Postgres, the write lock on SQLite, to the end of the transaction);
     raises LeaseLost when another lease took it over, or it is already final."""
-    held = session.execute(
-        update(Document)
-        .where(
-            Document.id == document_id,
-            Document.fence == fence,
-            Document.status.not_in(TERMINAL_DOC_STATUSES),
-        )
-        .values(fence=Document.fence)
-        .execution_options(synchronize_session=False)
-    )
+    held = session.execute(_HOLD, {"held_id": document_id, "held_fence": fence})
     if not held.rowcount:  # type: ignore[attr-defined]
         found = session.execute(
             select(Document.status, Document.fence).where(Document.id == document_id)
@@ -274,22 +349,39 @@ def chunks_of(session: Session, document_id: int) -> list[Chunk]:
     return list(session.scalars(select(Chunk).where(Chunk.document_id == document_id).order_by(Chunk.idx)))
 
 
+_CHUNKS = table_of(Chunk)
+_SAVE_CHUNK = (
+    update(_CHUNKS)
+    .where(_CHUNKS.c.id == bindparam("chunk_id"))
+    .values(
+        result=bindparam("answer"),
+        model=bindparam("answer_model"),
+        prompt_version=bindparam("answer_version"),
+        completed_at=bindparam("answered_at"),
+    )
+)
+
+
 def save_chunk_result(
     session: Session, chunk: Chunk, fence: int, result: BaseModel, *, model: str, prompt_version: str
 ) -> None:
     """Store a chunk's answer, if lease `fence` still holds its document."""
     hold(session, chunk.document_id, fence)
-    chunk_id = chunk.id
     session.execute(
-        update(Chunk)
-        .where(Chunk.id == chunk_id)
-        .values(
-            result=result.model_dump(mode="json"),
-            model=model,
-            prompt_version=prompt_version,
-            completed_at=utcnow(),
-        )
+        _SAVE_CHUNK,
+        {
+            "chunk_id": chunk.id,
+            "answer": result.model_dump(mode="json"),
+            "answer_model": model,
+            "answer_version": prompt_version,
+            "answered_at": utcnow(),
+        },
     )
+
+
+_DELETE_RISKS = delete(table_of(RiskFactor)).where(
+    table_of(RiskFactor).c.document_id == bindparam("risks_of")
+)
 
 
 def save_extraction(
@@ -326,20 +418,22 @@ def save_extraction(
         revenue_quote_end=revenue.end if revenue else None,
         summary=summary,
     )
-    session.execute(delete(RiskFactor).where(RiskFactor.document_id == doc.id))
-    session.add_all(
-        RiskFactor(
-            document_id=doc.id,
-            run_id=doc.run_id,
-            position=i,
-            title=r.title,
-            quote=r.quote,
-            grounded=check.grounded,
-            quote_start=check.start,
-            quote_end=check.end,
-        )
+    session.execute(_DELETE_RISKS, {"risks_of": doc.id})
+    risks = [
+        {
+            "document_id": doc.id,
+            "run_id": doc.run_id,
+            "position": i,
+            "title": r.title,
+            "quote": r.quote,
+            "grounded": check.grounded,
+            "quote_start": check.start,
+            "quote_end": check.end,
+        }
         for i, (r, check) in enumerate(zip(extraction.risk_factors, checked.risks, strict=True))
-    )
+    ]
+    if risks:
+        session.execute(insert(table_of(RiskFactor)), risks)
 
 
 def save_custom_extraction(
@@ -389,9 +483,31 @@ def _unheld_or(owner: str) -> ColumnElement[bool]:
     return or_(Document.lease_owner.is_(None), Document.lease_owner == owner)
 
 
+_FINISH = (
+    update(_DOCUMENTS)
+    .where(_DOCUMENTS.c.id == bindparam("finished_id"), _DOCUMENTS.c.status.not_in(TERMINAL_DOC_STATUSES))
+    .values(
+        status=bindparam("final_status"),
+        error=bindparam("final_error"),
+        finished_at=bindparam("final_at"),
+        lease_owner=None,
+        lease_expires_at=None,
+    )
+)
+
+
 def _finish_document(
     session: Session, document_id: int, status: DocStatus, error: str | None, *also: ColumnElement[bool]
 ) -> None:
+    if not also:  # every extracted document: the statement built once
+        final = {
+            "finished_id": document_id,
+            "final_status": status,
+            "final_error": error,
+            "final_at": utcnow(),
+        }
+        session.execute(_FINISH, final)
+        return
     session.execute(
         update(Document)
         .where(Document.id == document_id, Document.status.not_in(TERMINAL_DOC_STATUSES), *also)

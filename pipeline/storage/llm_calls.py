@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.orm import Session
 
 from pipeline.core.errors import BudgetSpent
-from pipeline.storage.models import (
-    LLMCall,
-    Run,
-)
+from pipeline.storage.models import LLMCall, Run, table_of
 
 if TYPE_CHECKING:
     from pipeline.llm.client import CallRecord
+
+
+_CALLS = table_of(LLMCall)
+_RUNS = table_of(Run)
+_ADD_COST = (
+    update(_RUNS)
+    .where(_RUNS.c.id == bindparam("cost_of"))
+    .values(cost_usd=_RUNS.c.cost_usd + bindparam("spent"))
+)
 
 
 def record_calls(
@@ -25,10 +31,42 @@ def record_calls(
     chunk_idx: int | None,
     records: Iterable[CallRecord],
 ) -> None:
-    session.add_all(call_row(run_id, document_id, chunk_idx, r) for r in records)
+    records = list(records)
+    if not records:
+        return
+    # Core statements, not ORM objects: a row per call attempt on every document's hot path.
+    session.execute(insert(_CALLS), [call_values(run_id, document_id, chunk_idx, r) for r in records])
     spent = sum(r.cost_usd or 0.0 for r in records)
     if spent:
-        session.execute(update(Run).where(Run.id == run_id).values(cost_usd=Run.cost_usd + spent))
+        session.execute(_ADD_COST, {"cost_of": run_id, "spent": spent})
+
+
+def call_values(
+    run_id: str,
+    document_id: int | None,
+    chunk_idx: int | None,
+    r: CallRecord,
+    sync_cost_usd: float | None = None,
+) -> dict[str, Any]:
+    """A call's row as column values; `sync_cost_usd` is what its tokens cost at synchronous
+    prices (a batch call's; a synchronous call's own cost when not given)."""
+    return {
+        "run_id": run_id,
+        "document_id": document_id,
+        "chunk_idx": chunk_idx,
+        "stage": r.stage,
+        "model": r.model,
+        "status": r.status,
+        "prompt_tokens": r.prompt_tokens,
+        "completion_tokens": r.completion_tokens,
+        "latency_ms": r.latency_ms,
+        "error": r.error,
+        "key_slot": r.key_slot,
+        "limiter_wait_ms": r.limiter_wait_ms,
+        "cost_usd": r.cost_usd,
+        "mode": r.mode,
+        "sync_cost_usd": r.cost_usd if sync_cost_usd is None else sync_cost_usd,
+    }
 
 
 def call_row(
@@ -38,25 +76,8 @@ def call_row(
     r: CallRecord,
     sync_cost_usd: float | None = None,
 ) -> LLMCall:
-    """A call's row; `sync_cost_usd` is what its tokens cost at synchronous prices (a batch
-    call's; a synchronous call's own cost when not given)."""
-    return LLMCall(
-        run_id=run_id,
-        document_id=document_id,
-        chunk_idx=chunk_idx,
-        stage=r.stage,
-        model=r.model,
-        status=r.status,
-        prompt_tokens=r.prompt_tokens,
-        completion_tokens=r.completion_tokens,
-        latency_ms=r.latency_ms,
-        error=r.error,
-        key_slot=r.key_slot,
-        limiter_wait_ms=r.limiter_wait_ms,
-        cost_usd=r.cost_usd,
-        mode=r.mode,
-        sync_cost_usd=r.cost_usd if sync_cost_usd is None else sync_cost_usd,
-    )
+    """A call's row (see `call_values`)."""
+    return LLMCall(**call_values(run_id, document_id, chunk_idx, r, sync_cost_usd))
 
 
 def recorded_spend(session: Session, run_id: str) -> tuple[float | None, float] | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from sqlalchemy import (
     JSON,
@@ -16,6 +16,7 @@ from sqlalchemy import (
     Index,
     Integer,
     String,
+    Table,
     Text,
     UniqueConstraint,
     false,
@@ -64,6 +65,11 @@ class Base(DeclarativeBase):
         dict[str, Any]: JSONType,
         datetime: DateTime(timezone=True),
     }
+
+
+def table_of(model: type[Base]) -> Table:
+    """The model's table, for Core statements on hot paths (no ORM bookkeeping)."""
+    return cast(Table, model.__table__)
 
 
 class Run(Base):

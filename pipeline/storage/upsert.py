@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any
 
+from sqlalchemy import Insert
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from pipeline.storage.models import (
-    Base,
-)
+from pipeline.storage.models import Base, table_of
 
 
 def upsert(
@@ -20,17 +20,23 @@ def upsert(
     key: Sequence[str],
     update_columns: Sequence[str] = (),
 ) -> None:
-    """INSERT … ON CONFLICT (key) DO UPDATE/NOTHING, on Postgres and SQLite alike."""
+    """INSERT … ON CONFLICT (key) DO UPDATE/NOTHING, on Postgres and SQLite alike (`rows`
+    all have the same columns)."""
     if not rows:
         return
     dialect = session.get_bind().dialect.name
+    session.execute(_statement(dialect, model, tuple(key), tuple(update_columns)), list(rows))
+
+
+@lru_cache(maxsize=64)
+def _statement(
+    dialect: str, model: type[Base], key: tuple[str, ...], update_columns: tuple[str, ...]
+) -> Insert:
+    """Built once per shape: the rows go as parameters (one statement for many on Postgres)."""
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    stmt = insert(model).values(list(rows))
+    stmt = insert(table_of(model))
     if update_columns:
-        stmt = stmt.on_conflict_do_update(
-            index_elements=list(key),
-            set_={column: stmt.excluded[column] for column in update_columns},
+        return stmt.on_conflict_do_update(
+            index_elements=list(key), set_={column: stmt.excluded[column] for column in update_columns}
         )
-    else:
-        stmt = stmt.on_conflict_do_nothing(index_elements=list(key))
-    session.execute(stmt)
+    return stmt.on_conflict_do_nothing(index_elements=list(key))
