@@ -108,11 +108,10 @@ def _extract(ctx: Context, work: _Work, started: float, summarize: Summarizer | 
                 sink = ctx.llm.spending(work.doc.run_id, calls.append) if work.capped else calls.append
                 summary = summarize(work.query, result, sink)
             try:
-                with session_scope(ctx.engine) as session:
-                    documents.hold(session, document_id, work.fence)
+                with session_scope(ctx.engine) as session:  # the lease's check and lock come first
+                    documents.mark_extracted(session, document_id, work.fence)
                     _save(session, work, result, model, summary)
                     llm_calls.record_calls(session, work.doc.run_id, document_id, None, calls)
-                    documents.mark_extracted(session, document_id, work.fence, held=True)
             except BaseException:
                 _record_anyway(ctx, work, calls)  # the summary was paid for
                 raise

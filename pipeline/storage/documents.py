@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from pydantic import BaseModel
 from sqlalchemy import ColumnElement, and_, bindparam, delete, func, insert, or_, select, update
@@ -194,11 +194,13 @@ def hold(session: Session, document_id: int, fence: int) -> None:
     raises LeaseLost when another lease took it over, or it is already final."""
     held = session.execute(_HOLD, {"held_id": document_id, "held_fence": fence})
     if not held.rowcount:  # type: ignore[attr-defined]
-        found = session.execute(
-            select(Document.status, Document.fence).where(Document.id == document_id)
-        ).first()
-        state = "missing" if found is None else f"{found.status}, lease {found.fence}"
-        raise LeaseLost(f"document {document_id} is no longer held by lease {fence} ({state})")
+        _lost(session, document_id, fence)
+
+
+def _lost(session: Session, document_id: int, fence: int) -> NoReturn:
+    found = session.execute(select(Document.status, Document.fence).where(Document.id == document_id)).first()
+    state = "missing" if found is None else f"{found.status}, lease {found.fence}"
+    raise LeaseLost(f"document {document_id} is no longer held by lease {fence} ({state})")
 
 
 def release_lease(session: Session, document_id: int, fence: int, grace_s: float) -> None:
@@ -394,7 +396,7 @@ def save_extraction(
     summary: str | None = None,
 ) -> None:
     """Upsert the document's extraction (with its summary when there is one) and replace its
-    risk factors (`mark_extracted` then ends the document).
+    risk factors (`mark_extracted` ends the document in the same transaction).
 
     Every fact is stored, grounded or not: the flags and offsets say which quotes were
     found in the filing's text.
@@ -460,11 +462,17 @@ def save_custom_extraction(
     )
 
 
-def mark_extracted(session: Session, document_id: int, fence: int, *, held: bool = False) -> None:
-    """End the document `extracted`; `held`: this transaction's `hold` proved the lease already."""
-    if not held:
-        hold(session, document_id, fence)
-    _finish_document(session, document_id, DocStatus.EXTRACTED, None)
+def mark_extracted(session: Session, document_id: int, fence: int) -> None:
+    """End the document `extracted`, if lease `fence` holds it (LeaseLost otherwise): the
+    lock and the check of `hold` in the same statement, so the closing write can begin with it."""
+    final = {
+        "held_id": document_id,
+        "held_fence": fence,
+        "final_status": DocStatus.EXTRACTED,
+        "final_at": utcnow(),
+    }
+    if not session.execute(_FINISH_HELD, final).rowcount:  # type: ignore[attr-defined]
+        _lost(session, document_id, fence)
 
 
 def _upsert_extraction(session: Session, doc: Document, **columns: Any) -> None:
@@ -489,6 +497,23 @@ _FINISH = (
     .values(
         status=bindparam("final_status"),
         error=bindparam("final_error"),
+        finished_at=bindparam("final_at"),
+        lease_owner=None,
+        lease_expires_at=None,
+    )
+)
+
+
+_FINISH_HELD = (
+    update(_DOCUMENTS)
+    .where(
+        _DOCUMENTS.c.id == bindparam("held_id"),
+        _DOCUMENTS.c.fence == bindparam("held_fence"),
+        _DOCUMENTS.c.status.not_in(TERMINAL_DOC_STATUSES),
+    )
+    .values(
+        status=bindparam("final_status"),
+        error=None,
         finished_at=bindparam("final_at"),
         lease_owner=None,
         lease_expires_at=None,
