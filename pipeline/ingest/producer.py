@@ -194,7 +194,7 @@ def _add_file(
     intake.store_content(session, loaded.sha256, loaded.text, loaded.size_bytes)
     plan.tokens += tokens
     finding = injection.detect(loaded.text)
-    doc = intake.add_document(
+    document_id = intake.add_document(
         session,
         plan.run_id,
         loaded.path,
@@ -204,8 +204,8 @@ def _add_file(
         spans=spans,
         injection_excerpt=finding.excerpt if finding else None,
     )
-    plan.document_ids.append(doc.id)
-    plan.chunk_counts[doc.id] = len(spans)
+    plan.document_ids.append(document_id)
+    plan.chunk_counts[document_id] = len(spans)
 
 
 def _over_token_caps(settings: Settings, plan: SubmitPlan, tokens: int) -> str | None:
