@@ -176,16 +176,20 @@ def _start_otherwise(
 
 
 _DOCUMENTS = table_of(Document)
-_HOLD = (
-    update(_DOCUMENTS)
-    .where(
-        _DOCUMENTS.c.id == bindparam("held_id"),
-        _DOCUMENTS.c.fence == bindparam("held_fence"),
-        _DOCUMENTS.c.status.not_in(TERMINAL_DOC_STATUSES),
-    )
-    .values(fence=_DOCUMENTS.c.fence)
+_HELD = (
+    _DOCUMENTS.c.id == bindparam("held_id"),
+    _DOCUMENTS.c.fence == bindparam("held_fence"),
+    _DOCUMENTS.c.status.not_in(TERMINAL_DOC_STATUSES),
 )
+"""The document is not final and lease `held_fence` holds it."""
+_HOLD = update(_DOCUMENTS).where(*_HELD).values(fence=_DOCUMENTS.c.fence)
 """`hold`'s statement, built once: it runs before every write a lease makes."""
+_FINAL: dict[str, Any] = {
+    "status": bindparam("final_status"),
+    "finished_at": bindparam("final_at"),
+    "lease_owner": None,
+    "lease_expires_at": None,
+}
 
 
 def hold(session: Session, document_id: int, fence: int) -> None:
@@ -493,32 +497,10 @@ def _unheld_or(owner: str) -> ColumnElement[bool]:
 
 _FINISH = (
     update(_DOCUMENTS)
-    .where(_DOCUMENTS.c.id == bindparam("finished_id"), _DOCUMENTS.c.status.not_in(TERMINAL_DOC_STATUSES))
-    .values(
-        status=bindparam("final_status"),
-        error=bindparam("final_error"),
-        finished_at=bindparam("final_at"),
-        lease_owner=None,
-        lease_expires_at=None,
-    )
+    .where(_DOCUMENTS.c.id == bindparam("held_id"), _DOCUMENTS.c.status.not_in(TERMINAL_DOC_STATUSES))
+    .values(**_FINAL, error=bindparam("final_error"))
 )
-
-
-_FINISH_HELD = (
-    update(_DOCUMENTS)
-    .where(
-        _DOCUMENTS.c.id == bindparam("held_id"),
-        _DOCUMENTS.c.fence == bindparam("held_fence"),
-        _DOCUMENTS.c.status.not_in(TERMINAL_DOC_STATUSES),
-    )
-    .values(
-        status=bindparam("final_status"),
-        error=None,
-        finished_at=bindparam("final_at"),
-        lease_owner=None,
-        lease_expires_at=None,
-    )
-)
+_FINISH_HELD = update(_DOCUMENTS).where(*_HELD).values(**_FINAL, error=None)
 
 
 def _finish_document(
@@ -526,7 +508,7 @@ def _finish_document(
 ) -> None:
     if not also:  # every extracted document: the statement built once
         final = {
-            "finished_id": document_id,
+            "held_id": document_id,
             "final_status": status,
             "final_error": error,
             "final_at": utcnow(),
