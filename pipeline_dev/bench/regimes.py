@@ -343,7 +343,8 @@ def _counters(cfg: BenchConfig, worker_pids: list[int], sim_pid: int | None) -> 
     transactions of the bench's database, so far."""
     import redis
 
-    time.sleep(1.0)  # Postgres publishes its statistics counters about once a second
+    if cfg.database_url.startswith("postgresql"):
+        time.sleep(1.0)  # Postgres publishes its statistics counters about once a second
     commands: dict[str, dict[str, int]] = redis.Redis.from_url(cfg.redis_url).info("commandstats")  # type: ignore[assignment]
     return {
         "workers": sum(procs.cpu_seconds(pid) for pid in worker_pids),
