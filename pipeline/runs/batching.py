@@ -20,6 +20,7 @@ import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from pydantic import BaseModel
 from sqlalchemy import Engine
@@ -49,7 +50,7 @@ from pipeline.runs.mode import SAFETY, sync_estimate_s, work_estimate
 from pipeline.storage import batches as repo
 from pipeline.storage import documents, llm_calls
 from pipeline.storage.db import session_scope
-from pipeline.storage.models import LLMBatch, LLMCall, Run, aware, utcnow
+from pipeline.storage.models import LLMBatch, Run, aware, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -462,7 +463,7 @@ def _store_line(
         mode="batch",
     )
     if already:  # answered meanwhile (the synchronous path): the line was paid for all the same
-        repo.record(session, [_call_row(ctx, run.id, doc.id, chunk.idx, record)])
+        llm_calls.insert_calls(session, run.id, [_call_row(ctx, run.id, doc.id, chunk.idx, record)])
         return 0
     calls: list[CallRecord] = []
     sink = ctx.llm.spending(run.id, calls.append) if run.budget_usd is not None else calls.append
@@ -489,17 +490,21 @@ def _store_line(
         answer = None
     rows = [_call_row(ctx, run.id, doc.id, chunk.idx, call) for call in calls]
     if answer is None:
-        repo.record(session, rows)  # what it cost stands; the chunk stays unanswered
+        llm_calls.insert_calls(session, run.id, rows)  # what it cost stands; the chunk stays unanswered
         return 0
-    return int(repo.store_answer(session, chunk_id, version, answer.model_dump(mode="json"), model, rows))
+    return int(
+        repo.store_answer(session, chunk_id, version, answer.model_dump(mode="json"), model, run.id, rows)
+    )
 
 
-def _call_row(ctx: Context, run_id: str, document_id: int, chunk_idx: int, call: CallRecord) -> LLMCall:
+def _call_row(
+    ctx: Context, run_id: str, document_id: int, chunk_idx: int, call: CallRecord
+) -> dict[str, Any]:
     """A call's row; a batch call also says what its tokens would have cost synchronously."""
     sync_cost = None
     if call.mode == "batch":
         sync_cost = call_cost(ctx.settings.prices(), call.model, call.prompt_tokens, call.completion_tokens)
-    return llm_calls.call_row(run_id, document_id, chunk_idx, call, sync_cost)
+    return llm_calls.call_values(run_id, document_id, chunk_idx, call, sync_cost)
 
 
 def _content(body: dict[str, object]) -> tuple[str, str]:

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from pipeline.storage import documents
+from pipeline.storage import documents, llm_calls
 from pipeline.storage.models import (
     Chunk,
     Content,
@@ -239,27 +239,21 @@ def store_answer(
     version: str,
     result: dict[str, Any],
     model: str,
-    calls: Sequence[LLMCall],
+    run_id: str,
+    calls: Sequence[dict[str, Any]],
 ) -> bool:
     """Store one line's answer, unless the chunk holds an answer to this prompt by now (the
-    synchronous path answered it meanwhile): False then. Its calls are recorded either way:
-    they were paid for. (A line ingested before is skipped before this: `answered`.)"""
+    synchronous path answered it meanwhile): False then. Its calls (rows of the run's, from
+    `llm_calls.call_values`) are recorded either way: they were paid for. (A line ingested
+    before is skipped before this: `answered`.)"""
     stored = session.execute(
         update(Chunk)
         .where(Chunk.id == chunk_id, unanswered(version))
         .values(result=result, model=model, prompt_version=version, completed_at=utcnow())
         .execution_options(synchronize_session=False)
     )
-    record(session, calls)
+    llm_calls.insert_calls(session, run_id, calls)
     return bool(getattr(stored, "rowcount", 0))
-
-
-def record(session: Session, calls: Sequence[LLMCall]) -> None:
-    """Calls' rows, and their cost on their run."""
-    session.add_all(calls)
-    spent = sum(call.cost_usd or 0.0 for call in calls)
-    if calls and spent:
-        session.execute(update(Run).where(Run.id == calls[0].run_id).values(cost_usd=Run.cost_usd + spent))
 
 
 def chunk_owner(session: Session, chunk_id: int) -> tuple[Chunk, Document] | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import bindparam, insert, select, update
@@ -31,12 +31,16 @@ def record_calls(
     chunk_idx: int | None,
     records: Iterable[CallRecord],
 ) -> None:
-    records = list(records)
-    if not records:
+    insert_calls(session, run_id, [call_values(run_id, document_id, chunk_idx, r) for r in records])
+
+
+def insert_calls(session: Session, run_id: str, rows: Sequence[dict[str, Any]]) -> None:
+    """Calls' rows (`call_values`) of one run, and their cost added to the run's. Core
+    statements, not ORM objects: a row per call attempt on every document's hot path."""
+    if not rows:
         return
-    # Core statements, not ORM objects: a row per call attempt on every document's hot path.
-    session.execute(insert(_CALLS), [call_values(run_id, document_id, chunk_idx, r) for r in records])
-    spent = sum(r.cost_usd or 0.0 for r in records)
+    session.execute(insert(_CALLS), list(rows))
+    spent = sum(row["cost_usd"] or 0.0 for row in rows)
     if spent:
         session.execute(_ADD_COST, {"cost_of": run_id, "spent": spent})
 
@@ -67,17 +71,6 @@ def call_values(
         "mode": r.mode,
         "sync_cost_usd": r.cost_usd if sync_cost_usd is None else sync_cost_usd,
     }
-
-
-def call_row(
-    run_id: str,
-    document_id: int | None,
-    chunk_idx: int | None,
-    r: CallRecord,
-    sync_cost_usd: float | None = None,
-) -> LLMCall:
-    """A call's row (see `call_values`)."""
-    return LLMCall(**call_values(run_id, document_id, chunk_idx, r, sync_cost_usd))
 
 
 def recorded_spend(session: Session, run_id: str) -> tuple[float | None, float] | None:
