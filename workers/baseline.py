@@ -15,6 +15,7 @@ worker -Q baseline`.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -32,6 +33,7 @@ app.conf.broker_url = app.conf.result_backend = os.environ.get("PIPELINE_REDIS_U
 
 CHUNK_CHARS = 20_000
 """About R3's filings: one chunk each."""
+FILING_TEXT = ("Revenue grew in the fiscal year. Competition is a risk factor. " * 400)[:CHUNK_CHARS]
 _local = threading.local()
 
 
@@ -42,36 +44,39 @@ def noop(i: int) -> int:
 
 @app.task(name="baseline.two_calls")
 def two_calls(i: int) -> int:
-    client, schema = _client()
-    text = ("Revenue grew in the fiscal year. Competition is a risk factor. " * 400)[:CHUNK_CHARS]
+    client = _client()
     client.chat.completions.with_raw_response.create(
         model="sim-1",
         messages=[
             {"role": "system", "content": "Extract the filing's facts as JSON."},
-            {"role": "user", "content": f"<filing>\n{text}\n</filing>"},
+            {"role": "user", "content": f"<filing>\n{FILING_TEXT}\n</filing>"},
         ],
-        response_format={"type": "json_schema", "json_schema": {"name": "filing", "schema": schema}},
+        response_format={"type": "json_schema", "json_schema": {"name": "filing", "schema": _schema()}},
         max_tokens=1500,
     ).parse()
     client.chat.completions.with_raw_response.create(
         model="sim-1",
-        messages=[{"role": "user", "content": f"Summarize for the question: {text[:2_000]}"}],
+        messages=[{"role": "user", "content": f"Summarize for the question: {FILING_TEXT[:2_000]}"}],
         max_tokens=300,
     ).parse()
     return i
 
 
-def _client() -> tuple[Any, dict[str, Any]]:
+def _client() -> Any:
     """One SDK client per worker thread, as the pipeline's pool gives each call a connection."""
     if not hasattr(_local, "client"):
         import openai
 
-        from pipeline.extraction.schemas import FilingExtraction
-
         base_url = os.environ["PIPELINE_LLM_BASE_URL"]
         _local.client = openai.OpenAI(base_url=base_url, api_key="sim", max_retries=0)
-        _local.schema = FilingExtraction.model_json_schema()
-    return _local.client, _local.schema
+    return _local.client
+
+
+@functools.cache
+def _schema() -> dict[str, Any]:
+    from pipeline.extraction.schemas import FilingExtraction
+
+    return FilingExtraction.model_json_schema()
 
 
 @app.task(name="baseline.done")

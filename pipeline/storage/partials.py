@@ -117,9 +117,7 @@ def close(session: Session, run_id: str) -> int:
     as pending, a retry's included): a partial claimed by the
     run's last documents after the final synthesis read the summaries would otherwise put
     those summaries in the report twice. Returns that partial's id."""
-    closing = SynthesisPartial(
-        run_id=run_id, documents=0, text=""
-    )  # "": answered by none, waited for by none
+    closing = SynthesisPartial(run_id=run_id, documents=0, text="")  # answered by none, waited for by none
     session.add(closing)
     session.flush()
     closing.documents = session.execute(

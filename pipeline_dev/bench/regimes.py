@@ -251,9 +251,9 @@ def r3_overhead(cfg: BenchConfig) -> Result:
     against a chord whose tasks make a document's two LLM calls and nothing else (the floor of
     any pipeline that makes them), with a provider that costs no CPU: the filings go twice
     through one simulator that keeps its answers (`--cache-answers`), and the second run is
-    measured. CPU seconds are read from the
-    processes (the workers' /proc before and after, the producer's wait4), not from the wall;
-    the database and Redis figures are the servers' own counters over the measured run."""
+    measured. CPU seconds are read from the processes (the workers' /proc before and after, the
+    producer's wait4), not from the wall; the database and Redis figures are the servers' own
+    counters over the measured run."""
     files = filings(cfg, "r3", cfg.count(400), 20_000, 24_000)
     n = len(list(files.iterdir()))
     logs = Path(tempfile.mkdtemp(dir=cfg.work_dir, prefix="logs-"))
