@@ -34,4 +34,3 @@ def test_peer_loses_filings_to_a_tight_rate_limit(tmp_path: Path) -> None:
     assert result.lost > 0 or result.extracted < 5
     assert result.extracted + result.lost == 5
     assert result.requests == result.extracted + result.refused_429
-    assert result.wall_s < 10

@@ -155,13 +155,17 @@ def test_a_worker_paused_past_its_lease_writes_nothing_when_it_wakes(
 ) -> None:
     """SIGSTOP (a long GC pause, a frozen VM): its leases run out and are reclaimed; woken, its
     threads finish their calls, and every write they try is refused by the fencing token."""
-    write_filings(tmp_path, 6, seed=53, sizes=[40_000] * 6)
+    # Filings of several chunks each: the worker is mid-document (and mid-call) when it is
+    # paused, even on a slow machine where seeing its lease takes a while.
+    write_filings(tmp_path, 6, seed=53, sizes=[100_000] * 6)
     engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
     with two_workers_on_a_run(pipeline_env, redis_base, tmp_path, tmp_path_factory) as stack:
         (sleeper, survivor), _, run_id, _ = stack
-        held = wait_until_holding(engine, run_id, sleeper)
+        wait_until_holding(engine, run_id, sleeper)
         sleeper.process.send_signal(signal.SIGSTOP)
         paused = time.monotonic()
+        held = held_by(engine, run_id, sleeper)
+        assert held, "the worker finished its documents before the pause: nothing to test"
         deadline = paused + WORK_TIMEOUT_S
         while held_by(engine, run_id, sleeper):  # until every lease it held was taken over
             assert time.monotonic() < deadline, "its documents were never reclaimed"

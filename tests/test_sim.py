@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any, Literal
 
@@ -414,28 +412,30 @@ def test_http_errors_are_openai_shaped() -> None:
     assert reset.json()["requests_total"] == 0
 
 
-def test_many_concurrent_requests() -> None:
-    async def run(base_url: str) -> list[float]:
+def test_many_concurrent_requests_are_answered_side_by_side() -> None:
+    """200 requests at once are all answered, many of them in flight together (not one by one):
+    counted by the simulator, not timed, so a slow machine does not fail it."""
+
+    async def run(base_url: str) -> None:
         sdk = openai.AsyncOpenAI(base_url=base_url, api_key="sk-test", max_retries=0)
 
-        async def one(i: int) -> float:
-            started = time.perf_counter()
+        async def one(i: int) -> None:
             done = await sdk.chat.completions.create(
                 model="sim-1", messages=messages(f"Acme Corp filing number {i}."), max_tokens=100
             )
             assert done.choices[0].message.content
-            return time.perf_counter() - started
 
         try:
-            return await asyncio.gather(*(one(i) for i in range(200)))
+            await asyncio.gather(*(one(i) for i in range(200)))
         finally:
             await sdk.close()
 
-    with SimServer(SimConfig(p50_s=0.05, p95_s=0.2, seed=11)) as sim:
-        latencies = asyncio.run(run(sim.base_url))
+    # Latencies of about a second: sending 200 requests takes far less, on any machine.
+    with SimServer(SimConfig(p50_s=1.0, p95_s=1.5, seed=11)) as sim:
+        asyncio.run(run(sim.base_url))
         stats = sim.stats()
-    assert len(latencies) == 200 and stats["admitted"] == 200
-    assert statistics.median(latencies) < 2.0  # generous: the median draw is 50 ms
+    assert stats["admitted"] == 200 and stats["in_flight"] == 0
+    assert stats["most_in_flight"] >= 50, stats["most_in_flight"]
 
 
 async def _burst(base_url: str, calls: int = 40) -> list[Any]:

@@ -12,7 +12,7 @@ from pipeline.core.constants import VISIBILITY_TIMEOUT_S
 from pipeline.core.errors import Deferred
 from pipeline.core.retry import MAX_COUNTDOWN_S, countdown_s
 from pipeline.core.settings import Settings
-from pipeline.llm.client import CallRecord, LLMClient
+from pipeline.llm.client import CALL_ATTEMPTS, CallRecord, LLMClient
 from pipeline.llm.ratelimit import RedisLimiter
 from pipeline.storage.db import get_engine
 from pipeline_dev.sim import SimConfig, SimServer
@@ -57,9 +57,10 @@ class _NoJitter(random.Random):
 
 def test_the_in_place_wait_cap_holds_for_a_call_over_all_its_attempts(redis_base: str) -> None:
     """Each try of a call failing with 5xx waits its turn (one a second). The second try waits
-    1 s and the third would wait 1 s more: each under the 1.5 s cap, together over it, so the
+    up to 1 s and the third up to 1 s more: each under the 1.5 s cap, together over it, so the
     call goes back to the queue instead of waiting in place try after try (it waited 3 s and
-    failed after four tries before the fix)."""
+    failed after four tries before the fix). How long a try waits depends on how long the one
+    before took, so on a slow machine a third try may still fit under the cap."""
     with claimed_redis_db(redis_base) as url, SimServer(SimConfig(p50_s=0, p95_s=0, error_rate=1.0)) as sim:
         settings = Settings(  # type: ignore[call-arg]
             _env_file=None,
@@ -78,5 +79,5 @@ def test_the_in_place_wait_cap_holds_for_a_call_over_all_its_attempts(redis_base
                 [{"role": "user", "content": "hi"}], stage="extract", max_tokens=10, sink=records.append
             )
         client.close()
-    assert [r.status for r in records] == ["unavailable", "unavailable"]
+    assert {r.status for r in records} == {"unavailable"} and 2 <= len(records) < CALL_ATTEMPTS
     assert sum(r.limiter_wait_ms for r in records) <= 1500

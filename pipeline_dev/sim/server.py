@@ -105,6 +105,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     state.counters.requests_total += 1
     state.in_flight += 1
+    state.most_in_flight = max(state.most_in_flight, state.in_flight)
     try:
         return await _chat(request, state)
     except asyncio.CancelledError:

@@ -109,6 +109,7 @@ class SimState:
         self.enqueued_tokens = 0  # of the batches not yet finished (the Batch API keeps it)
         self.models: set[str] = {"sim-1"}
         self.in_flight = 0
+        self.most_in_flight = 0  # since the start or the last reset
         self.next_id = 0
         self.shutdown = asyncio.Event()
         self.recorder: Recorder | None = None
@@ -141,6 +142,7 @@ class SimState:
         return {
             **asdict(self.counters),
             "in_flight": self.in_flight,
+            "most_in_flight": self.most_in_flight,
             "window_s": self.limiter.window_s,
             "max_admitted_in_any_60s_window": self.limiter.max_requests_in_window,
             "max_tokens_in_any_60s_window": self.limiter.max_tokens_in_window,
@@ -202,6 +204,7 @@ class SimState:
         self.batch_counters.reset()
         self.limiter.reset()
         self.invented_quotes.clear()
+        self.most_in_flight = self.in_flight
 
 
 STATE = web.AppKey("state", SimState)
