@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session
 from pipeline.core import errors
 from pipeline.core.cost import call_cost
 from pipeline.extraction import custom
-from pipeline.extraction.extract import Context, chunk_messages, prompt_version
+from pipeline.extraction.extract import Context, chunk_messages, prompt_version, recorded_spend
 from pipeline.extraction.schemas import FilingExtraction
 from pipeline.llm import lenient
 from pipeline.llm.batch import (
@@ -475,7 +475,9 @@ def _store_line(
             sink(
                 replace(record, error=f"mended: {'; '.join(reading.notes)}"[:500] if reading.notes else None)
             )
-        else:
+        else:  # a synchronous call is needed (a repair, the rest of a cut-off answer)
+            if run.budget_usd is not None:
+                _refuse_once_spent(ctx, run.id, record, sink)
             text = documents.document_text(session, doc)
             messages, _ = chunk_messages(chunk, text, doc.chunk_count, run.schema)
             body, asked = ctx.llm.batch_body(messages, schema, model, ctx.settings.extract_max_tokens)
@@ -495,6 +497,18 @@ def _store_line(
     return int(
         repo.store_answer(session, chunk_id, version, answer.model_dump(mode="json"), model, run.id, rows)
     )
+
+
+def _refuse_once_spent(
+    ctx: Context, run_id: str, line: CallRecord, sink: Callable[[CallRecord], None]
+) -> None:
+    """Raise BudgetSpent, the line's own record handed to `sink` (it was paid for all the same),
+    when the run has spent its budget: no synchronous call is made for the line then."""
+    try:
+        ctx.llm.spend.check(run_id, lambda: recorded_spend(ctx, run_id))
+    except errors.BudgetSpent:
+        sink(line)
+        raise
 
 
 def _call_row(
