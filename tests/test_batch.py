@@ -107,6 +107,13 @@ def test_a_run_in_batch_mode_is_extracted_and_reported_at_half_price(
             ("ingested", chunks, chunks, 0)
         ]
         assert rows[0].provider_batch_id and rows[0].input_file_id and rows[0].output_file_id
+    for file_id in (rows[0].input_file_id, rows[0].output_file_id):  # ingested: deleted at the provider
+        gone = httpx.get(
+            f"{sim_url}/files/{file_id}",
+            headers={"Authorization": f"Bearer {batch_env['PIPELINE_LLM_API_KEY']}"},
+            timeout=10,
+        )
+        assert gone.status_code == 404, (file_id, gone.status_code)
     status = run_cli("status", run_id, env=batch_env)
     assert status.returncode == 0, status.stderr
     assert "batch" in status.stdout and "saved" in status.stdout

@@ -209,6 +209,10 @@ class Settings(BaseSettings):
     batch_cancel_wait_s: float = Field(
         default=60.0, ge=0, description="at the cutover, how long to wait for cancelled batches' lines"
     )
+    batch_keep_files: bool = Field(
+        default=False,
+        description="keep a batch's input, output and error files at the provider once it is ingested",
+    )
 
     # Routing: weighted models for extraction, a fallback, several keys with their own limits.
     llm_models: str | None = Field(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import tempfile
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import IO, Any, Final
 
@@ -189,6 +189,12 @@ class BatchAPI:
     def cancel(self, batch_id: str) -> BatchState:
         with _mapped(f"cancelling batch {batch_id}"):
             return _state(self._client.batches.cancel(batch_id))
+
+    def delete_file(self, file_id: str) -> None:
+        """Delete an uploaded or output file; one already gone counts as deleted."""
+        with _mapped(f"deleting file {file_id}"):
+            with suppress(openai.NotFoundError):
+                self._client.files.delete(file_id)
 
     def lines(self, file_id: str) -> Iterator[OutputLine]:
         """The lines of an output or error file, streamed (not held in memory)."""

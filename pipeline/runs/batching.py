@@ -252,7 +252,20 @@ def _advance(ctx: Context, api: BatchAPI, run: Run, row: LLMBatch, version: str)
     with session_scope(ctx.engine) as session:
         held = repo.release(session, row.id)
     log.info("run %s: batch %s %s: %d of its %d lines stored", run.id, state.id, state.status, ingested, held)
+    if not ctx.settings.batch_keep_files:
+        _delete_files(api, run, [row.input_file_id, state.output_file_id, state.error_file_id])
     return ingested
+
+
+def _delete_files(api: BatchAPI, run: Run, file_ids: list[str | None]) -> None:
+    """Delete an ingested batch's files at the provider, which keeps them (and counts them
+    against the organization's storage) until they are. Best effort: a file left behind costs
+    storage, not answers."""
+    for file_id in filter(None, file_ids):
+        try:
+            api.delete_file(file_id)
+        except errors.PipelineError as exc:
+            log.warning("run %s: batch file %s not deleted: %s", run.id, file_id, exc)
 
 
 def _requests(ctx: Context, run: Run, pending: Iterator[repo.Pending], version: str) -> Iterator[Request]:
