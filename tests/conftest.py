@@ -161,6 +161,14 @@ def redis_url(redis_base: str) -> Iterator[str]:
         yield url
 
 
+@pytest.fixture
+def client(redis_url: str) -> Iterator[redis.Redis]:
+    """A connection to the session's own Redis database."""
+    conn: redis.Redis = redis.Redis.from_url(redis_url)
+    yield conn
+    conn.close()
+
+
 @pytest.fixture(scope="session")
 def sim_record(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("sim") / "requests.jsonl"

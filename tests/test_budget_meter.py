@@ -22,13 +22,6 @@ from pipeline.storage.models import Run
 
 
 @pytest.fixture
-def client(redis_url: str) -> Iterator[redis.Redis]:
-    conn: redis.Redis = redis.Redis.from_url(redis_url)
-    yield conn
-    conn.close()
-
-
-@pytest.fixture
 def engine(pipeline_env: dict[str, str]) -> Engine:
     return get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
 

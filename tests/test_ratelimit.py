@@ -77,13 +77,6 @@ def test_waits_in_place_only_while_the_total_stays_short() -> None:
 
 
 @pytest.fixture
-def client(redis_url: str) -> Iterator[redis.Redis]:
-    conn: redis.Redis = redis.Redis.from_url(redis_url)
-    yield conn
-    conn.close()
-
-
-@pytest.fixture
 def scope(client: redis.Redis) -> Iterator[Scope]:
     made = Scope("http://127.0.0.1:1/v1", f"model-{uuid.uuid4().hex[:6]}", 0)
     yield made
