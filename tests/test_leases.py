@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from sqlalchemy import Engine
+from sqlalchemy import Engine, create_engine, select
 
 from pipeline.core.errors import LeaseLost
 from pipeline.core.settings import get_settings
@@ -155,6 +155,31 @@ def test_a_live_worker_reclaims_the_documents_of_a_dead_one_once(
         with session_scope(engine) as session:  # the reclaim's delivery starts it
             assert repo.start_document(session, doc_id, 3, "host:3:a", lease_s=60) is not None
     assert _doc(engine, alive_id).reclaims == 0
+
+
+def test_a_reclaim_skips_a_document_a_transaction_holds_and_takes_it_later(
+    engine: Engine, client: redis.Redis, tmp_path: Path
+) -> None:
+    """A worker paused (SIGSTOP) inside a transaction holds its document's row until Postgres
+    ends the transaction. The reclaim leaves that row for a later beat instead of waiting on its
+    lock (a lock timeout on the reclaim's connection turns a wait into an error here)."""
+    if engine.dialect.name != "postgresql":
+        pytest.skip("row locks: Postgres")
+    (doc_id,) = _documents(engine, tmp_path, 1)
+    with session_scope(engine) as session:
+        assert repo.start_document(session, doc_id, 3, "host:1:paused", lease_s=0) is not None
+    impatient = create_engine(engine.url, connect_args={"options": "-c lock_timeout=2000"})
+    reclaimer = Leases(owner="host:5:r")
+    try:
+        with engine.connect() as paused:
+            with paused.begin():
+                paused.execute(select(Document.id).where(Document.id == doc_id).with_for_update())
+                taken = reclaim(impatient, client, reclaimer, lambda _: None)
+                assert doc_id not in [item.document_id for item in taken]
+            taken = reclaim(impatient, client, reclaimer, lambda _: None)  # the transaction ended
+        assert doc_id in [item.document_id for item in taken]
+    finally:
+        impatient.dispose()
 
 
 def test_a_document_whose_redelivery_waits_in_the_queue_is_sent_again_later_each_time(

@@ -275,7 +275,16 @@ def expired_leases(
 def take_back(session: Session, document_id: int, owner: str | None, fence: int, grace_s: float) -> bool:
     """Clear the expired lease of a dead `owner` (only if it is still that lease), counting
     the reclaim; True when this caller did it and should send the document again. The new
-    delivery has `grace_s` to start it, or it is reclaimed again."""
+    delivery has `grace_s` to start it, or it is reclaimed again.
+
+    A row another transaction holds is left for a later beat (False), not waited for: a worker
+    paused inside a transaction holds it until Postgres ends that transaction (its idle timeout,
+    30 s), and the heartbeat that waited would renew none of its own leases meanwhile."""
+    free = session.scalar(
+        select(Document.id).where(Document.id == document_id).with_for_update(skip_locked=True)
+    )
+    if free is None:
+        return False
     result = session.execute(
         update(Document)
         .where(
