@@ -19,8 +19,11 @@ _PREVIOUS = (
     r"(?:all\s+|any\s+|the\s+|your\s+|of\s+)*(?:previous|prior|above|earlier|preceding|foregoing|original)"
 )
 _RULES = r"(?:instructions?|prompts?|directions?|directives?|rules|guidelines|context|messages?)"
-# (kind, pattern, words): a pattern can only match text holding one of its words (lower case),
-# and `in` on the case-folded text is far cheaper than a case-insensitive regex scan of 50 KB.
+# (kind, pattern, words): a pattern can only match text holding one of its words (lower case):
+# as a whole word when it is one (the pattern puts it between word boundaries), else as a
+# substring. Looking words up in the set of the text's words is far cheaper than a
+# case-insensitive regex scan of 50 KB, and a substring test would let "ai" in "certain", "you"
+# in "your" or "mode" in "model" send nearly every filing through the scans.
 _RAW: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
         "ignore previous instructions",
@@ -44,7 +47,11 @@ _RAW: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         ("ai", "language", "llm"),
     ),
     ("system prompt", r"\bsystem\s+prompt\b", ("prompt",)),
-    ("new instructions", r"\b(?:new|updated|real|actual|important)\s+instructions?\s*:", ("instruction",)),
+    (
+        "new instructions",
+        r"\b(?:new|updated|real|actual|important)\s+instructions?\s*:",
+        ("instruction", "instructions"),
+    ),
     (
         "respond with",
         r"\b(?:respond|reply|answer|output)\s+(?:only\s+)?with\s+(?:the\s+following|exactly|only|json|[\"'{])",
@@ -76,8 +83,9 @@ def detect(text: str) -> Finding | None:
     """The earliest instruction-like passage in `text`, or None."""
     best: tuple[int, int, str] | None = None
     lowered = text.casefold()
-    for kind, pattern, words in PATTERNS:
-        if not any(word in lowered for word in words):
+    seen: dict[str, bool] = {}
+    for kind, pattern, gate in PATTERNS:
+        if not any(_holds(lowered, word, seen) for word in gate):
             continue
         match = pattern.search(text)
         if match and (best is None or match.start() < best[0]):
@@ -86,6 +94,30 @@ def detect(text: str) -> Finding | None:
         return None
     start, end, kind = best
     return Finding(kind, start, end, excerpt(text[max(0, start - _CONTEXT_CHARS) : end + _CONTEXT_CHARS]))
+
+
+def _holds(lowered: str, word: str, seen: dict[str, bool]) -> bool:
+    """Whether `lowered` holds `word`: as a whole word (between word boundaries, as `\\b`
+    sees them) when it is one, else anywhere. Remembered in `seen` for the next pattern."""
+    found = seen.get(word)
+    if found is None:
+        found = _whole_word(lowered, word) if word.isalnum() else word in lowered
+        seen[word] = found
+    return found
+
+
+def _whole_word(text: str, word: str) -> bool:
+    at = text.find(word)
+    while at != -1:
+        end = at + len(word)
+        if not (at and _word_char(text[at - 1])) and not (end < len(text) and _word_char(text[end])):
+            return True
+        at = text.find(word, end)
+    return False
+
+
+def _word_char(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"
 
 
 def excerpt(text: str) -> str:
