@@ -29,7 +29,7 @@ from pipeline.reporting import streaming
 from pipeline.reporting import synthesize as reporting
 from pipeline.runs import batching
 from pipeline.runs import finalize as finalizing
-from pipeline.runs.heartbeat import StepLease, first_this_lease
+from pipeline.runs.heartbeat import StepLease, first_this_lease, step_held
 from workers.app import app
 from workers.context import redis_client, worker_context
 
@@ -192,9 +192,17 @@ def _claim_partial(document_id: int) -> None:
 @app.task(name="pipeline.synthesize_partial", ignore_result=True)
 def synthesize_partial(partial_id: int) -> str:
     """A partial synthesis of a run's summaries; a failure gives them back, not retried."""
-    with log_context(partial_id=partial_id, task_name="pipeline.synthesize_partial"):
+    ctx = worker_context()
+    # The step lease tells the run's final synthesis that a live worker answers the partial:
+    # one whose worker died is not waited for.
+    with (
+        log_context(partial_id=partial_id, task_name="pipeline.synthesize_partial"),
+        StepLease(redis_client(), ctx.leases, f"partial:{partial_id}") as step,
+    ):
+        if not step.taken:
+            return "answered elsewhere"
         try:
-            return streaming.synthesize_partial(worker_context(), partial_id)
+            return streaming.synthesize_partial(ctx, partial_id)
         except Exception as exc:
             log.info("partial synthesis %s left to the final synthesis: %s", partial_id, exc)
             return "given back"
@@ -261,8 +269,12 @@ def synthesize(self: Task, run_id: str, deferrals: int = 0) -> str:
 
 
 def _synthesize(self: Task, run_id: str) -> str:
-    ctx = worker_context()
-    with StepLease(redis_client(), ctx.leases, f"synthesize:{run_id}") as step:
+    ctx, client = worker_context(), redis_client()
+
+    def answering(partial_id: int) -> bool:
+        return step_held(client, f"partial:{partial_id}")
+
+    with StepLease(client, ctx.leases, f"synthesize:{run_id}") as step:
         if not step.taken:
             return "reporting elsewhere"  # a live synthesis of the run holds the step
         if finalizing.next_step(ctx.engine, run_id).action == "done":
@@ -270,7 +282,9 @@ def _synthesize(self: Task, run_id: str) -> str:
         return _retry_or(
             self,
             lambda failed: str(
-                reporting.synthesize_run(ctx, run_id, failed_attempts=failed, guard=step.check)
+                reporting.synthesize_run(
+                    ctx, run_id, failed_attempts=failed, guard=step.check, answering=answering
+                )
             ),
             lambda reason: str(reporting.synthesize_without_answer(ctx, run_id, reason, guard=step.check)),
         )

@@ -21,7 +21,7 @@ from pipeline.reporting.reduce import first_answer, reduce_to_one
 from pipeline.runs.status import RunStatusView, run_status
 from pipeline.storage import llm_calls, partials, reports
 from pipeline.storage.db import session_scope
-from pipeline.storage.models import Document, Extraction, RiskFactor, Run, RunStatus, utcnow
+from pipeline.storage.models import Document, Extraction, RiskFactor, Run, RunStatus, aware, utcnow
 
 PROMPT_OVERHEAD_TOKENS = 400
 PARTIAL_GRACE_S = 5.0
@@ -36,18 +36,20 @@ def synthesize_run(
     answer: str | None = None,
     failed_attempts: int = 0,
     guard: Callable[[], None] | None = None,
+    answering: Callable[[int], bool] | None = None,
 ) -> RunStatus:
     """Write the run's report (idempotent) and close the run.
 
     The answer is synthesized from the stored summaries, hierarchically when they exceed
     the context budget. Passing `answer` skips the LLM (used when synthesis failed for good).
     `guard()` runs before the report is written, and raises when this synthesis lost its lease.
+    `answering(partial_id)` says whether a live worker answers that partial (its step lease).
     """
     if answer is None:
-        _await_partials(ctx, run_id)
+        _await_partials(ctx, run_id, answering)
         with session_scope(ctx.engine) as session:
             partials.close(session, run_id)  # no partial claims a summary after this
-        _await_partials(ctx, run_id)  # those claimed just before it
+        _await_partials(ctx, run_id, answering)  # those claimed just before it
     run, rows, risks, partial_texts = _load(ctx, run_id)
     titles, unverified = _risk_titles(risks)
     levels = 0
@@ -78,17 +80,23 @@ def synthesize_run(
     return status
 
 
-def _await_partials(ctx: Context, run_id: str) -> None:
+def _await_partials(ctx: Context, run_id: str, answering: Callable[[int], bool] | None = None) -> None:
     """Wait for the partial syntheses still being answered (one sent by the run's last
     documents, typically), so that each summary reaches the report once: through its partial.
-    A partial older than a call's timeout is not waited for (its worker died): the final
-    synthesis reads its summaries."""
+    A partial older than a call's timeout is not waited for (its worker died), nor, with
+    `answering`, one made more than a lease ago that no live worker answers (its worker died
+    holding it, or its task has not started in a lease): the final synthesis reads its
+    summaries."""
     made_after = utcnow() - timedelta(seconds=ctx.settings.llm_timeout_s + PARTIAL_GRACE_S)
     deadline = time.monotonic() + ctx.settings.llm_timeout_s + PARTIAL_GRACE_S
     while time.monotonic() < deadline:
         with session_scope(ctx.engine) as session:
-            if not partials.pending(session, run_id, made_after):
-                return
+            waiting = partials.pending(session, run_id, made_after)
+        if answering is not None:
+            unstarted = utcnow() - timedelta(seconds=ctx.settings.lease_s)
+            waiting = [(pid, made) for pid, made in waiting if aware(made) > unstarted or answering(pid)]
+        if not waiting:
+            return
         time.sleep(PARTIAL_POLL_S)
 
 

@@ -216,6 +216,11 @@ _RENEW = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpi
 _RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
 
 
+def step_held(client: redis.Redis, name: str) -> bool:
+    """Whether some live worker holds the step lease `name` (`StepLease`)."""
+    return bool(client.exists(f"{STEP_PREFIX}{name}"))
+
+
 class StepLease:
     """A lease on one report step (a run's synthesis, a document's compression in finalize), in
     Redis: one worker takes it, its process's heartbeat renews it, and the step checks it before

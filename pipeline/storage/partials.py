@@ -129,19 +129,17 @@ def close(session: Session, run_id: str) -> int:
     return closing.id
 
 
-def pending(session: Session, run_id: str, made_after: datetime) -> int:
+def pending(session: Session, run_id: str, made_after: datetime) -> list[tuple[int, datetime]]:
     """The run's partials made after `made_after` that have no text yet (their call runs; the
-    final synthesis's own, from `close`, has an empty one)."""
-    return int(
-        session.scalar(
-            select(func.count()).where(
-                SynthesisPartial.run_id == run_id,
-                SynthesisPartial.text.is_(None),
-                SynthesisPartial.created_at > made_after,
-            )
+    final synthesis's own, from `close`, has an empty one): (id, made at)."""
+    rows = session.execute(
+        select(SynthesisPartial.id, SynthesisPartial.created_at).where(
+            SynthesisPartial.run_id == run_id,
+            SynthesisPartial.text.is_(None),
+            SynthesisPartial.created_at > made_after,
         )
-        or 0
     )
+    return [(int(partial_id), made) for partial_id, made in rows.tuples()]
 
 
 def completed(session: Session, run_id: str) -> dict[int, str]:
