@@ -132,7 +132,9 @@ def test_a_deadline_shorter_than_the_batch_is_met_with_its_lines_and_the_rest_sy
 ) -> None:
     _sim_config(sim_url, batch_duration_s=30.0)
     write_filings(tmp_path, 4, seed=142, sizes=[40_000] * 4)
-    deadline = datetime.now(UTC) + timedelta(seconds=12)
+    # 20 s: enough for the batch to answer some lines before the cutover even on a slow
+    # machine, where storing, uploading and creating the batch take seconds (12 s left none).
+    deadline = datetime.now(UTC) + timedelta(seconds=20)
     run_id = _submit(batch_env, tmp_path, "--deadline", deadline.isoformat())
     finished = datetime.now(UTC)
     run = _run(batch_env, run_id)
