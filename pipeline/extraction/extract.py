@@ -147,7 +147,7 @@ def _budget_spent(ctx: Context, work: _Work) -> bool:
         return False
     run_id = work.doc.run_id
     try:
-        ctx.llm.spend.check(run_id, lambda: recorded_spend(ctx, run_id))
+        check_spend(ctx, run_id)
     except errors.BudgetSpent:
         return True
     return False
@@ -348,8 +348,8 @@ def _chunk_result(
     if _answered(chunk, schema):
         answer_model = custom.load_schema(schema) if schema else FilingExtraction
         return answer_model.model_validate(chunk.result), chunk.model or ctx.llm.model
-    if capped:  # one Redis round trip (the run's spend is counted there as calls are made)
-        ctx.llm.spend.check(doc.run_id, lambda: recorded_spend(ctx, doc.run_id))
+    if capped:
+        check_spend(ctx, doc.run_id)
     model = ctx.llm.pick_model("extract", failed_attempts)
     messages, answer_model = chunk_messages(chunk, text, count, schema)
     calls: list[CallRecord] = []
@@ -381,6 +381,12 @@ def recorded_spend(ctx: Context, run_id: str) -> tuple[float | None, float] | No
     """The run's budget and recorded cost, from which `spend.check` opens its count."""
     with session_scope(ctx.engine) as session:
         return llm_calls.recorded_spend(session, run_id)
+
+
+def check_spend(ctx: Context, run_id: str) -> None:
+    """Raise BudgetSpent once the run has spent its budget: one Redis round trip (the spend is
+    counted there as calls are made), Postgres only to open or reconcile the count."""
+    ctx.llm.spend.check(run_id, lambda: recorded_spend(ctx, run_id))
 
 
 def chunk_messages(

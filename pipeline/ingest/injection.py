@@ -21,9 +21,9 @@ _PREVIOUS = (
 _RULES = r"(?:instructions?|prompts?|directions?|directives?|rules|guidelines|context|messages?)"
 # (kind, pattern, words): a pattern can only match text holding one of its words (lower case):
 # as a whole word when it is one (the pattern puts it between word boundaries), else as a
-# substring. Looking words up in the set of the text's words is far cheaper than a
-# case-insensitive regex scan of 50 KB, and a substring test would let "ai" in "certain", "you"
-# in "your" or "mode" in "model" send nearly every filing through the scans.
+# substring. Finding a word in the case-folded text is far cheaper than a case-insensitive regex
+# scan of 50 KB, and a plain substring test would let "ai" in "certain", "you" in "your" or
+# "mode" in "model" send nearly every filing through the scans.
 _RAW: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
         "ignore previous instructions",

@@ -12,7 +12,7 @@ from sqlalchemy import select
 from pipeline.core.constants import DEFAULT_COMPRESS_MAX_TOKENS
 from pipeline.core.errors import PipelineError
 from pipeline.extraction import custom
-from pipeline.extraction.extract import Context, CustomResult, recorded_spend
+from pipeline.extraction.extract import Context, CustomResult, check_spend
 from pipeline.extraction.grounding import GroundedExtraction
 from pipeline.llm import prompts
 from pipeline.llm.client import CallRecord
@@ -66,7 +66,7 @@ def compress_document(
     calls: list[CallRecord] = []
     sink: Callable[[CallRecord], None] = calls.append
     if budget is not None:
-        ctx.llm.spend.check(run_id, lambda: recorded_spend(ctx, run_id))
+        check_spend(ctx, run_id)
         sink = ctx.llm.spending(run_id, calls.append)
     try:
         summary = _summary(ctx, query, facts, bool(schema), sink, failed_attempts)

@@ -12,7 +12,7 @@ from sqlalchemy import Row, select
 
 from pipeline.core.constants import DEFAULT_SYNTHESIZE_MAX_TOKENS
 from pipeline.extraction import grounding
-from pipeline.extraction.extract import Context, recorded_spend
+from pipeline.extraction.extract import Context, check_spend
 from pipeline.llm import prompts
 from pipeline.llm.client import CallRecord
 from pipeline.reporting import render
@@ -239,7 +239,7 @@ def synthesize_batch(
 ) -> str:
     """One synthesis call: the run's question answered from `batch`; its calls are recorded."""
     if budget_usd is not None:
-        ctx.llm.spend.check(run_id, lambda: recorded_spend(ctx, run_id))
+        check_spend(ctx, run_id)
     calls: list[CallRecord] = []
     try:
         return ctx.llm.text(

@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session
 from pipeline.core import errors
 from pipeline.core.cost import call_cost
 from pipeline.extraction import custom
-from pipeline.extraction.extract import Context, chunk_messages, prompt_version, recorded_spend
+from pipeline.extraction.extract import Context, check_spend, chunk_messages, prompt_version
 from pipeline.extraction.schemas import FilingExtraction
 from pipeline.llm import lenient
 from pipeline.llm.batch import (
@@ -518,7 +518,7 @@ def _refuse_once_spent(
     """Raise BudgetSpent, the line's own record handed to `sink` (it was paid for all the same),
     when the run has spent its budget: no synchronous call is made for the line then."""
     try:
-        ctx.llm.spend.check(run_id, lambda: recorded_spend(ctx, run_id))
+        check_spend(ctx, run_id)
     except errors.BudgetSpent:
         sink(line)
         raise
