@@ -12,8 +12,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import redis
 from sqlalchemy import Engine, func, select
 
+from pipeline.core.constants import EXTRACT_QUEUE
+from pipeline.core.settings import get_settings
+from pipeline.ingest.producer import prepare_run
+from pipeline.runs import deliveries
 from pipeline.runtime.embedded import Child, free_port, start_redis, wait_for_port
 from pipeline.storage.db import get_engine, session_scope, upgrade
 from pipeline.storage.models import Chunk, Document, Extraction, LLMBatch, LLMCall, Report, Run
@@ -148,6 +153,53 @@ def test_a_worker_killed_mid_run_loses_nothing_and_the_run_completes_without_res
         f"worker killed: held {held}, {reclaimed} reclaimed, run completed {recovered_s:.1f} s after the "
         f"kill; {chunks} chunks, {extract_calls} extract calls recorded, {lost_in_flight} lost in flight"
     )
+
+
+def test_a_worker_killed_before_it_started_a_document_it_received_loses_nothing(
+    pipeline_env: dict[str, str], redis_base: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A clean CI run once lost the race between a message reaching a worker and the document's
+    lease: the worker was killed in between, the document stayed pending with no lease to
+    reclaim, and the run waited for the broker's visibility timeout (hours). Here a countdown
+    holds the delivery received and unstarted when the worker is killed; a live worker sends
+    the document again within about a lease."""
+    from celery import Celery
+
+    write_filings(tmp_path, 1, seed=53, sizes=[21_000])
+    engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
+    plan = prepare_run(engine, get_settings(), [str(tmp_path)])
+    (doc_id,) = plan.document_ids
+    logs = tmp_path_factory.mktemp("received")
+    with (
+        claimed_redis_db(redis_base) as redis_url,
+        running_simulator(logs, "--p50", "0.05", "--p95", "0.1") as sim,
+    ):
+        env = {**pipeline_env, "PIPELINE_REDIS_URL": redis_url, "PIPELINE_LLM_BASE_URL": sim}
+        env["PIPELINE_LEASE_S"] = str(LEASE_S)
+        client = redis.Redis.from_url(redis_url)
+        sender = Celery(broker=redis_url)
+        with running_workers(env, logs, count=1, concurrency=1) as (victim,):
+            sender.send_task("pipeline.extract", args=[doc_id], countdown=600, queue=EXTRACT_QUEUE)
+            deadline = time.monotonic() + WORK_TIMEOUT_S
+            while not any(
+                member.startswith(f"{doc_id}:".encode())
+                for key in client.scan_iter(f"{deliveries.RECEIVED_PREFIX}*")
+                for member in client.smembers(key)
+            ):
+                assert time.monotonic() < deadline, "the worker never received the delivery"
+                time.sleep(0.05)
+            victim.process.send_signal(signal.SIGKILL)
+            victim.process.wait(10)
+        with running_workers(env, logs, count=1, concurrency=1):
+            status = _wait_for_end(engine, plan.run_id, quiet_s=8 * LEASE_S)
+        sender.close()
+        client.close()
+    assert status == "completed", status
+    with session_scope(engine) as session:
+        doc = session.get(Document, doc_id)
+        assert doc is not None
+        assert doc.status == "extracted"
+        assert doc.reclaimed_from is not None and doc.reclaimed_from.split(":")[1] == str(victim.process.pid)
 
 
 def test_a_worker_paused_past_its_lease_writes_nothing_when_it_wakes(

@@ -15,12 +15,14 @@ from pipeline.core.errors import LeaseLost
 from pipeline.core.settings import get_settings
 from pipeline.extraction.schemas import FilingExtraction
 from pipeline.ingest.producer import prepare_run
+from pipeline.runs import deliveries
 from pipeline.runs.heartbeat import (
     Heartbeat,
     Reclaimed,
     StepLease,
     live_workers,
     reclaim,
+    reclaim_deliveries,
     redelivery_grace_s,
     worker_key,
 )
@@ -157,6 +159,41 @@ def test_a_live_worker_reclaims_the_documents_of_a_dead_one_once(
     assert _doc(engine, alive_id).reclaims == 0
 
 
+def test_what_a_dead_worker_received_but_never_started_is_sent_again_once(
+    engine: Engine, client: redis.Redis, tmp_path: Path
+) -> None:
+    """A worker killed between a message's arrival and its document's lease left the document
+    pending with no lease to reclaim, and the run waited for the broker's visibility timeout
+    (hours): a clean CI run's chaos test once did. Live workers now send such documents again."""
+    unstarted, started, leased, other = _documents(engine, tmp_path, 4)
+    dead, live = Leases(owner="host:21:dead"), Leases(owner="host:22:live")
+    for n, doc_id in enumerate((unstarted, started, leased)):
+        deliveries.note_received(client, dead.owner, doc_id, f"task-{n}", 0)
+    dead.started(deliveries.delivery(started, "task-1", 0))
+    deliveries.keep(client, dead.owner, dead.take_started())  # its last beat
+    with session_scope(engine) as session:
+        assert repo.start_document(session, leased, 3, dead.owner, lease_s=60) is not None
+    deliveries.note_received(client, live.owner, other, "task-3", 0)
+    deliveries.keep(client, live.owner, [])
+    client.set(worker_key(live.owner), "{}", ex=60)  # the live one beats; the dead one's key ran out
+
+    sent: list[list[Reclaimed]] = []
+    first, second = Leases(lease_s=60, owner="host:23:a"), Leases(owner="host:24:b")
+    taken = reclaim_deliveries(engine, client, first, sent.append)
+    assert [(item.document_id, item.owner) for item in taken] == [(unstarted, dead.owner)]
+    assert sent == [taken]
+    assert reclaim_deliveries(engine, client, second, sent.append) == [], "the first took them"
+    assert not client.exists(deliveries.received_key(dead.owner))
+    assert client.smembers(deliveries.RECEIVERS_KEY) == {live.owner.encode()}
+    doc = _doc(engine, unstarted)
+    assert (doc.status, doc.lease_owner, doc.reclaims, doc.reclaimed_from) == ("running", None, 1, dead.owner)
+    assert _doc(engine, leased).reclaims == 0, "a leased document is the lease reclaim's"
+    with session_scope(engine) as session:  # the new delivery starts it
+        assert repo.start_document(session, unstarted, 3, first.owner, lease_s=60) is not None
+    deliveries.forget(client, live.owner)
+    assert not client.exists(deliveries.received_key(live.owner), deliveries.RECEIVERS_KEY)
+
+
 def test_a_reclaim_skips_a_document_a_transaction_holds_and_takes_it_later(
     engine: Engine, client: redis.Redis, tmp_path: Path
 ) -> None:
@@ -223,8 +260,10 @@ def test_the_heartbeat_renews_what_its_threads_hold_and_says_it_is_alive(
     assert _doc(engine, dropped_id).lease_owner is None, "its own leftover, taken back"
     (alive,) = [w for w in live_workers(client) if w.owner == leases.owner]
     assert alive.name == "worker-5@host" and alive.held == 1
+    assert client.sismember(deliveries.RECEIVERS_KEY, leases.owner)
     beat.stop()
     assert client.get(worker_key(leases.owner)) is None, "a stopped worker says so at once"
+    assert not client.sismember(deliveries.RECEIVERS_KEY, leases.owner), "the broker takes back its own"
 
 
 def test_a_report_step_has_one_holder_and_a_lost_one_cannot_write(client: redis.Redis) -> None:

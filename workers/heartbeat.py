@@ -8,6 +8,7 @@ from typing import Any
 
 from celery import signals
 
+from pipeline.runs import deliveries
 from pipeline.runs.heartbeat import Heartbeat, Reclaimed
 from workers.context import redis_client, worker_context
 
@@ -66,6 +67,20 @@ def _on_ready(sender: Any = None, **_: Any) -> None:
 @signals.worker_process_init.connect
 def _on_child(**_: Any) -> None:
     _start("")
+
+
+@signals.task_received.connect
+def _on_received(request: Any = None, **_: Any) -> None:
+    """Note an extraction's delivery as it arrives, before any thread starts it: should the
+    process die before its lease is taken, a live worker sends the document again."""
+    if request is None or request.name != "pipeline.extract" or not request.args:
+        return
+    try:
+        retries = int(request.request_dict.get("retries") or 0)
+        owner = worker_context().leases.owner
+        deliveries.note_received(redis_client(), owner, int(request.args[0]), request.id, retries)
+    except Exception as exc:  # Redis is down: the broker's visibility timeout is the last resort
+        log.warning("could not note the delivery %s: %s", request.id, exc)
 
 
 @signals.worker_shutdown.connect

@@ -27,7 +27,7 @@ from pipeline.llm.client import CallRecord
 from pipeline.reporting import compress as compressing
 from pipeline.reporting import streaming
 from pipeline.reporting import synthesize as reporting
-from pipeline.runs import batching
+from pipeline.runs import batching, deliveries
 from pipeline.runs import finalize as finalizing
 from pipeline.runs.heartbeat import StepLease, first_this_lease, step_held
 from workers.app import app
@@ -127,6 +127,7 @@ def extract(self: Task, document_id: int, deferrals: int = 0) -> str:
 
 def _extract(self: Task, document_id: int) -> str:
     ctx = worker_context()
+    ctx.leases.started(deliveries.delivery(document_id, self.request.id, self.request.retries))
 
     status = _retry_or(
         self,

@@ -10,6 +10,8 @@ One thread per process, every third of `PIPELINE_LEASE_S`:
   (a compare-and-set on owner and fence, so one worker does it) and sent again, with a finalize
   for their run: the run's chord still waits for the dead worker's unacknowledged messages,
   which Redis hands out again only after its visibility timeout;
+- so are the pending documents whose delivery a dead owner had received but not started
+  (`pipeline.runs.deliveries`: no lease names them yet);
 - runs whose documents are all final but whose report never came (the chord's callback was
   lost with a Redis restart) are finalized.
 
@@ -34,6 +36,7 @@ import redis
 from sqlalchemy import Engine
 
 from pipeline.core.errors import LeaseLost
+from pipeline.runs import deliveries
 from pipeline.storage import batches, documents, run_state
 from pipeline.storage.db import session_scope
 from pipeline.storage.leases import Leases
@@ -142,16 +145,40 @@ def reclaim(
                 session, document_id, owner, fence, redelivery_grace_s(leases.lease_s, reclaims)
             ):
                 taken.append(Reclaimed(document_id, run_id, owner))
-    if taken:
-        for item in taken:
-            log.warning(
-                "reclaimed document %s of run %s from %s",
-                item.document_id,
-                item.run_id,
-                item.owner or "a reclaim",
-            )
-        send(taken)
+    _send(taken, send)
     return taken
+
+
+def reclaim_deliveries(
+    engine: Engine, client: redis.Redis, leases: Leases, send: Callable[[list[Reclaimed]], None]
+) -> list[Reclaimed]:
+    """Take back the pending documents whose delivery an owner with no live heartbeat had
+    received but never started, and `send` them again; returns them."""
+    taken: list[Reclaimed] = []
+    for owner, received in deliveries.take_from_dead(
+        client, lambda owner: bool(client.exists(worker_key(owner))), leases.owner
+    ).items():
+        try:
+            with session_scope(engine) as session:
+                pending = documents.take_back_deliveries(session, received, owner, grace_s=leases.lease_s)
+        except Exception:
+            deliveries.give_back(client, owner, received)
+            raise
+        taken += [Reclaimed(document_id, run_id, owner) for document_id, run_id in pending]
+    _send(taken, send)
+    return taken
+
+
+def _send(taken: list[Reclaimed], send: Callable[[list[Reclaimed]], None]) -> None:
+    for item in taken:
+        log.warning(
+            "reclaimed document %s of run %s from %s",
+            item.document_id,
+            item.run_id,
+            item.owner or "a reclaim",
+        )
+    if taken:
+        send(taken)
 
 
 def redelivery_grace_s(lease_s: float, reclaims: int) -> float:
@@ -287,6 +314,7 @@ class Heartbeat:
         if self._thread.is_alive():
             self._thread.join(timeout=self.interval_s + 5)
         with contextlib.suppress(redis.RedisError):
+            deliveries.forget(self.client, self.leases.owner)  # the broker takes them back
             self.client.delete(worker_key(self.leases.owner))
 
     def beat(self) -> None:
@@ -297,6 +325,12 @@ class Heartbeat:
         try:
             body["at"] = time.time()
             self.client.set(worker_key(self.leases.owner), json.dumps(body), px=self.leases.lease_ms)
+            started = self.leases.take_started()
+            try:
+                deliveries.keep(self.client, self.leases.owner, started)
+            except redis.RedisError:
+                self.leases.restart(started)
+                raise
             for key, token in self.leases.held_steps().items():
                 self.client.eval(_RENEW, 1, key, token, self.leases.lease_ms)
         except redis.RedisError as exc:
@@ -309,6 +343,7 @@ class Heartbeat:
                     documents.release_lease(session, document_id, fence, grace_s=0)
                 self.leases.released(document_id)
             reclaim(self.engine, self.client, self.leases, self.send)
+            reclaim_deliveries(self.engine, self.client, self.leases, self.send)
             finish_stranded(self.engine, self.client, self.leases, self.finish)
             if self.poll is not None:
                 restart_batch_polls(self.engine, self.client, self.leases, self.poll, self.poll_quiet_s)

@@ -6,7 +6,7 @@ status changes never move a document out of a final state.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -302,6 +302,31 @@ def take_back(session: Session, document_id: int, owner: str | None, fence: int,
         )
     )
     return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+def take_back_deliveries(
+    session: Session, document_ids: Iterable[int], owner: str, grace_s: float
+) -> list[tuple[int, str]]:
+    """Of the documents a dead `owner` had received, those it never started (still pending):
+    released for a new delivery as a reclaim is, counting the reclaim; (id, run id) of each.
+    The new delivery has `grace_s` to start it, or the heartbeat's reclaim sends it again."""
+    ids = sorted(document_ids)
+    if not ids:
+        return []
+    rows = session.execute(
+        update(Document)
+        .where(Document.id.in_(ids), Document.status == DocStatus.PENDING)
+        .values(
+            status=DocStatus.RUNNING,
+            **_released(grace_s),
+            fence=Document.fence + 1,
+            reclaims=Document.reclaims + 1,
+            reclaimed_from=owner,
+        )
+        .returning(Document.id, Document.run_id)
+        .execution_options(synchronize_session=False)
+    )
+    return [(int(document_id), str(run_id)) for document_id, run_id in rows.tuples()]
 
 
 def hand_back_attempt(session: Session, document_id: int, fence: int, grace_s: float) -> None:

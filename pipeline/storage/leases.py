@@ -33,6 +33,7 @@ class Leases:
         self._claimed: set[int] = set()
         self._steps: dict[str, str] = {}
         self._unreleased: dict[int, int] = {}
+        self._started: list[str] = []
         self._lock = threading.Lock()
 
     @property
@@ -101,3 +102,19 @@ class Leases:
     def released(self, document_id: int) -> None:
         with self._lock:
             self._unreleased.pop(document_id, None)
+
+    def started(self, delivery: str) -> None:
+        """A delivery this process received has started (`pipeline.runs.deliveries`): the next
+        beat drops it from the process's received set."""
+        with self._lock:
+            self._started.append(delivery)
+
+    def take_started(self) -> list[str]:
+        with self._lock:
+            found, self._started = self._started, []
+        return found
+
+    def restart(self, started: list[str]) -> None:
+        """Deliveries `take_started` gave that the beat could not drop: the next beat tries again."""
+        with self._lock:
+            self._started[:0] = started

@@ -1,0 +1,94 @@
+"""Deliveries a worker process received but may not have started, kept in Redis, so that a live
+worker sends again those of a process that died before it leased their documents.
+
+A document's lease is taken when its task starts. Between the broker handing the message to a
+worker and that moment (a fraction of a second, or a retry's whole countdown) the document is
+only `pending`: no lease names its holder, so the heartbeat's reclaim cannot see it, and a worker
+killed then leaves the message unacknowledged until the broker's visibility timeout (hours),
+with the run's report waiting on it. So each process notes a delivery when it arrives
+(`note_received`, one SADD), and its heartbeat drops those its threads have started (`keep`).
+
+Keys:
+- `pipeline:received:<owner>`: a set of `<document id>:<task id>:<retries>`, one per delivery;
+  it expires `RECEIVED_TTL_S` after the owner's last beat.
+- `pipeline:receivers`: the owners that have such a set; a live worker takes the set of one
+  whose heartbeat key is gone (`take_from_dead`: MULTI, so one worker takes each).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import redis
+
+RECEIVED_PREFIX = "pipeline:received:"
+RECEIVERS_KEY = "pipeline:receivers"
+RECEIVED_TTL_S = 86_400
+"""A dead owner's set outlives it by a day at most (a deployment with no live worker for a day
+leaves the messages to the broker's visibility timeout)."""
+
+
+def received_key(owner: str) -> str:
+    return f"{RECEIVED_PREFIX}{owner}"
+
+
+def delivery(document_id: int, task_id: str, retries: int) -> str:
+    """One delivery's member: a retry keeps its task's id, so its count tells the two apart."""
+    return f"{document_id}:{task_id}:{retries}"
+
+
+def note_received(client: redis.Redis, owner: str, document_id: int, task_id: str, retries: int) -> None:
+    """`owner` received a delivery of the document (called as the message arrives)."""
+    client.sadd(received_key(owner), delivery(document_id, task_id, retries))
+
+
+def keep(client: redis.Redis, owner: str, started: list[str]) -> None:
+    """At each beat: `owner` has a set, without the deliveries its threads have `started`."""
+    with client.pipeline(transaction=False) as pipe:
+        pipe.sadd(RECEIVERS_KEY, owner)
+        if started:
+            pipe.srem(received_key(owner), *started)
+        pipe.expire(received_key(owner), RECEIVED_TTL_S)
+        pipe.execute()
+
+
+def forget(client: redis.Redis, owner: str) -> None:
+    """A worker stopping on its own: the broker takes back what it had not started."""
+    with client.pipeline(transaction=True) as pipe:
+        pipe.delete(received_key(owner))
+        pipe.srem(RECEIVERS_KEY, owner)
+        pipe.execute()
+
+
+def take_from_dead(client: redis.Redis, alive: Callable[[str], bool], me: str) -> dict[str, set[int]]:
+    """{dead owner: the documents it received}, removed from Redis: of every caller, one gets
+    each owner's set."""
+    taken: dict[str, set[int]] = {}
+    for raw in client.smembers(RECEIVERS_KEY):  # type: ignore[union-attr]
+        owner = raw.decode() if isinstance(raw, bytes) else str(raw)
+        if owner == me or alive(owner):
+            continue
+        with client.pipeline(transaction=True) as pipe:
+            pipe.smembers(received_key(owner))
+            pipe.delete(received_key(owner))
+            pipe.srem(RECEIVERS_KEY, owner)
+            members, _, _ = pipe.execute()
+        documents = {int(_text(member).split(":", 1)[0]) for member in members}
+        if documents:
+            taken[owner] = documents
+    return taken
+
+
+def give_back(client: redis.Redis, owner: str, document_ids: Iterable[int]) -> None:
+    """Put a taken set back (the database could not be asked): a later beat takes it again."""
+    members = [delivery(document_id, "given-back", 0) for document_id in document_ids]
+    with client.pipeline(transaction=True) as pipe:
+        if members:
+            pipe.sadd(received_key(owner), *members)
+            pipe.expire(received_key(owner), RECEIVED_TTL_S)
+        pipe.sadd(RECEIVERS_KEY, owner)
+        pipe.execute()
+
+
+def _text(member: bytes | str) -> str:
+    return member.decode() if isinstance(member, bytes) else member
