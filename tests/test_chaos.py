@@ -88,18 +88,25 @@ def wait_until_holding(engine: Engine, run_id: str, worker: Child) -> int:
 
 
 @contextmanager
+def short_leases(
+    pipeline_env: dict[str, str], redis_base: str, logs: Path, *sim_args: str
+) -> Iterator[tuple[dict[str, str], str]]:
+    """A Redis database of its own and a simulator (`sim_args`), with short leases:
+    (environment, simulator URL)."""
+    with claimed_redis_db(redis_base) as redis_url, running_simulator(logs, *sim_args) as sim:
+        env = {**pipeline_env, "PIPELINE_REDIS_URL": redis_url, "PIPELINE_LLM_BASE_URL": sim}
+        env["PIPELINE_LEASE_S"] = str(LEASE_S)
+        yield env, sim
+
+
+@contextmanager
 def two_workers_on_a_run(
     pipeline_env: dict[str, str], redis_base: str, filings: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[list[Child], dict[str, str], str, str]]:
     """A simulator, a broker and two workers of three threads, with short leases, running the
     run of `filings`: (workers, environment, run id, simulator URL)."""
     logs = tmp_path_factory.mktemp("chaos")
-    with (
-        claimed_redis_db(redis_base) as redis_url,
-        running_simulator(logs, "--p50", "0.4", "--p95", "0.8") as sim,
-    ):
-        env = {**pipeline_env, "PIPELINE_REDIS_URL": redis_url, "PIPELINE_LLM_BASE_URL": sim}
-        env["PIPELINE_LEASE_S"] = str(LEASE_S)
+    with short_leases(pipeline_env, redis_base, logs, "--p50", "0.4", "--p95", "0.8") as (env, sim):
         with running_workers(env, logs, count=2, concurrency=3) as children:
             submitted = run_cli("submit", str(filings), env=env)
             assert submitted.returncode == 0, submitted.stderr
@@ -170,14 +177,9 @@ def test_a_worker_killed_before_it_started_a_document_it_received_loses_nothing(
     plan = prepare_run(engine, get_settings(), [str(tmp_path)])
     (doc_id,) = plan.document_ids
     logs = tmp_path_factory.mktemp("received")
-    with (
-        claimed_redis_db(redis_base) as redis_url,
-        running_simulator(logs, "--p50", "0.05", "--p95", "0.1") as sim,
-    ):
-        env = {**pipeline_env, "PIPELINE_REDIS_URL": redis_url, "PIPELINE_LLM_BASE_URL": sim}
-        env["PIPELINE_LEASE_S"] = str(LEASE_S)
-        client = redis.Redis.from_url(redis_url)
-        sender = Celery(broker=redis_url)
+    with short_leases(pipeline_env, redis_base, logs, "--p50", "0.05", "--p95", "0.1") as (env, _):
+        client = redis.Redis.from_url(env["PIPELINE_REDIS_URL"])
+        sender = Celery(broker=env["PIPELINE_REDIS_URL"])
         with running_workers(env, logs, count=1, concurrency=1) as (victim,):
             sender.send_task("pipeline.extract", args=[doc_id], countdown=600, queue=EXTRACT_QUEUE)
             deadline = time.monotonic() + WORK_TIMEOUT_S
