@@ -427,11 +427,13 @@ def test_an_answer_that_states_limits_ends_the_scriptless_calls_at_once(private_
     limiter = _unlimited_limiter(client, unlimited_recheck_s=60.0)
     permit = limiter.acquire([scope], 10)
     assert permit.id == ""
-    limiter.release(permit, policy.ProviderLimits(limit_requests=60, remaining_requests=59))
+    # 6 a minute: one every 10 s, so that a loaded machine's stall between the two calls below
+    # cannot outlast the pace (at 60, a full suite under CI once let the second one in).
+    limiter.release(permit, policy.ProviderLimits(limit_requests=6, remaining_requests=5))
     learned = limiter.acquire([scope], 10)
     assert learned.id, "learned like any answer's limits, and paced by them from now on"
-    assert limiter.view(scope).learned_rpm == 60
-    assert not _try(limiter, scope).admitted, "paced at the learned 60 per window"
+    assert limiter.view(scope).learned_rpm == 6
+    assert not _try(limiter, scope).admitted, "paced at the learned 6 per window"
     client.delete(*keys(scope))
 
 
