@@ -93,6 +93,25 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         )
 
 
+SLOW_FILES_FIRST = (
+    "test_chaos.py",
+    "test_real_model.py",
+    "test_limits_integration.py",
+    "test_bench.py",
+    "test_batch.py",
+    "test_bench_sizes.py",
+)
+"""Files of a minute or more (2026-12-02, `--durations=0`), longest first. xdist hands files out
+in collection order, so these go first and land on different processes: in alphabetical order
+the real-model and limits files both came late to one process, which ran 329 s while another
+idled after 196 s."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(SLOW_FILES_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: files stay whole
+
+
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str | None]:
     """A fresh Postgres database for this session (dropped at the end), or None."""

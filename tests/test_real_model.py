@@ -45,9 +45,10 @@ def llama_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     model, port = _gguf(), embedded.free_port()
     argv = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--model_alias", MODEL]
     argv += ["--host", "127.0.0.1", "--port", str(port), "--n_ctx", "8192"]
-    # Both cores for generation too (its default is half of them): the calls' time is the
-    # model's, and the server answers one request at a time.
-    argv += ["--n_threads", str(max(1, os.cpu_count() or 1))]
+    # One thread: the suite keeps both cores busy, and llama.cpp's threads wait for each other
+    # at every step, so two of them on loaded cores ran slower than one (the doctor test: 46 s
+    # with two, 7 s with one, in full suites on 2026-12-02).
+    argv += ["--n_threads", "1", "--n_threads_batch", "1"]
     log = tmp_path_factory.mktemp("llama") / "server.log"
     with embedded.Child("llama-cpp-python server", argv, log_path=log) as child:
         try:
