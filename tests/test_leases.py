@@ -169,8 +169,8 @@ def test_what_a_dead_worker_received_but_never_started_is_sent_again_once(
     dead, live = Leases(owner="host:21:dead"), Leases(owner="host:22:live")
     for n, doc_id in enumerate((unstarted, started, leased)):
         deliveries.note_received(client, dead.owner, doc_id, f"task-{n}", 0)
-    dead.started(deliveries.delivery(started, "task-1", 0))
-    deliveries.keep(client, dead.owner, dead.take_started())  # its last beat
+    dead.handled(deliveries.delivery(started, "task-1", 0))
+    deliveries.keep(client, dead.owner, dead.take_handled())  # its last beat
     with session_scope(engine) as session:
         assert repo.start_document(session, leased, 3, dead.owner, lease_s=60) is not None
     deliveries.note_received(client, live.owner, other, "task-3", 0)
@@ -178,7 +178,7 @@ def test_what_a_dead_worker_received_but_never_started_is_sent_again_once(
     client.set(worker_key(live.owner), "{}", ex=60)  # the live one beats; the dead one's key ran out
 
     sent: list[list[Reclaimed]] = []
-    first, second = Leases(lease_s=60, owner="host:23:a"), Leases(owner="host:24:b")
+    first, second = Leases(lease_s=0.5, owner="host:23:a"), Leases(lease_s=0.5, owner="host:24:b")
     taken = reclaim_deliveries(engine, client, first, sent.append)
     assert [(item.document_id, item.owner) for item in taken] == [(unstarted, dead.owner)]
     assert sent == [taken]
@@ -188,6 +188,8 @@ def test_what_a_dead_worker_received_but_never_started_is_sent_again_once(
     doc = _doc(engine, unstarted)
     assert (doc.status, doc.lease_owner, doc.reclaims, doc.reclaimed_from) == ("running", None, 1, dead.owner)
     assert _doc(engine, leased).reclaims == 0, "a leased document is the lease reclaim's"
+    time.sleep(0.6)  # no new delivery started it within its grace: the deployment's reclaim sees it
+    assert unstarted in [item.document_id for item in reclaim(engine, client, second, lambda _: None)]
     with session_scope(engine) as session:  # the new delivery starts it
         assert repo.start_document(session, unstarted, 3, first.owner, lease_s=60) is not None
     deliveries.forget(client, live.owner)

@@ -127,15 +127,16 @@ def extract(self: Task, document_id: int, deferrals: int = 0) -> str:
 
 def _extract(self: Task, document_id: int) -> str:
     ctx = worker_context()
-    ctx.leases.started(deliveries.delivery(document_id, self.request.id, self.request.retries))
-
-    status = _retry_or(
-        self,
-        lambda failed: extracting.extract_document(ctx, document_id, failed, summarize=_summarize),
-        lambda reason: _fail(ctx, document_id, reason),
-        lambda reason: extracting.note_retry(ctx, document_id, reason),
-        lambda countdown: extracting.retry_due(ctx, document_id, countdown),
-    )
+    try:
+        status = _retry_or(
+            self,
+            lambda failed: extracting.extract_document(ctx, document_id, failed, summarize=_summarize),
+            lambda reason: _fail(ctx, document_id, reason),
+            lambda reason: extracting.note_retry(ctx, document_id, reason),
+            lambda countdown: extracting.retry_due(ctx, document_id, countdown),
+        )
+    finally:  # not before: a kill before the lease's commit must still find the delivery noted
+        ctx.leases.handled(deliveries.delivery(document_id, self.request.id, self.request.retries))
     if status == "extracted":
         _claim_partial(document_id)
     if status in ("extracted", "failed") and self.request.chord is None:

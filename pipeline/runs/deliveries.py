@@ -6,13 +6,13 @@ worker and that moment (a fraction of a second, or a retry's whole countdown) th
 only `pending`: no lease names its holder, so the heartbeat's reclaim cannot see it, and a worker
 killed then leaves the message unacknowledged until the broker's visibility timeout (hours),
 with the run's report waiting on it. So each process notes a delivery when it arrives
-(`note_received`, one SADD), and its heartbeat drops those its threads have started (`keep`).
+(`note_received`, one SADD), and its heartbeat drops those whose task has ended (`keep`).
 
 Keys:
 - `pipeline:received:<owner>`: a set of `<document id>:<task id>:<retries>`, one per delivery;
   it expires `RECEIVED_TTL_S` after the owner's last beat.
 - `pipeline:receivers`: the owners that have such a set; a live worker takes the set of one
-  whose heartbeat key is gone (`take_from_dead`: MULTI, so one worker takes each).
+  whose heartbeat key is gone (`take`: MULTI, so one worker takes each).
 """
 
 from __future__ import annotations
@@ -42,12 +42,13 @@ def note_received(client: redis.Redis, owner: str, document_id: int, task_id: st
     client.sadd(received_key(owner), delivery(document_id, task_id, retries))
 
 
-def keep(client: redis.Redis, owner: str, started: list[str]) -> None:
-    """At each beat: `owner` has a set, without the deliveries its threads have `started`."""
+def keep(client: redis.Redis, owner: str, handled: list[str]) -> None:
+    """At each beat: `owner` has a set, without the deliveries its threads have `handled`
+    (`Leases.handled`: their task ended)."""
     with client.pipeline(transaction=False) as pipe:
         pipe.sadd(RECEIVERS_KEY, owner)
-        if started:
-            pipe.srem(received_key(owner), *started)
+        if handled:
+            pipe.srem(received_key(owner), *handled)
         pipe.expire(received_key(owner), RECEIVED_TTL_S)
         pipe.execute()
 
@@ -60,23 +61,20 @@ def forget(client: redis.Redis, owner: str) -> None:
         pipe.execute()
 
 
-def take_from_dead(client: redis.Redis, alive: Callable[[str], bool], me: str) -> dict[str, set[int]]:
-    """{dead owner: the documents it received}, removed from Redis: of every caller, one gets
-    each owner's set."""
-    taken: dict[str, set[int]] = {}
-    for raw in client.smembers(RECEIVERS_KEY):  # type: ignore[union-attr]
-        owner = raw.decode() if isinstance(raw, bytes) else str(raw)
-        if owner == me or alive(owner):
-            continue
-        with client.pipeline(transaction=True) as pipe:
-            pipe.smembers(received_key(owner))
-            pipe.delete(received_key(owner))
-            pipe.srem(RECEIVERS_KEY, owner)
-            members, _, _ = pipe.execute()
-        documents = {int(_text(member).split(":", 1)[0]) for member in members}
-        if documents:
-            taken[owner] = documents
-    return taken
+def dead_owners(client: redis.Redis, alive: Callable[[str], bool], me: str) -> list[str]:
+    """The owners with a received set whose heartbeat is gone."""
+    owners = (_text(raw) for raw in client.smembers(RECEIVERS_KEY))  # type: ignore[union-attr]
+    return [owner for owner in owners if owner != me and not alive(owner)]
+
+
+def take(client: redis.Redis, owner: str) -> set[int]:
+    """The documents `owner` received, removed from Redis: of every caller, one gets them."""
+    with client.pipeline(transaction=True) as pipe:
+        pipe.smembers(received_key(owner))
+        pipe.delete(received_key(owner))
+        pipe.srem(RECEIVERS_KEY, owner)
+        members, _, _ = pipe.execute()
+    return {int(_text(member).split(":", 1)[0]) for member in members}
 
 
 def give_back(client: redis.Redis, owner: str, document_ids: Iterable[int]) -> None:

@@ -153,20 +153,28 @@ def reclaim_deliveries(
     engine: Engine, client: redis.Redis, leases: Leases, send: Callable[[list[Reclaimed]], None]
 ) -> list[Reclaimed]:
     """Take back the pending documents whose delivery an owner with no live heartbeat had
-    received but never started, and `send` them again; returns them."""
-    taken: list[Reclaimed] = []
-    for owner, received in deliveries.take_from_dead(
-        client, lambda owner: bool(client.exists(worker_key(owner))), leases.owner
-    ).items():
+    received but never started, and `send` them again; returns them. One owner at a time: a
+    set is out of Redis only while its documents are released in the database, and given back
+    when that fails."""
+
+    def alive(owner: str) -> bool:
+        return bool(client.exists(worker_key(owner)))
+
+    found: list[Reclaimed] = []
+    for owner in deliveries.dead_owners(client, alive, leases.owner):
+        received = deliveries.take(client, owner)
         try:
             with session_scope(engine) as session:
-                pending = documents.take_back_deliveries(session, received, owner, grace_s=leases.lease_s)
+                pending = documents.take_back_deliveries(
+                    session, received, owner, grace_s=leases.lease_s, scope=leases.scope
+                )
         except Exception:
             deliveries.give_back(client, owner, received)
             raise
-        taken += [Reclaimed(document_id, run_id, owner) for document_id, run_id in pending]
-    _send(taken, send)
-    return taken
+        taken = [Reclaimed(document_id, run_id, owner) for document_id, run_id in pending]
+        _send(taken, send)
+        found += taken
+    return found
 
 
 def _send(taken: list[Reclaimed], send: Callable[[list[Reclaimed]], None]) -> None:
@@ -325,11 +333,11 @@ class Heartbeat:
         try:
             body["at"] = time.time()
             self.client.set(worker_key(self.leases.owner), json.dumps(body), px=self.leases.lease_ms)
-            started = self.leases.take_started()
+            handled = self.leases.take_handled()
             try:
-                deliveries.keep(self.client, self.leases.owner, started)
+                deliveries.keep(self.client, self.leases.owner, handled)
             except redis.RedisError:
-                self.leases.restart(started)
+                self.leases.restore_handled(handled)
                 raise
             for key, token in self.leases.held_steps().items():
                 self.client.eval(_RENEW, 1, key, token, self.leases.lease_ms)

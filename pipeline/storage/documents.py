@@ -305,11 +305,12 @@ def take_back(session: Session, document_id: int, owner: str | None, fence: int,
 
 
 def take_back_deliveries(
-    session: Session, document_ids: Iterable[int], owner: str, grace_s: float
+    session: Session, document_ids: Iterable[int], owner: str, grace_s: float, scope: str
 ) -> list[tuple[int, str]]:
     """Of the documents a dead `owner` had received, those it never started (still pending):
     released for a new delivery as a reclaim is, counting the reclaim; (id, run id) of each.
-    The new delivery has `grace_s` to start it, or the heartbeat's reclaim sends it again."""
+    The new delivery has `grace_s` to start it, or the heartbeat's reclaim (of the deployment
+    `scope`) sends it again."""
     ids = sorted(document_ids)
     if not ids:
         return []
@@ -319,6 +320,7 @@ def take_back_deliveries(
         .values(
             status=DocStatus.RUNNING,
             **_released(grace_s),
+            lease_scope=scope,
             fence=Document.fence + 1,
             reclaims=Document.reclaims + 1,
             reclaimed_from=owner,

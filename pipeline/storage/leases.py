@@ -33,7 +33,7 @@ class Leases:
         self._claimed: set[int] = set()
         self._steps: dict[str, str] = {}
         self._unreleased: dict[int, int] = {}
-        self._started: list[str] = []
+        self._handled: list[str] = []
         self._lock = threading.Lock()
 
     @property
@@ -103,18 +103,19 @@ class Leases:
         with self._lock:
             self._unreleased.pop(document_id, None)
 
-    def started(self, delivery: str) -> None:
-        """A delivery this process received has started (`pipeline.runs.deliveries`): the next
-        beat drops it from the process's received set."""
+    def handled(self, delivery: str) -> None:
+        """A delivery this process received is done with (its task ended: the document is
+        leased, final, or handed back for a retry): the next beat drops it from the process's
+        received set (`pipeline.runs.deliveries`)."""
         with self._lock:
-            self._started.append(delivery)
+            self._handled.append(delivery)
 
-    def take_started(self) -> list[str]:
+    def take_handled(self) -> list[str]:
         with self._lock:
-            found, self._started = self._started, []
+            found, self._handled = self._handled, []
         return found
 
-    def restart(self, started: list[str]) -> None:
-        """Deliveries `take_started` gave that the beat could not drop: the next beat tries again."""
+    def restore_handled(self, handled: list[str]) -> None:
+        """Deliveries `take_handled` gave that the beat could not drop: the next beat tries again."""
         with self._lock:
-            self._started[:0] = started
+            self._handled[:0] = handled
