@@ -294,14 +294,19 @@ def take_back(session: Session, document_id: int, owner: str | None, fence: int,
             Document.fence == fence,
             Document.lease_expires_at < utcnow(),
         )
-        .values(
-            **_released(grace_s),
-            fence=Document.fence + 1,  # the old holder, should it wake, can write nothing from now
-            reclaims=Document.reclaims + 1,
-            reclaimed_from=owner if owner is not None else Document.reclaimed_from,
-        )
+        .values(**_reclaimed(grace_s, owner))
     )
     return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+def _reclaimed(grace_s: float, owner: str | None) -> dict[str, Any]:
+    """Released for a new delivery (`_released`), the reclaim counted and its dead owner kept."""
+    return {
+        **_released(grace_s),
+        "fence": Document.fence + 1,  # the old holder, should it wake, can write nothing from now
+        "reclaims": Document.reclaims + 1,
+        "reclaimed_from": owner if owner is not None else Document.reclaimed_from,
+    }
 
 
 def take_back_deliveries(
@@ -317,14 +322,7 @@ def take_back_deliveries(
     rows = session.execute(
         update(Document)
         .where(Document.id.in_(ids), Document.status == DocStatus.PENDING)
-        .values(
-            status=DocStatus.RUNNING,
-            **_released(grace_s),
-            lease_scope=scope,
-            fence=Document.fence + 1,
-            reclaims=Document.reclaims + 1,
-            reclaimed_from=owner,
-        )
+        .values(status=DocStatus.RUNNING, lease_scope=scope, **_reclaimed(grace_s, owner))
         .returning(Document.id, Document.run_id)
         .execution_options(synchronize_session=False)
     )
