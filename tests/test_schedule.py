@@ -1,24 +1,30 @@
-"""The nightly inbox and beat: only new content is submitted; beat sends the watchdog."""
+"""The nightly inbox and beat: only new content is submitted; beat sends the watchdog; beat's
+inbox goes with the nightly task, workers publish the inbox they read, and beat refuses an inbox
+that no live worker reads."""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 from celery import Celery
 from celery.schedules import crontab
 from sqlalchemy import Engine, select
 
 from pipeline.core.constants import REPORT_QUEUE
 from pipeline.core.settings import Settings
+from pipeline.runs.heartbeat import LiveWorker, live_workers
+from pipeline.runs.inbox import check_inbox, inbox_problem
 from pipeline.runtime.embedded import Child, child_env
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Document, Run
 from pipeline_dev.synth_filings import write_filings
-from tests.conftest import run_cli
+from tests.conftest import claimed_redis_db, run_cli, running_workers
 from workers.app import beat_schedule
 
 
@@ -27,12 +33,44 @@ def test_the_beat_schedule_has_the_watchdog_and_the_inbox_only_when_one_is_set()
     assert set(plain) == {"watchdog"} and plain["watchdog"]["task"] == "pipeline.watchdog"
     nightly = beat_schedule(Settings(_env_file=None, inbox="/data/inbox", inbox_schedule="15 2 * * 1-5"))  # type: ignore[call-arg]
     assert nightly["nightly"]["task"] == "pipeline.nightly"
+    assert nightly["nightly"]["args"] == ("/data/inbox",)  # a worker without PIPELINE_INBOX reads beat's
     assert nightly["nightly"]["schedule"] == crontab(minute="15", hour="2", day_of_week="1-5")
 
 
 def test_a_schedule_that_is_not_a_crontab_expression_is_refused() -> None:
     with pytest.raises(ValueError, match="crontab expression of five fields"):
         Settings(_env_file=None, inbox_schedule="nightly")  # type: ignore[call-arg]
+
+
+def _worker(host: str, inbox: str | None, state: str = "readable") -> LiveWorker:
+    return LiveWorker(f"{host}:1:x", "", 0, 0.0, host=host, inbox=inbox, inbox_state=state)
+
+
+def test_beat_refuses_an_inbox_that_no_live_worker_reads() -> None:
+    refused = check_inbox(
+        "/data/inbox", [_worker("a", None, "unset"), _worker("b", "/data/inbox", "missing")]
+    )
+    assert refused.verdict == "refuse"
+    assert refused.message == (
+        "PIPELINE_INBOX=/data/inbox is set here but no live worker can read it (workers see: "
+        "/data/inbox (missing) on b; no PIPELINE_INBOX on a): mount it on the workers or set "
+        "PIPELINE_INBOX there"
+    )
+    assert check_inbox("/data/inbox", [_worker("a", "/data/inbox/")]).verdict == "ok"
+    some = check_inbox("/data/inbox", [_worker("a", "/data/inbox"), _worker("b", "/elsewhere")])
+    assert some.verdict == "warn" and "1 of 2 live workers cannot read it" in some.message
+    assert check_inbox("/data/inbox", []).verdict == "warn"  # no worker yet: beat starts, warned
+    assert check_inbox("/data/inbox", None).verdict == "warn"  # heartbeats unreadable
+
+
+def test_a_worker_names_the_inbox_it_cannot_read_with_its_host_and_the_fix(tmp_path: Path) -> None:
+    assert inbox_problem(str(tmp_path), "h1") is None
+    assert inbox_problem(str(tmp_path / "*.txt"), "h1") is None  # a glob: its directory exists
+    missing = inbox_problem("/data/typo-inbox", "h1")
+    assert missing is not None and "/data/typo-inbox does not exist on worker host h1" in missing
+    assert "mount it on the workers" in missing
+    unset = inbox_problem(None, "h1")
+    assert unset is not None and "PIPELINE_INBOX is not set here" in unset
 
 
 def test_submit_new_only_leaves_out_what_an_earlier_run_extracted(
@@ -103,8 +141,9 @@ def test_the_nightly_task_submits_the_inbox_once(
         while _status(engine, run_id) != "completed":
             assert time.monotonic() < deadline, "the nightly run did not complete"
             time.sleep(0.5)
-        # Nothing new in the inbox: no second run.
-        assert sender.send_task("pipeline.nightly", queue=REPORT_QUEUE).get(timeout=60) is None
+        # Nothing new in the inbox: no second run, and the result says so.
+        again = sender.send_task("pipeline.nightly", queue=REPORT_QUEUE).get(timeout=60)
+        assert again.startswith(f"nothing new in {inbox}")
         with session_scope(engine) as session:
             nightly = list(session.scalars(select(Run.id).where(Run.name.like("nightly-%"))))
         assert nightly == [run_id]
@@ -116,3 +155,52 @@ def _status(engine: Engine, run_id: str) -> str | None:
     with session_scope(engine) as session:
         run = session.get(Run, run_id)
         return run.status if run else None
+
+
+@pytest.fixture(scope="module")
+def inboxless(
+    pipeline_env: dict[str, str], redis_base: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, str]]:
+    """A real worker without PIPELINE_INBOX, on the session's database and a broker of its own
+    (the session's workers, which have an inbox, never take its messages); its environment."""
+    with claimed_redis_db(redis_base) as broker:
+        env = {**pipeline_env, "PIPELINE_REDIS_URL": broker}
+        with running_workers(env, tmp_path_factory.mktemp("inboxless"), count=1, concurrency=2):
+            yield env
+
+
+def test_a_worker_without_an_inbox_submits_the_one_beat_sends(
+    inboxless: dict[str, str], tmp_path: Path
+) -> None:
+    broker = inboxless["PIPELINE_REDIS_URL"]
+    client = redis.Redis.from_url(broker)
+    (published,) = live_workers(client)  # what its heartbeat says
+    client.close()
+    assert (published.inbox, published.inbox_state) == (None, "unset")
+    write_filings(tmp_path, 1, seed=79, sizes=[21_000])
+    sender = Celery(broker=broker, backend=broker)
+    engine = get_engine(inboxless["PIPELINE_DATABASE_URL"])
+    try:
+        run_id = sender.send_task("pipeline.nightly", (str(tmp_path),), queue=REPORT_QUEUE).get(timeout=60)
+        deadline = time.monotonic() + 120
+        while _status(engine, run_id) != "completed":
+            assert time.monotonic() < deadline, "the nightly run did not complete"
+            time.sleep(0.5)
+        shown = run_cli("status", run_id, "--json", env={**inboxless, "PIPELINE_INBOX": str(tmp_path)})
+        assert shown.returncode == 0, shown.stderr
+        warning = json.loads(shown.stdout)["inbox_warning"]
+        assert warning.startswith(f"PIPELINE_INBOX={tmp_path} is set here but no live worker can read it")
+        lost = sender.send_task("pipeline.nightly", ("/data/typo-inbox",), queue=REPORT_QUEUE).get(timeout=60)
+        assert lost.startswith("error: ") and "/data/typo-inbox does not exist on worker host" in lost
+    finally:
+        sender.close()
+
+
+def test_beat_does_not_start_when_no_live_worker_reads_its_inbox(inboxless: dict[str, str]) -> None:
+    started = run_cli("beat", env={**inboxless, "PIPELINE_INBOX": "/data/inbox"}, timeout_s=60)
+    assert started.returncode == 2, started.stderr
+    assert (
+        "PIPELINE_INBOX=/data/inbox is set here but no live worker can read it (workers see: "
+        "no PIPELINE_INBOX on "
+    ) in started.stderr
+    assert "mount it on the workers or set PIPELINE_INBOX there" in started.stderr

@@ -36,7 +36,8 @@ LOCAL_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
 def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
-    """What `pipeline beat` sends: the watchdog always, the nightly inbox when one is set."""
+    """What `pipeline beat` sends: the watchdog always, the nightly inbox when one is set (its
+    path goes with the task: a worker without PIPELINE_INBOX of its own still reads beat's)."""
     schedule: dict[str, dict[str, Any]] = {
         "watchdog": {
             "task": "pipeline.watchdog",
@@ -49,6 +50,7 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
         minute, hour, day, month, weekday = settings.inbox_schedule.split()
         schedule["nightly"] = {
             "task": "pipeline.nightly",
+            "args": (settings.inbox,),
             "schedule": crontab(
                 minute=minute, hour=hour, day_of_month=day, month_of_year=month, day_of_week=weekday
             ),

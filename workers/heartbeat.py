@@ -51,6 +51,7 @@ def _start(name: str) -> None:
         name=name,
         poll=poll_batches,
         poll_quiet_s=3 * ctx.settings.batch_poll_s,
+        inbox=ctx.settings.inbox,  # published: beat and status compare it with theirs
     )
     beat.start()
     _beats.append(beat)

@@ -7,9 +7,10 @@ chord): whatever happens, the document ends `extracted` or `failed` with its rea
 from __future__ import annotations
 
 import logging
+import socket
 import uuid
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import kombu.exceptions
 import redis.exceptions
@@ -17,7 +18,14 @@ from celery import Task, chord
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from pipeline.core.errors import Deferred, LeaseLost, PermanentError, RetryableError
+from pipeline.core.errors import (
+    Deferred,
+    InputError,
+    LeaseLost,
+    PermanentError,
+    RetryableError,
+    UnknownToDatabase,
+)
 from pipeline.core.logs import log_context
 from pipeline.core.retry import backoff_s, countdown_s
 from pipeline.extraction import extract as extracting
@@ -43,6 +51,12 @@ STEP_BUSY_POLL_S = 1.0
 REPORT_LOCK_PREFIX = "pipeline:reporting:"
 """Within a lease, one finalize of a run sends its report steps (reclaims, resumes and the
 stranded-run finisher send finalizes of their own); the steps have leases of their own."""
+
+UNKNOWN_REQUEUE_S = 600.0
+"""How long a message naming a document or run this worker's database lacks waits to come back
+once PIPELINE_TASK_MAX_RETRIES quicker retries are spent. It is never given up on nor
+acknowledged as done: a worker with the producer's database (or this one, once its
+PIPELINE_DATABASE_URL is fixed) takes it, and the run's chord still counts it."""
 
 # Every task has max_retries=None: Celery's own limit (3 by default) would end a chord step
 # with MaxRetriesExceededError; `_retry_or` counts failed attempts itself and gives up with
@@ -82,6 +96,8 @@ def _retry_or(
     except LeaseLost as exc:
         log.warning("%s %s: %s; its new holder carries on", task.name, task.request.args, exc)
         return "superseded"
+    except UnknownToDatabase as exc:  # before TRANSIENT: never given up on, nothing to record
+        _back_to_queue(task, exc, failed)
     except Deferred as exc:
         kwargs = {**task.request.kwargs, "deferrals": deferrals + 1}
         wait = countdown_s(exc.retry_after_s)
@@ -110,6 +126,24 @@ def _retry_or(
     except TRANSIENT as exc:
         log.warning("could not record the failure of %s %s (%s): retrying", task.name, task.request.args, exc)
         raise task.retry(countdown=countdown_s(backoff_s(failed, None)), max_retries=None) from None
+
+
+def _back_to_queue(task: Task, exc: UnknownToDatabase, failed: int) -> NoReturn:
+    """Send the message back to the queue, loudly: the worker's database does not know what it
+    names (most likely another database than the producer's). Backoff for the first
+    PIPELINE_TASK_MAX_RETRIES attempts, then UNKNOWN_REQUEUE_S; never acknowledged as done."""
+    spent = failed >= worker_context().settings.task_max_retries
+    countdown = countdown_s(UNKNOWN_REQUEUE_S if spent else backoff_s(failed, None))
+    log.error(
+        "%s %s on %s back to the queue in %.0f s (attempt %d), not acknowledged as done: %s",
+        task.name,
+        task.request.args,
+        socket.gethostname(),
+        countdown,
+        task.request.retries + 1,
+        exc,
+    )
+    raise task.retry(countdown=countdown, max_retries=None) from None
 
 
 def _best_effort(fn: Callable[[T], None], value: T) -> None:
@@ -235,6 +269,8 @@ def _finalize(self: Task, run_id: str) -> str:
             chord(compress.si(d) for d in step.compress_ids)(synthesize.si(run_id))
         else:
             synthesize.delay(run_id)
+    except UnknownToDatabase as exc:  # raised before the report lock is asked for
+        _back_to_queue(self, exc, self.request.retries)
     except TRANSIENT as exc:
         log.warning("finalize %s: %s; retrying", run_id, exc)
         raise self.retry(countdown=FINALIZE_POLL_S, max_retries=None) from None
@@ -279,8 +315,11 @@ def _synthesize(self: Task, run_id: str) -> str:
     with StepLease(client, ctx.leases, f"synthesize:{run_id}") as step:
         if not step.taken:
             return "reporting elsewhere"  # a live synthesis of the run holds the step
-        if finalizing.next_step(ctx.engine, run_id).action == "done":
-            return "done"
+        try:
+            if finalizing.next_step(ctx.engine, run_id).action == "done":
+                return "done"
+        except UnknownToDatabase as exc:
+            _back_to_queue(self, exc, self.request.retries)
         return _retry_or(
             self,
             lambda failed: str(
@@ -362,24 +401,43 @@ def watchdog() -> dict[str, list[str]]:
 
 
 @app.task(name="pipeline.nightly")
-def nightly() -> str | None:
-    """Periodic (beat, PIPELINE_INBOX_SCHEDULE): submit the inbox's new content as a run.
+def nightly(inbox: str | None = None) -> str:
+    """Periodic (beat, PIPELINE_INBOX_SCHEDULE): submit the inbox's new content as a run; the
+    run's id, or what happened in words.
 
-    Runs on a worker, so the inbox must be readable there (a shared volume or directory)."""
+    `inbox` is beat's PIPELINE_INBOX (the worker's own when beat sent none). The task runs on a
+    worker, so the path must be readable there (a shared volume or directory): when it is not,
+    the worker says so at ERROR, naming the path, its host and the fix, and so does the result."""
+    from pipeline.runs.inbox import inbox_problem
     from pipeline.runs.nightly import prepare_nightly
     from workers.canvas import enqueue_early, start_run
 
     ctx = worker_context()
-    early = enqueue_early if ctx.settings.llm_mode == "sync" else None
-    plan = prepare_nightly(ctx.engine, ctx.settings, on_early=early)
+    path = inbox or ctx.settings.inbox
+    host = socket.gethostname()
+    problem = inbox_problem(path, host)
+    plan = None
+    if problem is None:
+        early = enqueue_early if ctx.settings.llm_mode == "sync" else None
+        try:
+            plan = prepare_nightly(
+                ctx.engine, ctx.settings.model_copy(update={"inbox": path}), on_early=early
+            )
+        except InputError as exc:
+            problem = f"nightly run not started on worker host {host}: {exc}"
     if plan is None:
-        return None
+        problem = problem or f"nightly run not started on worker host {host}: no inbox"
+        log.error("%s", problem)
+        return f"error: {problem}"
     log.info(
-        "nightly: %d new, %d skipped, %d processed before",
+        "nightly: %s: %d new, %d skipped, %d processed before",
+        path,
         plan.submitted,
         len(plan.rejected),
         len(plan.already_processed),
     )
     if plan.submitted:
         start_run(ctx.engine, ctx.settings, plan)
-    return plan.run_id if plan.created else None
+    if plan.created:
+        return plan.run_id
+    return f"nothing new in {path} ({len(plan.already_processed)} files processed before)"

@@ -88,8 +88,18 @@ def worker(
 @main.command()
 @click.option("--loglevel", "-l", default="INFO", show_default=True)
 def beat(loglevel: str) -> None:
-    """Start Celery beat: the periodic watchdog (run exactly one beat per deployment)."""
+    """Start Celery beat: the periodic watchdog, and the nightly inbox when PIPELINE_INBOX is
+    set (run exactly one beat per deployment). Refuses to start (exit 2) when live workers
+    publish their inbox and none of them reads this one."""
     settings = broker_settings()
+    if settings.inbox:
+        from pipeline.runs.heartbeat import live_workers_at
+        from pipeline.runs.inbox import check_inbox
+
+        check = check_inbox(settings.inbox, live_workers_at(settings.redis_url or ""))
+        if check.verdict == "refuse":
+            fail(check.message)
+        console.print(f"{'[yellow]warning:[/] ' if check.verdict == 'warn' else ''}{escape(check.message)}")
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     from pipeline.cli import celery_app
 

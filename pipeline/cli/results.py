@@ -28,6 +28,7 @@ def status(run: str | None, as_json: bool) -> None:
     from pipeline.runs.status import (
         UnknownRun,
         document_grounding,
+        inbox_mismatch,
         limiter_views,
         resolve_run_id,
         run_status,
@@ -42,10 +43,17 @@ def status(run: str | None, as_json: bool) -> None:
         fail(str(exc))
     limiter = limiter_views(settings)
     workers = worker_views(settings)
+    inbox_warning = inbox_mismatch(settings, workers)
     grounding = document_grounding(engine, view.run_id)
     if as_json:
         documents = [asdict(d) for d in grounding]
-        found = {**view.as_dict(), "grounding": documents, "limiter": limiter, "workers": workers}
+        found = {
+            **view.as_dict(),
+            "grounding": documents,
+            "limiter": limiter,
+            "workers": workers,
+            "inbox_warning": inbox_warning,
+        }
         click.echo(json.dumps(found, indent=2))
         return
     out = Console()
@@ -73,6 +81,8 @@ def status(run: str | None, as_json: bool) -> None:
         table.add_row(
             "live workers", f"{len(workers)}: {escape(names)}" if workers else "none (no heartbeat)"
         )
+    if inbox_warning:
+        table.add_row("nightly inbox", f"[yellow]{escape(inbox_warning)}[/]")
     out.print(table)
     if view.batches:
         listed = Table("batch", "status", "requests", "completed", "failed", title="provider batches")

@@ -7,7 +7,8 @@
     │   ├── RateLimited             the provider said 429 (retry_after_s when it told us)
     │   ├── UpstreamUnavailable     5xx, dropped connection, timeout
     │   ├── MalformedAnswer         not even JSON, twice: a garbled answer, asked again later
-    │   └── Deferred                our own limiter asks to come back later (not a failure)
+    │   ├── Deferred                our own limiter asks to come back later (not a failure)
+    │   └── UnknownToDatabase       a message names a document or run this worker's database lacks
     ├── LeaseLost                   another worker took the document over: stop, write nothing
     └── PermanentError              trying again will not help
         ├── SchemaViolation         the answer did not validate, even after one repair
@@ -19,6 +20,10 @@
 Tasks decide by class: retry a RetryableError with backoff, record a PermanentError
 as the document's failure reason.
 """
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
 
 
 class PipelineError(Exception):
@@ -102,3 +107,28 @@ class Deferred(RetryableError):
 class MalformedAnswer(RetryableError):
     """The answer was not JSON at all, even after the repair: a garbled answer rather than a
     model that misreads the schema, so the document is tried again (a bounded number of times)."""
+
+
+class UnknownToDatabase(RetryableError):
+    """A message names a document or run that this worker's database does not hold: the worker
+    most likely talks to another database than the producer did (PIPELINE_DATABASE_URL unset,
+    or pointing elsewhere). Never acknowledged as done: the message goes back to the queue,
+    where a worker with the right database can take it."""
+
+    def __init__(self, what: str, database_url: str) -> None:
+        self.what = what
+        self.database = database_label(database_url)
+        super().__init__(
+            f"{what} is not in the database {self.database} that this worker uses: "
+            "is PIPELINE_DATABASE_URL the one the producer used?"
+        )
+
+
+def database_label(url: str) -> str:
+    """A database URL as host:port/name (a SQLite file as its path), without user or password."""
+    parts = urlsplit(url)
+    if parts.scheme.startswith("sqlite"):
+        return f"sqlite file {parts.path.removeprefix('/') or ':memory:'}"
+    host = parts.hostname or "localhost"
+    port = f":{parts.port}" if parts.port else ""
+    return f"{host}{port}/{parts.path.removeprefix('/')}"

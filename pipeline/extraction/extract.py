@@ -76,7 +76,8 @@ def extract_document(
     calls go to the fallback model. Raises RetryableError for transient failures (Deferred
     when the document is handed back to the queue on purpose), PermanentError when the
     document cannot be extracted (recorded as its failure while the lease holds), and LeaseLost when
-    another worker took the document over (nothing more is written).
+    another worker took the document over (nothing more is written). Raises UnknownToDatabase
+    when this database has no such document (it is another database than the producer's).
 
     `summarize` (the task layer compresses there) gets the grounded result in memory; the
     extraction, its risk factors, its summary, the summary's calls and the document's status
@@ -430,6 +431,15 @@ def fail(ctx: Context, document_id: int, reason: str) -> str:
 
 
 def current_status(ctx: Context, document_id: int) -> str:
+    """The document's status; raises UnknownToDatabase when this database has no such document
+    (a worker on another database than the producer's must not acknowledge it as done)."""
     with session_scope(ctx.engine) as session:
         doc = session.get(Document, document_id)
-        return doc.status if doc else "missing"
+        if doc is None:
+            raise errors.UnknownToDatabase(f"document {document_id}", database_url(ctx.engine))
+        return doc.status
+
+
+def database_url(engine: Engine) -> str:
+    """The engine's URL for messages, its password masked."""
+    return engine.url.render_as_string(hide_password=True)

@@ -10,16 +10,16 @@ from typing import Any
 from sqlalchemy import select
 
 from pipeline.core.constants import DEFAULT_COMPRESS_MAX_TOKENS
-from pipeline.core.errors import PipelineError
+from pipeline.core.errors import PipelineError, UnknownToDatabase
 from pipeline.extraction import custom
-from pipeline.extraction.extract import Context, CustomResult, check_spend
+from pipeline.extraction.extract import Context, CustomResult, check_spend, database_url
 from pipeline.extraction.grounding import GroundedExtraction
 from pipeline.llm import prompts
 from pipeline.llm.client import CallRecord
 from pipeline.reporting import render
 from pipeline.storage import llm_calls, reports
 from pipeline.storage.db import session_scope
-from pipeline.storage.models import Extraction, RiskFactor, Run
+from pipeline.storage.models import Document, Extraction, RiskFactor, Run
 
 log = logging.getLogger(__name__)
 CUSTOM_FALLBACK_CHARS = 600
@@ -43,6 +43,8 @@ def compress_document(
             .where(Extraction.document_id == document_id)
         ).one_or_none()
         if row is None:
+            if session.get(Document, document_id) is None:  # another database than the producer's
+                raise UnknownToDatabase(f"document {document_id}", database_url(ctx.engine))
             return "missing"
         extraction, query, budget, schema = row
         if extraction.summary:

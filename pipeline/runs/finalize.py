@@ -8,6 +8,8 @@ from typing import Literal
 
 from sqlalchemy import Engine
 
+from pipeline.core.errors import UnknownToDatabase
+from pipeline.extraction.extract import database_url
 from pipeline.storage import run_state
 from pipeline.storage.db import session_scope
 from pipeline.storage.models import RunStatus
@@ -23,11 +25,16 @@ class FinalizeStep:
 
 
 def next_step(engine: Engine, run_id: str) -> FinalizeStep:
-    """What finalize does for the run now."""
+    """What finalize does for the run now. Raises UnknownToDatabase when this database has no
+    such run: a worker on another database than the producer's must neither report it nor
+    take its report lock."""
     with session_scope(engine) as session:
+        status = run_state.run_status(session, run_id)
+        if status is None:
+            raise UnknownToDatabase(f"run {run_id}", database_url(engine))
         if run_state.report_exists(session, run_id):
             return FinalizeStep("done")
-        if run_state.run_status(session, run_id) == RunStatus.STALLED:
+        if status == RunStatus.STALLED:
             return FinalizeStep("stalled")
         if run_state.unfinished_count(session, run_id):
             return FinalizeStep("wait")

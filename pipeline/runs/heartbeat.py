@@ -3,7 +3,7 @@ hold, and takes back the documents of owners that died.
 
 One thread per process, every third of `PIPELINE_LEASE_S`:
 - `pipeline:worker:<owner>` in Redis, expiring after one lease, says the process is alive (and
-  what it holds, for `pipeline status`);
+  what it holds, and the nightly inbox it reads there, for `pipeline status` and `pipeline beat`);
 - the leases its threads work under (`Leases.held`) are extended by one lease, and those a thread
   could not release (the database was down) are released;
 - running documents whose lease ran out, and whose owner has no live heartbeat, are taken back
@@ -37,6 +37,7 @@ from sqlalchemy import Engine
 
 from pipeline.core.errors import LeaseLost
 from pipeline.runs import deliveries
+from pipeline.runs.inbox import inbox_state
 from pipeline.storage import batches, documents, run_state
 from pipeline.storage.db import session_scope
 from pipeline.storage.leases import Leases
@@ -52,6 +53,9 @@ STALE_AFTER_S = 3600.0
 lets its leases lapse for an hour: its deployment's id changed with a Redis that lost its data)."""
 RECLAIM_DOUBLINGS_MAX = 7
 """A reclaimed document's redelivery waits at most 2**7 leases (64 minutes at the default 30 s)."""
+INBOX_CHECK_S = 60.0
+"""How often a heartbeat looks at its inbox again (a stat of the path): a mount that comes or
+goes shows within a minute, and a hung network mount does not stall every beat."""
 
 
 def worker_key(owner: str) -> str:
@@ -75,6 +79,11 @@ class LiveWorker:
     held: int
     """Documents its threads were extracting at its last beat."""
     seconds_ago: float
+    host: str = ""
+    inbox: str | None = None
+    """Its PIPELINE_INBOX (None: not set there)."""
+    inbox_state: str = "unset"
+    """Whether that host reads it: unset, missing, unreadable or readable (`inbox_state`)."""
 
 
 def live_workers(client: redis.Redis) -> list[LiveWorker]:
@@ -96,6 +105,9 @@ def live_workers(client: redis.Redis) -> list[LiveWorker]:
                 name=str(beat.get("name") or ""),
                 held=int(beat.get("held") or 0),
                 seconds_ago=max(0.0, now - float(beat.get("at") or now)),
+                host=str(beat.get("host") or ""),
+                inbox=beat.get("inbox") or None,
+                inbox_state=str(beat.get("inbox_state") or "unset"),
             )
         )
     return sorted(found, key=lambda w: w.owner)
@@ -304,8 +316,10 @@ class Heartbeat:
         name: str = "",
         poll: Callable[[str], None] | None = None,
         poll_quiet_s: float = 0.0,
+        inbox: str | None = None,
     ) -> None:
         self.engine, self.client, self.leases, self.name = engine, client, leases, name
+        self.inbox, self._inbox_state, self._inbox_checked = inbox, inbox_state(None), -INBOX_CHECK_S
         self.send, self.finish, self.poll = send, finish, poll
         self.poll_quiet_s = max(poll_quiet_s, leases.lease_s)
         self.interval_s = leases.lease_s / 3
@@ -329,7 +343,14 @@ class Heartbeat:
         """One beat: alive in Redis, leases renewed, the dead's documents taken back. Each part
         goes on when another fails (Redis or the database may be down for a while)."""
         held = self.leases.held()
-        body = {"name": self.name, "host": socket.gethostname(), "pid": os.getpid(), "held": len(held)}
+        body = {
+            "name": self.name,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "held": len(held),
+            "inbox": self.inbox,
+            "inbox_state": self._inbox_now(),
+        }
         try:
             body["at"] = time.time()
             self.client.set(worker_key(self.leases.owner), json.dumps(body), px=self.leases.lease_ms)
@@ -357,6 +378,13 @@ class Heartbeat:
                 restart_batch_polls(self.engine, self.client, self.leases, self.poll, self.poll_quiet_s)
         except Exception as exc:  # the database or Redis is down: the next beat tries again
             log.warning("heartbeat: %s: %s", type(exc).__name__, exc)
+
+    def _inbox_now(self) -> str:
+        """Whether this host reads the worker's inbox, looked at once per INBOX_CHECK_S."""
+        now = time.monotonic()
+        if now - self._inbox_checked >= INBOX_CHECK_S:
+            self._inbox_state, self._inbox_checked = inbox_state(self.inbox), now
+        return self._inbox_state
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):

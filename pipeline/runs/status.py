@@ -299,3 +299,15 @@ def worker_views(settings: Settings) -> list[dict[str, Any]] | None:
 
     found = live_workers_at(settings.redis_url) if settings.redis_url else None
     return None if found is None else [asdict(worker) for worker in found]
+
+
+def inbox_mismatch(settings: Settings, workers: list[dict[str, Any]] | None) -> str | None:
+    """One sentence when PIPELINE_INBOX is set here and some live worker does not read it (the
+    inbox each worker reads is in `worker_views`); None when they all do, or nothing compares."""
+    from pipeline.runs.heartbeat import LiveWorker
+    from pipeline.runs.inbox import check_inbox
+
+    if not settings.inbox or not workers:
+        return None
+    check = check_inbox(settings.inbox, [LiveWorker(**worker) for worker in workers])
+    return None if check.verdict == "ok" else check.message

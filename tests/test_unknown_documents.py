@@ -1,0 +1,97 @@
+"""A worker on another database than the producer's (PIPELINE_DATABASE_URL unset on its host, or
+pointing elsewhere) never acknowledges a message as done: it sends it back to the queue, saying
+why at ERROR, and takes no run's report lock. The documents stay pending in the producer's
+database for a worker that knows them."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from celery import Celery
+from sqlalchemy import delete
+
+from pipeline.core.constants import EXTRACT_QUEUE, REPORT_QUEUE
+from pipeline.core.settings import get_settings
+from pipeline.ingest.producer import prepare_run
+from pipeline.runtime.embedded import Child
+from pipeline.storage.db import get_engine, session_scope, upgrade
+from pipeline.storage.models import Document, Run
+from pipeline_dev.synth_filings import write_filings
+from tests.conftest import claimed_redis_db, running_workers
+from workers.tasks import REPORT_LOCK_PREFIX
+
+WAIT_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def elsewhere(
+    pipeline_env: dict[str, str], redis_base: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, Path]]:
+    """One real worker whose database is another (empty, migrated) one than the session's, on a
+    broker of its own; the broker's URL and the worker's log."""
+    logs = tmp_path_factory.mktemp("elsewhere")
+    other = f"sqlite:///{logs / 'other.db'}"
+    upgrade(other)
+    with claimed_redis_db(redis_base) as broker:
+        env = {**pipeline_env, "PIPELINE_REDIS_URL": broker, "PIPELINE_DATABASE_URL": other}
+        with running_workers(env, logs, count=1, concurrency=2) as (worker,):
+            yield broker, _log_of(worker)
+
+
+def _log_of(worker: Child) -> Path:
+    assert worker.log_path is not None
+    return worker.log_path
+
+
+def _until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.2)
+
+
+def test_a_document_the_workers_database_lacks_goes_back_to_the_queue_not_done(
+    pipeline_env: dict[str, str], elsewhere: tuple[str, Path], tmp_path: Path
+) -> None:
+    broker, log = elsewhere
+    write_filings(tmp_path, 1, seed=83, sizes=[21_000])
+    engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
+    plan = prepare_run(engine, get_settings(), [str(tmp_path)])  # the producer's database
+    (document_id,) = plan.document_ids
+    sender = Celery(broker=broker, backend=broker)
+    client = redis.Redis.from_url(broker)
+    try:
+        extract = sender.send_task("pipeline.extract", (document_id,), queue=EXTRACT_QUEUE)
+        finalize = sender.send_task("pipeline.finalize", (plan.run_id,), queue=REPORT_QUEUE)
+
+        def said(task_id: str, name: str, what: str) -> Callable[[], bool]:
+            def seen() -> bool:
+                text = log.read_text()
+                return f"ERROR/MainProcess] {name} " in text and what in text and f"[{task_id}] retry" in text
+
+            return seen
+
+        _until(
+            said(extract.id, "pipeline.extract", f"document {document_id} is not in the database"),
+            "the extract was not sent back with its reason",
+        )
+        _until(
+            said(finalize.id, "pipeline.finalize", f"run {plan.run_id} is not in the database"),
+            "the finalize was not sent back with its reason",
+        )
+        text = log.read_text()
+        assert "is PIPELINE_DATABASE_URL the one the producer used?" in text
+        assert f"[{extract.id}] succeeded" not in text and f"[{finalize.id}] succeeded" not in text
+        assert not client.exists(f"{REPORT_LOCK_PREFIX}{plan.run_id}")  # no report lock taken
+        with session_scope(engine) as session:
+            document = session.get(Document, document_id)
+            assert document is not None and document.status == "pending"
+    finally:
+        client.close()
+        sender.close()
+        with session_scope(engine) as session:  # its rows go with it (ON DELETE CASCADE)
+            session.execute(delete(Run).where(Run.id == plan.run_id))
