@@ -118,6 +118,15 @@ class Settings(BaseSettings):
         le=1,
         description="a run whose share of failed documents exceeds this ends failed (report still written)",
     )
+    wait_stuck_s: float = Field(
+        default=180.0,
+        gt=0,
+        description="`--wait` gives up (exit 4, the run goes on) after a stuck state held this long "
+        "without progress: no live worker, every call failing, a provider pause",
+    )
+    progress_interval_s: float = Field(
+        default=30.0, gt=0, description="off a terminal, `--wait` prints a progress line this often"
+    )
 
     # The global rate limit, shared by every worker through Redis (0: no limit of that kind).
     rate_limit_rpm: int = Field(default=0, ge=0, description="requests per minute per scope")
