@@ -168,11 +168,19 @@ def _refused(plan: SubmitPlan, paths: list[str]) -> tuple[int, str] | None:
 
 
 def follow(engine: Engine, run_id: str, check: Callable[[], str | None] | None = None) -> int:
-    """Show the run's progress until it ends (or the user stops waiting); the exit code."""
-    from pipeline.runs.progress import WaitAborted, wait_for_run
+    """Show the run's progress until it ends (or the user stops waiting); the exit code: 4 when
+    the run is stuck (its workers go on with it, and `pipeline status` follows it). `check` is
+    the embedded stack's (`pipeline run`), whose workers stop when this command ends."""
+    from pipeline.core import exits
+    from pipeline.runs.progress import WaitAborted, WaitStuck, wait_for_run
 
     try:
-        view = wait_for_run(engine, run_id, console, check=check)
+        view = wait_for_run(engine, run_id, console, get_settings(), check=check)
+    except WaitStuck as exc:
+        console.print(f"[bold red]error:[/] run {run_id} is stuck: {escape(str(exc))}")
+        goes_on = "the run goes on" if check is None else "the local workers stop with this command"
+        console.print(f"stopped waiting; {goes_on}: follow it with `pipeline status {run_id}`")
+        return exits.STUCK
     except WaitAborted as exc:
         console.print(f"[bold red]error:[/] {escape(str(exc))}")
         return 1
@@ -194,7 +202,6 @@ def follow(engine: Engine, run_id: str, check: Callable[[], str | None] | None =
 def resume(run: str, stale_after_s: float, wait: bool) -> None:
     """Finish an interrupted run: enqueue its unfinished documents again, then finalize."""
     from pipeline.cli.celery_app import enqueue_resume
-    from pipeline.runs.progress import WaitAborted, wait_for_run
     from pipeline.runs.resume import plan_resume
     from pipeline.runs.status import UnknownRun, resolve_run_id
 
@@ -215,11 +222,7 @@ def resume(run: str, stale_after_s: float, wait: bool) -> None:
     )
     if not wait:
         sys.exit(0)
-    try:
-        view = wait_for_run(engine, run_id, console)
-    except WaitAborted as exc:
-        fail(str(exc), 1)
-    sys.exit(outcome(view))
+    sys.exit(follow(engine, run_id))
 
 
 @main.command()

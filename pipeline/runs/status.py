@@ -234,6 +234,71 @@ def limits_source(rpm: int, tpm: int, learned_rpm: int, learned_tpm: int) -> str
     return "learned from headers" if learned else "none"
 
 
+@dataclass(frozen=True)
+class CallOutcomes:
+    answered: int
+    failed: int
+    """Calls that brought no usable answer (any status but ok: unavailable, refused, rate
+    limited, invalid): `--wait` shows them apart from progress."""
+    last_error: str | None
+
+
+def call_outcomes(engine: Engine, run_id: str) -> CallOutcomes:
+    """The run's LLM calls, answered and failed, counted by one query (a failure recorded between
+    two counts would look like an answer), and the newest failure's error."""
+    failing = LLMCall.status != "ok"
+    with session_scope(engine) as session:
+        total, failed = session.execute(
+            select(func.count(LLMCall.id), func.count(LLMCall.id).filter(failing)).where(
+                LLMCall.run_id == run_id
+            )
+        ).one()
+        error = (
+            session.scalar(
+                select(LLMCall.error)
+                .where(LLMCall.run_id == run_id, failing)
+                .order_by(LLMCall.id.desc())
+                .limit(1)
+            )
+            if failed
+            else None
+        )
+    return CallOutcomes(int(total) - int(failed), int(failed), error)
+
+
+def _called_models(settings: Settings) -> list[str]:
+    """Every model these settings may call: the extract models, the synthesis model, the fallback."""
+    models = dict.fromkeys(
+        [name for name, _ in settings.extract_models()]
+        + [settings.llm_model, settings.llm_fallback_model or ""]
+    )
+    return [model for model in models if model]
+
+
+def longest_pause_s(settings: Settings) -> float | None:
+    """The longest shared pause (after a provider's 429) in force over the scopes these settings
+    call, 0 for none; None when there is no Redis to ask or it does not answer."""
+    import redis
+
+    from pipeline.llm.ratelimit import RedisLimiter, Scope
+
+    if not settings.redis_url or not settings.llm_base_url:
+        return None
+    limiter = RedisLimiter.from_settings(settings, pool_size=1)
+    if limiter is None:
+        return None
+    try:
+        return max(
+            limiter.paused_for_s(Scope(settings.llm_base_url, model, slot))
+            for model in _called_models(settings)
+            for slot in range(len(settings.api_keys()))
+        )
+    except redis.RedisError:
+        return None
+    finally:
+        limiter.client.close()
+
+
 def limiter_views(settings: Settings) -> list[dict[str, Any]]:
     """The global limiter's state for every scope these settings call: configured and
     effective rates, use of the current window, calls in flight, any shared pause."""
@@ -243,14 +308,10 @@ def limiter_views(settings: Settings) -> list[dict[str, Any]]:
     limiter = RedisLimiter.from_settings(settings, pool_size=1)
     if limiter is None or not settings.llm_base_url:
         return []
-    models = dict.fromkeys(
-        [name for name, _ in settings.extract_models()]
-        + [settings.llm_model, settings.llm_fallback_model or ""]
-    )
     views = []
     modes = ModeStore(settings.llm_structured_output, limiter.client)
     try:
-        for model in filter(None, models):
+        for model in _called_models(settings):
             if not modes.auto:
                 structured_output = f"{modes.configured} (configured)"
             elif found := modes.found(settings.llm_base_url, model):
