@@ -198,6 +198,8 @@ class Figures:
 
     @property
     def phase(self) -> str:
+        if self.view.status in FINAL_RUN_STATUSES:
+            return self.view.status
         return "reporting" if self.view.documents_done == self.view.documents_total else "extracting"
 
     def counts(self) -> str:
