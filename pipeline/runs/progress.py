@@ -236,7 +236,8 @@ class _Probe:
         if self.asked_at is None or now - self.asked_at >= self.every_s:
             workers = worker_views(self.settings)
             self.live = None if workers is None else len(workers)
-            self.paused = longest_pause_s(self.settings)
+            # A Redis that did not answer for the heartbeats is not asked again for the pauses.
+            self.paused = None if workers is None else longest_pause_s(self.settings)
             self.asked_at = now
         calls = call_outcomes(self.engine, self.run_id)
         snap = Snapshot(
