@@ -164,7 +164,7 @@ def judge(track: Track, now: float, bound_s: float) -> Stuck | None:
         error = f" (last: {snap.last_error[:ERROR_CHARS]})" if snap.last_error else ""
         message = (
             f"every call failing: {failed} LLM calls failed and none answered for {span(for_s)}"
-            f"{error}; check the endpoint and key with `pipeline doctor`"
+            f"{error}; check the endpoint (PIPELINE_LLM_BASE_URL) and key with `pipeline doctor`"
         )
         return Stuck(CALLS_FAILING, message, for_s, for_s >= bound_s)
     return None
