@@ -28,6 +28,20 @@ def open_engine(settings: Settings) -> Engine:
     return ensure_schema(settings.resolved_database_url)
 
 
+def ping_broker(settings: Settings) -> None:
+    """Raise redis' ConnectionError (which `explain` turns into a sentence, exit 3) unless the
+    broker answers within seconds: nothing is stored for a run its broker cannot take."""
+    import redis
+
+    if not settings.redis_url:
+        return
+    client = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=3, socket_timeout=3)
+    try:
+        client.ping()
+    finally:
+        client.close()
+
+
 def broker_settings(hint: str = "") -> Settings:
     """The settings, for a command that needs the broker: exits 2 when none is configured."""
     settings = get_settings()
@@ -41,10 +55,35 @@ def fail(message: str, code: int = 2) -> NoReturn:
     sys.exit(code)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class PipelineGroup(click.Group):
+    """The `pipeline` group: a command that fails on something outside it (a server down, a
+    path that cannot be written) ends with one sentence and an exit code, not a traceback."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except Exception as exc:
+            if ctx.meta.get("pipeline.debug"):
+                raise
+            from pipeline.cli.explain import explain
+
+            try:
+                settings: Settings | None = get_settings()
+            except ValidationError:
+                settings = None
+            said = explain(exc, settings)
+            fail(said.message, said.code)
+
+
+@click.group(cls=PipelineGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__)
-def main() -> None:
+@click.option("--debug", is_flag=True, help="Show the traceback of an error instead of its sentence.")
+@click.pass_context
+def main(ctx: click.Context, debug: bool) -> None:
     """Batch LLM extraction over filings: submit, work, report."""
+    ctx.meta["pipeline.debug"] = debug
     try:
         get_settings()
     except ValidationError as exc:
@@ -55,7 +94,8 @@ def main() -> None:
 
 def _setting_problem(loc: tuple[int | str, ...], message: str) -> str:
     message = message.removeprefix("Value error, ")
-    name = f"PIPELINE_{'_'.join(map(str, loc)).upper()}"
+    name = "_".join(map(str, loc)).upper()
+    name = name if name.startswith(("PIPELINE_", "OPENAI_")) else f"PIPELINE_{name}"  # an alias
     return message if message.startswith(name) else f"{name}: {message}"
 
 

@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from pipeline.cli.base import console, cost_text, fail, main, open_engine
-from pipeline.core.settings import get_settings
+from pipeline.core.settings import Settings, get_settings
 
 STATUS_GROUNDING_ROWS = 20
 
@@ -41,8 +41,9 @@ def status(run: str | None, as_json: bool) -> None:
         view = run_status(engine, resolve_run_id(engine, run))
     except UnknownRun as exc:
         fail(str(exc))
-    limiter = limiter_views(settings)
     workers = worker_views(settings)
+    broker_down = bool(settings.redis_url) and workers is None
+    limiter = None if broker_down else limiter_views(settings)  # the rest is in the database
     inbox_warning = inbox_mismatch(settings, workers)
     grounding = document_grounding(engine, view.run_id)
     if as_json:
@@ -53,6 +54,7 @@ def status(run: str | None, as_json: bool) -> None:
             "limiter": limiter,
             "workers": workers,
             "inbox_warning": inbox_warning,
+            "broker_problem": broker_problem(settings) if broker_down else None,
         }
         click.echo(json.dumps(found, indent=2))
         return
@@ -81,6 +83,8 @@ def status(run: str | None, as_json: bool) -> None:
         table.add_row(
             "live workers", f"{len(workers)}: {escape(names)}" if workers else "none (no heartbeat)"
         )
+    if broker_down:
+        table.add_row("broker", f"[yellow]{escape(broker_problem(settings))}[/]")
     if inbox_warning:
         table.add_row("nightly inbox", f"[yellow]{escape(inbox_warning)}[/]")
     out.print(table)
@@ -131,6 +135,15 @@ def status(run: str | None, as_json: bool) -> None:
         out.print(limits)
 
 
+def broker_problem(settings: Settings) -> str:
+    from pipeline.cli.explain import redis_label
+
+    return (
+        f"{redis_label(settings.redis_url)} did not answer (PIPELINE_REDIS_URL): live workers and the "
+        "global limiter are not shown; the rest comes from the database"
+    )
+
+
 @main.command()
 @click.option("--limit", default=20, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
@@ -171,6 +184,8 @@ def report(run: str | None, fmt: str, output: Path | None) -> None:
     from pipeline.storage.db import session_scope
     from pipeline.storage.models import Report
 
+    if output and not output.parent.is_dir():  # before any work: the user named a place that is not there
+        fail(f"--output {output}: the directory {output.parent} does not exist; create it first")
     settings = get_settings()
     engine = open_engine(settings)
     try:
@@ -192,7 +207,10 @@ def report(run: str | None, fmt: str, output: Path | None) -> None:
                 fail(f"run {run_id} has no report yet (see `pipeline status {run_id}`)")
             text = row.markdown if fmt == "md" else json.dumps(row.json, indent=2)
     if output:
-        output.write_text(text, encoding="utf-8")
+        try:
+            output.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            fail(f"--output {output}: {exc.strerror or exc}")
         console.print(f"wrote {output}")
     else:
         click.echo(text)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 from rich.markup import escape
 
-from pipeline.cli.base import broker_settings, console, fail, main, open_engine, outcome
+from pipeline.cli.base import broker_settings, console, fail, main, open_engine, outcome, ping_broker
 from pipeline.core.settings import Settings, get_settings
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -100,6 +100,7 @@ def submit_and_wait(
 
     if schema:
         _check_schema(schema)
+    ping_broker(settings)  # a run is created only once its broker answered
     connect_in_background()
     engine = open_engine(settings)
     plan = prepare_run(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -287,7 +288,28 @@ class Settings(BaseSettings):
             return None
         for prefix in ("postgres://", "postgresql://"):
             if value.startswith(prefix):
-                return "postgresql+psycopg://" + value[len(prefix) :]
+                value = "postgresql+psycopg://" + value[len(prefix) :]
+        _check_database_url(value)
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, value: str | None) -> str | None:
+        if value is not None and urlsplit(value).scheme not in REDIS_SCHEMES:
+            raise ValueError(
+                "PIPELINE_REDIS_URL is not a Redis URL: write it as redis://[:password@]host:6379/0 "
+                "(rediss:// for TLS, unix:///path/to/socket)"
+            )
+        return value
+
+    @field_validator("llm_base_url")
+    @classmethod
+    def _http_endpoint(cls, value: str | None) -> str | None:
+        if value is not None and urlsplit(value).scheme not in ("http", "https"):
+            raise ValueError(
+                "PIPELINE_LLM_BASE_URL is not an HTTP URL: write it as https://host/v1 "
+                "(the OpenAI-compatible API's base, e.g. https://api.openai.com/v1)"
+            )
         return value
 
     def chunk_budget_tokens(self) -> int:
@@ -344,6 +366,28 @@ def parse_models(text: str) -> list[tuple[str, float]]:
     if not pairs or sum(w for _, w in pairs) <= 0:
         raise ValueError("PIPELINE_LLM_MODELS: no model with a positive weight")
     return pairs
+
+
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+
+
+def _check_database_url(value: str) -> None:
+    """Raise ValueError (without echoing the URL: it may hold a password) unless SQLAlchemy can
+    parse `value` and has its dialect."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    how = "write it as postgresql+psycopg://user:password@host:5432/name or sqlite:///path/to/file.db"
+    try:
+        url = make_url(value)
+    except ArgumentError:
+        raise ValueError(f"PIPELINE_DATABASE_URL is not a database URL: {how}") from None
+    try:
+        url.get_dialect()
+    except NoSuchModuleError:
+        raise ValueError(
+            f"PIPELINE_DATABASE_URL names a database SQLAlchemy does not know ({url.drivername}): {how}"
+        ) from None
 
 
 @lru_cache(maxsize=1)

@@ -1,0 +1,117 @@
+"""An operator's ordinary mistakes, as the CLI answers them: one sentence naming the setting or
+the server and the fix, an exit code from the documented table, no traceback (unless
+`--debug`), and nothing stored for a run its broker cannot take."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from pipeline.core import exits
+from pipeline.runtime.embedded import free_port
+from pipeline.storage.db import get_engine, session_scope
+from pipeline.storage.models import Run
+from pipeline_dev.synth_filings import write_filings
+from tests.conftest import run_cli
+
+
+def _said(result: subprocess.CompletedProcess[str], code: int, *parts: str) -> None:
+    """`result` exited `code` with one error line holding `parts`, and no traceback."""
+    assert result.returncode == code, (result.returncode, result.stderr)
+    assert "Traceback" not in result.stderr, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, result.stderr
+    for part in parts:
+        assert part in errors[0], errors[0]
+
+
+@pytest.fixture(scope="module")
+def closed_port() -> int:
+    return free_port()  # nothing listens there
+
+
+def test_a_database_that_does_not_answer_is_named_with_exit_3(
+    pipeline_env: dict[str, str], closed_port: int
+) -> None:
+    url = f"postgresql+psycopg://postgres:s3cret-pw@127.0.0.1:{closed_port}/test"
+    result = run_cli("status", env={"PIPELINE_DATABASE_URL": url})
+    _said(
+        result,
+        exits.UNREACHABLE,
+        f"the database 127.0.0.1:{closed_port}/test did not answer",
+        "PIPELINE_DATABASE_URL",
+    )
+    assert "s3cret-pw" not in result.stderr
+
+
+def test_debug_shows_the_traceback_instead(pipeline_env: dict[str, str], closed_port: int) -> None:
+    url = f"postgresql+psycopg://postgres@127.0.0.1:{closed_port}/test"
+    result = run_cli("--debug", "status", env={"PIPELINE_DATABASE_URL": url})
+    assert result.returncode != 0 and "Traceback" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "said"),
+    [
+        ("PIPELINE_DATABASE_URL", "notaurl", "PIPELINE_DATABASE_URL is not a database URL"),
+        ("PIPELINE_REDIS_URL", "http://127.0.0.1:6379", "PIPELINE_REDIS_URL is not a Redis URL"),
+        ("PIPELINE_LLM_BASE_URL", "api.openai.com/v1", "PIPELINE_LLM_BASE_URL is not an HTTP URL"),
+    ],
+)
+def test_a_url_that_cannot_work_is_a_bad_setting(
+    pipeline_env: dict[str, str], setting: str, value: str, said: str
+) -> None:
+    _said(run_cli("runs", env={setting: value}), exits.USAGE, "bad setting: ", said)
+
+
+def test_submit_with_the_broker_down_stores_no_run(
+    pipeline_env: dict[str, str], closed_port: int, tmp_path: Path
+) -> None:
+    write_filings(tmp_path, 1, seed=91, sizes=[21_000])
+    engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
+    with session_scope(engine) as session:
+        before = session.scalar(select(func.count()).select_from(Run))
+    result = run_cli(
+        "submit",
+        str(tmp_path),
+        env={"PIPELINE_REDIS_URL": f"redis://127.0.0.1:{closed_port}/0"},
+        timeout_s=60,
+    )
+    _said(
+        result,
+        exits.UNREACHABLE,
+        f"the broker (Redis) at 127.0.0.1:{closed_port}/0 did not answer",
+        "PIPELINE_REDIS_URL",
+    )
+    assert result.stdout == ""  # no run id for `RUN=$(pipeline submit …)`
+    with session_scope(engine) as session:
+        assert session.scalar(select(func.count()).select_from(Run)) == before
+
+
+def test_status_with_the_broker_down_shows_what_the_database_holds(
+    pipeline_env: dict[str, str], closed_port: int, tmp_path: Path
+) -> None:
+    from pipeline.core.settings import get_settings
+    from pipeline.ingest.producer import prepare_run
+
+    write_filings(tmp_path, 1, seed=92, sizes=[21_000])
+    plan = prepare_run(get_engine(pipeline_env["PIPELINE_DATABASE_URL"]), get_settings(), [str(tmp_path)])
+    down = {"PIPELINE_REDIS_URL": f"redis://127.0.0.1:{closed_port}/0"}
+    shown = run_cli("status", plan.run_id, "--json", env=down, timeout_s=60)
+    assert shown.returncode == 0, shown.stderr
+    found = json.loads(shown.stdout)
+    assert found["documents_total"] == 1 and found["limiter"] is None
+    assert found["broker_problem"].startswith(
+        f"127.0.0.1:{closed_port}/0 did not answer (PIPELINE_REDIS_URL)"
+    )
+    text = run_cli("status", plan.run_id, env=down, timeout_s=60)
+    assert text.returncode == 0 and "did not answer" in text.stdout, text.stderr
+
+
+def test_a_report_into_a_missing_directory_names_it(pipeline_env: dict[str, str], tmp_path: Path) -> None:
+    target = tmp_path / "missing-dir" / "x.md"
+    _said(run_cli("report", "-o", str(target)), exits.USAGE, f"the directory {target.parent} does not exist")
