@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from sqlalchemy import delete, func, select
 
 from pipeline.core import exits
-from pipeline.runtime.embedded import free_port
+from pipeline.runtime.embedded import child_env, free_port
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Run
 from pipeline_dev.synth_filings import write_filings
@@ -119,3 +120,29 @@ def test_status_with_the_broker_down_shows_what_the_database_holds(
 def test_a_report_into_a_missing_directory_names_it(pipeline_env: dict[str, str], tmp_path: Path) -> None:
     target = tmp_path / "missing-dir" / "x.md"
     _said(run_cli("report", "-o", str(target)), exits.USAGE, f"the directory {target.parent} does not exist")
+
+
+def test_a_deployment_process_refuses_to_start_without_a_database_url(
+    pipeline_env: dict[str, str], tmp_path: Path
+) -> None:
+    env = {k: v for k, v in pipeline_env.items() if k != "PIPELINE_DATABASE_URL"}
+    for command in (["worker"], ["submit", str(tmp_path)], ["resume", "x"]):
+        result = run_cli(*command, env={**env, "PIPELINE_DATABASE_URL": ""}, cwd=tmp_path)
+        _said(result, exits.USAGE, f"PIPELINE_DATABASE_URL is not set: `pipeline {command[0]}` must name")
+
+
+def test_each_process_names_what_it_talks_to_and_where_that_came_from(
+    pipeline_env: dict[str, str], tmp_path: Path
+) -> None:
+    (tmp_path / ".env").write_text("PIPELINE_LLM_BASE_URL=http://127.0.0.1:9/v1\n")
+    env = child_env(pipeline_env)
+    for name in ("PIPELINE_LLM_BASE_URL", "OPENAI_BASE_URL"):
+        env.pop(name, None)  # the endpoint comes from .env alone
+    result = subprocess.run(
+        [sys.executable, "-m", "pipeline", "watchdog"], env=env, cwd=tmp_path, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    host = pipeline_env["PIPELINE_REDIS_URL"].removeprefix("redis://")
+    line = result.stderr.splitlines()[0]
+    assert line.startswith("pipeline watchdog: endpoint 127.0.0.1:9 (.env), database "), line
+    assert line.endswith(f"(environment), broker {host} (environment)"), line

@@ -6,10 +6,14 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from html import escape
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,3 +52,81 @@ def test_pipeline_run_on_the_examples_with_embedded_parts(tmp_path: Path) -> Non
     if shutil.which("pgrep"):
         leftover = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
         assert leftover.stdout.strip() == ""
+
+
+def _quick_start_env(**extra: str) -> dict[str, str]:
+    """The environment of a fresh shell: no PIPELINE_* or OPENAI_* setting."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIPELINE_", "OPENAI_"))}
+    return {**env, **extra}
+
+
+def test_a_compose_env_file_does_not_turn_the_quick_start_into_a_paid_run(tmp_path: Path) -> None:
+    shutil.copy(ROOT / ".env.example", tmp_path / ".env")  # `cp .env.example .env`, as for compose
+    result = subprocess.run(
+        [sys.executable, "-m", "pipeline", "run", str(ROOT / "examples" / "filings")],
+        cwd=tmp_path,
+        env=_quick_start_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stderr
+    assert (
+        "pipeline run would send the filings to api.openai.com (PIPELINE_LLM_BASE_URL from .env), "
+        "a real provider that may charge for them: pass --yes to go ahead"
+    ) in result.stderr
+    assert result.stdout == "" and not (tmp_path / ".pipeline").exists()  # nothing started
+
+
+def test_sigterm_ends_what_pipeline_run_started_and_marks_its_run(tmp_path: Path) -> None:
+    import psutil
+    from sqlalchemy import create_engine, text
+
+    from tests.conftest import running_simulator
+
+    err = tmp_path / "stderr.txt"
+    with running_simulator(tmp_path, "--p50", "5", "--p95", "6") as slow:  # the run is still going
+        with err.open("w") as stderr:
+            command = subprocess.Popen(
+                [sys.executable, "-m", "pipeline", "run", str(ROOT / "examples" / "filings")],
+                cwd=tmp_path,
+                env=_quick_start_env(PIPELINE_LLM_BASE_URL=slow),
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+            )
+            try:
+                _until(lambda: "submitted" in err.read_text() or command.poll() is not None)
+                started = psutil.Process(command.pid).children(recursive=True)
+                assert len(started) >= 3, err.read_text()  # redis-server and two workers
+                command.send_signal(signal.SIGTERM)
+                command.wait(timeout=120)
+            finally:
+                if command.poll() is None:
+                    command.kill()
+    said = err.read_text()
+    assert command.returncode == 130, said
+    assert "cancelled: pipeline run was stopped by SIGTERM with " in said, said
+    for child in started:  # each was stopped and waited for: none runs on
+        assert _gone(child), (child, said)
+    engine = create_engine(f"sqlite:///{tmp_path / '.pipeline' / 'pipeline.db'}")
+    with engine.connect() as conn:
+        status, error = conn.execute(text("select status, error from runs")).one()
+    engine.dispose()
+    assert status == "cancelled" and "stopped by SIGTERM" in error, said
+
+
+def _gone(process: Any) -> bool:
+    import psutil
+
+    try:
+        return bool(process.status() == psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _until(condition: Callable[[], bool], timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)

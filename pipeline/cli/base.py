@@ -3,8 +3,12 @@ and how a followed run's outcome is printed."""
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
+from urllib.parse import urlsplit
 
 import click
 from pydantic import ValidationError
@@ -12,6 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from pipeline import __version__
+from pipeline.core import exits
 from pipeline.core.settings import Settings, get_settings
 
 if TYPE_CHECKING:
@@ -50,9 +55,88 @@ def broker_settings(hint: str = "") -> Settings:
     return settings
 
 
+def deployment_settings(command: str) -> Settings:
+    """The settings, for a process of a deployment (worker, submit, …): exits 2 unless the broker
+    and the database are named. Without PIPELINE_DATABASE_URL each host would fall back to a
+    SQLite file of its own, and a worker would never see the producer's documents. Prints the
+    process's one line naming what it talks to."""
+    settings = broker_settings(", or use `pipeline run` for the embedded all-in-one")
+    if not settings.database_url:
+        fail(
+            f"PIPELINE_DATABASE_URL is not set: `pipeline {command}` must name the database every "
+            "process of the deployment shares (postgresql+psycopg://user:password@host:5432/name); "
+            "only `pipeline run` uses a local SQLite file"
+        )
+    announce(command, settings)
+    return settings
+
+
+def announce(command: str, settings: Settings, *, broker_only: bool = False) -> None:
+    """One line on stderr: the endpoint (host only), database and broker this process uses (the
+    broker alone for beat and Flower, which talk to nothing else), and where each setting came
+    from (environment, .env, default)."""
+    parts = talks_to(settings)
+    console.print(
+        f"pipeline {command}: {escape(parts[-1] if broker_only else ', '.join(parts))}", highlight=False
+    )
+
+
+def talks_to(settings: Settings) -> list[str]:
+    """What `settings` point at: endpoint, database, broker, each with its setting's source."""
+    from pipeline.cli.explain import redis_label
+    from pipeline.core.errors import database_label
+
+    endpoint = (
+        urlsplit(settings.llm_base_url).netloc.rpartition("@")[2]
+        if settings.llm_base_url
+        else "the simulator"
+    )
+    return [
+        f"endpoint {endpoint} ({setting_source('PIPELINE_LLM_BASE_URL', 'OPENAI_BASE_URL')})",
+        f"database {database_label(settings.resolved_database_url)} ({setting_source('PIPELINE_DATABASE_URL')})",
+        f"broker {redis_label(settings.redis_url)} ({setting_source('PIPELINE_REDIS_URL')})",
+    ]
+
+
+def setting_source(*names: str) -> str:
+    """Where the first of `names` that is set comes from: "environment", ".env" or "default"
+    (the order pydantic-settings reads them in; names are case-insensitive, as it reads them)."""
+    wanted = {name.upper() for name in names}
+    if any(key.upper() in wanted for key in os.environ):  # even blank: it overrides .env
+        return "environment"
+    env_file = Path(".env")
+    if env_file.is_file():
+        from dotenv import dotenv_values
+
+        if any(
+            key.upper() in wanted and (value or "").strip() for key, value in dotenv_values(env_file).items()
+        ):
+            return ".env"
+    return "default"
+
+
 def fail(message: str, code: int = 2) -> NoReturn:
     console.print(f"[bold red]error:[/] {escape(message)}")
     sys.exit(code)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread as Ctrl-C is, so that a command ends what it started
+    (its `with` blocks) on the way out."""
+
+
+def stop_on_sigterm() -> None:
+    """Turn SIGTERM into `Terminated` for this command (`pipeline run`, `submit --wait`)."""
+
+    def terminated(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the way out is under way
+        raise Terminated
+
+    signal.signal(signal.SIGTERM, terminated)
+
+
+def stopped_by(exc: KeyboardInterrupt) -> str:
+    return "SIGTERM" if isinstance(exc, Terminated) else "Ctrl-C (SIGINT)"
 
 
 class PipelineGroup(click.Group):
@@ -64,6 +148,8 @@ class PipelineGroup(click.Group):
             return super().invoke(ctx)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
+        except KeyboardInterrupt as exc:
+            fail(f"stopped by {stopped_by(exc)}", exits.INTERRUPTED)
         except Exception as exc:
             if ctx.meta.get("pipeline.debug"):
                 raise

@@ -14,7 +14,15 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from pipeline.cli.base import broker_settings, console, fail, main, open_engine
+from pipeline.cli.base import (
+    announce,
+    broker_settings,
+    console,
+    deployment_settings,
+    fail,
+    main,
+    open_engine,
+)
 from pipeline.core.settings import get_settings
 
 
@@ -54,7 +62,7 @@ def worker(
     if task_events:
         os.environ["PIPELINE_TASK_EVENTS"] = "true"
         get_settings.cache_clear()
-    settings = broker_settings()
+    settings = deployment_settings("worker")
     if not settings.llm_base_url:
         fail("PIPELINE_LLM_BASE_URL (or OPENAI_BASE_URL) is not set: point it at the LLM endpoint")
     n = concurrency or settings.worker_concurrency
@@ -92,6 +100,7 @@ def beat(loglevel: str) -> None:
     set (run exactly one beat per deployment). Refuses to start (exit 2) when live workers
     publish their inbox and none of them reads this one."""
     settings = broker_settings()
+    announce("beat", settings, broker_only=True)
     if settings.inbox:
         from pipeline.runs.heartbeat import live_workers_at
         from pipeline.runs.inbox import check_inbox
@@ -113,7 +122,7 @@ def watchdog() -> None:
     PIPELINE_WATCHDOG_IDLE_S, mark stalled those that resuming did not help."""
     from pipeline.cli.celery_app import resume_idle_runs
 
-    settings = broker_settings()
+    settings = deployment_settings("watchdog")
     verdicts = resume_idle_runs(open_engine(settings), settings)
     for verdict in verdicts:
         console.print(f"run {verdict.run_id}: idle {verdict.idle_s:.0f} s, {verdict.action}")
@@ -138,6 +147,7 @@ def flower(address: str | None, port: int | None, unauthenticated: bool) -> None
     from pipeline.runs.monitoring import BASIC_AUTH_ENV, METRICS_PATH, basic_auth, flower_argv
 
     settings = broker_settings()
+    announce("flower", settings, broker_only=True)
     try:
         credentials = basic_auth(settings, unauthenticated=unauthenticated)
     except ConfigError as exc:

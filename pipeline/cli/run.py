@@ -6,11 +6,23 @@ import json
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlsplit
 
 import click
 from rich.markup import escape
 
-from pipeline.cli.base import broker_settings, console, fail, main, open_engine, outcome, ping_broker
+from pipeline.cli.base import (
+    console,
+    deployment_settings,
+    fail,
+    main,
+    open_engine,
+    outcome,
+    ping_broker,
+    stop_on_sigterm,
+    stopped_by,
+)
+from pipeline.core import exits
 from pipeline.core.settings import Settings, get_settings
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -65,9 +77,9 @@ def submit(
     deadline: str | None,
 ) -> None:
     """Submit files (paths, globs, directories) as one run; prints the run id."""
-    settings = with_mode(
-        broker_settings(", or use `pipeline run` for the embedded all-in-one"), mode, deadline
-    )
+    settings = with_mode(deployment_settings("submit"), mode, deadline)
+    if wait:
+        stop_on_sigterm()
     code, _ = submit_and_wait(
         settings,
         list(paths),
@@ -172,7 +184,6 @@ def follow(engine: Engine, run_id: str, check: Callable[[], str | None] | None =
     """Show the run's progress until it ends (or the user stops waiting); the exit code: 4 when
     the run is stuck (its workers go on with it, and `pipeline status` follows it). `check` is
     the embedded stack's (`pipeline run`), whose workers stop when this command ends."""
-    from pipeline.core import exits
     from pipeline.runs.progress import WaitAborted, WaitStuck, wait_for_run
 
     try:
@@ -185,9 +196,11 @@ def follow(engine: Engine, run_id: str, check: Callable[[], str | None] | None =
     except WaitAborted as exc:
         console.print(f"[bold red]error:[/] {escape(str(exc))}")
         return 1
-    except KeyboardInterrupt:
-        console.print(f"stopped waiting; the run goes on: pipeline status {run_id}")
-        return 130
+    except KeyboardInterrupt as exc:
+        if check is not None:  # `pipeline run`: its workers stop with it, and it marks the run
+            raise RunInterrupted(run_id, stopped_by(exc)) from None
+        console.print(f"stopped waiting ({stopped_by(exc)}); the run goes on: pipeline status {run_id}")
+        return exits.INTERRUPTED
     return outcome(view)
 
 
@@ -206,7 +219,7 @@ def resume(run: str, stale_after_s: float, wait: bool) -> None:
     from pipeline.runs.resume import plan_resume
     from pipeline.runs.status import UnknownRun, resolve_run_id
 
-    settings = broker_settings()
+    settings = deployment_settings("resume")
     engine = open_engine(settings)
     try:
         run_id = resolve_run_id(engine, run)
@@ -238,6 +251,11 @@ def resume(run: str, stale_after_s: float, wait: bool) -> None:
     metavar="MODULE:MODEL",
     help="Extract with this pydantic model instead of the 10-K schema.",
 )
+@click.option(
+    "--yes",
+    is_flag=True,
+    help="Go ahead when the configured LLM endpoint is not on this machine (it may cost money).",
+)
 @_mode_options
 def run(
     paths: tuple[str, ...],
@@ -246,6 +264,7 @@ def run(
     worker_count: int,
     fresh: bool,
     schema: str | None,
+    yes: bool,
     mode: str | None,
     deadline: str | None,
 ) -> None:
@@ -253,20 +272,87 @@ def run(
     from pipeline.runtime.local import local_stack
 
     settings = with_mode(get_settings(), mode, deadline)  # a bad deadline fails before anything starts
-    with local_stack(settings, worker_count, console) as parts:
-        code, run_id = submit_and_wait(
-            with_mode(parts.settings, mode, deadline),
-            list(paths),
-            query=query,
-            name=name,
-            wait=True,
-            fresh=fresh,
-            schema=schema,
-            simulated=parts.simulated,
-            check=parts.stack.problem,
-        )
-        _write_report_files(parts.settings, run_id)
+    if settings.llm_base_url:
+        _check_endpoint(settings, yes)
+    stop_on_sigterm()
+    try:
+        with local_stack(settings, worker_count, console) as parts:
+            code, run_id = submit_and_wait(
+                with_mode(parts.settings, mode, deadline),
+                list(paths),
+                query=query,
+                name=name,
+                wait=True,
+                fresh=fresh,
+                schema=schema,
+                simulated=parts.simulated,
+                check=parts.stack.problem,
+            )
+            _write_report_files(parts.settings, run_id)
+    except RunInterrupted as stop:  # the parts are stopped: the run is marked in the database
+        _cancel(settings, stop.run_id, stop.how)
+        sys.exit(exits.INTERRUPTED)
+    except KeyboardInterrupt as exc:  # while the parts started or the files were stored
+        fail(f"stopped by {stopped_by(exc)}; the local workers and Redis are stopped", exits.INTERRUPTED)
     sys.exit(code)
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """`pipeline run` was stopped while it followed its run."""
+
+    def __init__(self, run_id: str, how: str) -> None:
+        super().__init__(run_id, how)
+        self.run_id, self.how = run_id, how
+
+
+def _check_endpoint(settings: Settings, yes: bool) -> None:
+    """Name the endpoint `pipeline run` will use; without `--yes`, exit 2 before anything starts
+    when it is not on this machine: a `.env` written for compose must not turn the quick start
+    into a paid run without a word."""
+    from pipeline.cli.base import setting_source
+
+    host = urlsplit(settings.llm_base_url or "").hostname or ""
+    source = setting_source("PIPELINE_LLM_BASE_URL", "OPENAI_BASE_URL")
+    where = f"{host} (PIPELINE_LLM_BASE_URL from {source})"
+    if _on_this_machine(host):
+        console.print(f"LLM endpoint: {escape(where)}")
+        return
+    if not yes:
+        fail(
+            f"pipeline run would send the filings to {where}, a real provider that may charge for "
+            "them: pass --yes to go ahead, or run `PIPELINE_LLM_BASE_URL= pipeline run …` for the built-in simulator"
+        )
+    console.print(f"[bold]LLM endpoint: {escape(where)}[/] (--yes given)")
+
+
+def _on_this_machine(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _cancel(settings: Settings, run_id: str, how: str) -> None:
+    """Mark the run `pipeline run` was following as cancelled, its workers being stopped."""
+    from pipeline.runs.status import run_status
+    from pipeline.storage import run_state
+    from pipeline.storage.db import session_scope
+    from pipeline.storage.models import RunStatus
+
+    engine = open_engine(settings)
+    view = run_status(engine, run_id)
+    done = view.documents.get("extracted", 0)
+    reason = (
+        f"pipeline run was stopped by {how} with {done} of {view.documents_total} documents extracted; "
+        "run the same command again: what was extracted is reused"
+    )
+    with session_scope(engine) as session:
+        run_state.set_run_status(session, run_id, RunStatus.CANCELLED, error=reason)
+    console.print(f"[bold red]run {run_id} cancelled:[/] {escape(reason)}")
 
 
 def _write_report_files(settings: Settings, run_id: str) -> None:

@@ -32,7 +32,7 @@ from pipeline.runs.status import (
 )
 from pipeline.storage.models import RunStatus
 
-FINAL_RUN_STATUSES = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.STALLED)
+FINAL_RUN_STATUSES = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.STALLED, RunStatus.CANCELLED)
 POLL_S = 0.5
 REPORTING_POLL_S = 0.1
 """Once every document is final, the report is seconds away: the end is seen sooner."""

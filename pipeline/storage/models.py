@@ -47,6 +47,9 @@ class RunStatus(enum.StrEnum):
     FAILED = "failed"
     STALLED = "stalled"
     """No progress, and resuming did not help: an operator has to look (`pipeline resume`)."""
+    CANCELLED = "cancelled"
+    """Stopped on purpose before its report (`pipeline run` ended by SIGTERM or Ctrl-C); the
+    error says why and what was done."""
 
 
 class DocStatus(enum.StrEnum):

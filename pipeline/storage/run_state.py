@@ -23,7 +23,7 @@ def set_run_status(session: Session, run_id: str, status: RunStatus, error: str 
     values: dict[str, Any] = {"status": status}
     if status == RunStatus.RUNNING:
         values["started_at"] = utcnow()
-    if status in (RunStatus.COMPLETED, RunStatus.FAILED):
+    if status in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED):
         values["finished_at"] = utcnow()
     if error is not None:
         values["error"] = error
