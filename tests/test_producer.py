@@ -65,19 +65,21 @@ def test_bad_inputs_are_recorded_with_their_reasons(pipeline_env: dict[str, str]
     assert sorted(plan.document_ids) == sorted(docs[n].id for n in usable)
 
 
-def test_a_submit_with_no_usable_document_exits_non_zero(
+def test_a_submit_with_no_usable_document_exits_2_and_leaves_no_run(
     pipeline_env: dict[str, str], tmp_path: Path
 ) -> None:
     (tmp_path / "empty.txt").write_text("")
-    result = run_cli("submit", str(tmp_path / "empty.txt"), str(tmp_path / "absent.txt"), env=pipeline_env)
-    assert result.returncode == 1
-    assert "empty.txt: empty or whitespace-only file" in result.stderr
-    assert "absent.txt: no such file" in result.stderr
-    run_id = result.stdout.strip()
     engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
     with session_scope(engine) as session:
-        run = session.get(Run, run_id)
-        assert run is not None and run.status == "failed" and run.error == "no usable document"
+        before = session.scalar(select(func.count()).select_from(Run))
+    result = run_cli("submit", str(tmp_path / "empty.txt"), str(tmp_path / "absent.txt"), env=pipeline_env)
+    assert result.returncode == 2
+    assert "empty.txt: empty or whitespace-only file" in result.stderr
+    assert "absent.txt: no such file" in result.stderr
+    assert "no usable document in " in result.stderr and "no run was started" in result.stderr
+    assert result.stdout == ""  # `RUN=$(pipeline submit …)` gets no id
+    with session_scope(engine) as session:  # and no failed run is left behind
+        assert session.scalar(select(func.count()).select_from(Run)) == before
 
 
 def test_submit_without_a_broker_says_what_to_set(tmp_path: Path) -> None:

@@ -108,27 +108,35 @@ def submit_and_wait(
 ) -> tuple[int, str]:
     """Store and enqueue the run; with `wait`, follow it. Returns the exit code and run id."""
     from pipeline.cli.celery_app import connect_in_background, enqueue_early, start_run
-    from pipeline.ingest.producer import prepare_run
+    from pipeline.ingest.producer import new_run_id, prepare_run
 
     if schema:
         _check_schema(schema)
     ping_broker(settings)  # a run is created only once its broker answered
     connect_in_background()
     engine = open_engine(settings)
-    plan = prepare_run(
-        engine,
-        settings,
-        paths,
-        query=query,
-        name=name,
-        simulated=simulated,
-        reuse_answers=not fresh,
-        only_new=new_only,
-        schema=schema,
-        on_early=enqueue_early if settings.llm_mode == "sync" else None,  # batch: one file, at the end
-    )
+    run_id = new_run_id()
+    try:
+        plan = prepare_run(
+            engine,
+            settings,
+            paths,
+            query=query,
+            name=name,
+            simulated=simulated,
+            reuse_answers=not fresh,
+            only_new=new_only,
+            schema=schema,
+            on_early=enqueue_early if settings.llm_mode == "sync" else None,  # batch: one file, at the end
+            run_id=run_id,
+        )
+    except KeyboardInterrupt as exc:
+        _abandon(engine, run_id, f"submit was stopped by {stopped_by(exc)} while its files were stored")
+        raise
     refused = _refused(plan, paths)
     if refused is not None:
+        if plan.created and not plan.submitted:  # nothing to run: no run left behind
+            _discard(engine, plan.run_id)
         return refused
     mode = start_run(engine, settings, plan)
     console.print(f"submitted {plan.submitted} documents" + (" (batch mode)" if mode == "batch" else ""))
@@ -174,10 +182,36 @@ def _refused(plan: SubmitPlan, paths: list[str]) -> tuple[int, str] | None:
     for path, reason in plan.rejected:
         console.print(f"[yellow]skipped[/] {escape(path)}: {escape(reason)}")
     if not plan.submitted:
-        console.print(f"[bold red]error:[/] no usable document in {escape(' '.join(paths))}")
-        click.echo(plan.run_id)
-        return 1, plan.run_id
+        console.print(
+            f"[bold red]error:[/] no usable document in {escape(' '.join(paths))}; no run was started"
+        )
+        return exits.USAGE, ""
     return None
+
+
+def _abandon(engine: Engine, run_id: str, why: str) -> None:
+    """A run that will not go on: removed when it holds no document (nothing to account for),
+    marked cancelled with `why` otherwise (its first documents may be with workers already)."""
+    from pipeline.storage import run_state
+    from pipeline.storage.db import session_scope
+    from pipeline.storage.models import RunStatus
+
+    with session_scope(engine) as session:
+        stored = sum(run_state.status_counts(session, run_id).values())
+    if not stored:
+        _discard(engine, run_id)
+        return
+    with session_scope(engine) as session:
+        run_state.set_run_status(session, run_id, RunStatus.CANCELLED, error=f"{why} ({stored} stored)")
+
+
+def _discard(engine: Engine, run_id: str) -> None:
+    """Remove a run that never started: no usable document (each reason was printed), or none stored."""
+    from pipeline.storage import intake
+    from pipeline.storage.db import session_scope
+
+    with session_scope(engine) as session:
+        intake.delete_run(session, run_id)
 
 
 def follow(engine: Engine, run_id: str, check: Callable[[], str | None] | None = None) -> int:

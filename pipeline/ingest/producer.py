@@ -70,8 +70,10 @@ def prepare_run(
     schema: str | None = None,
     on_file: Callable[[inputs.LoadedFile], None] | None = None,
     on_early: Callable[[list[int]], None] | None = None,
+    run_id: str | None = None,
 ) -> SubmitPlan:
-    """Store a run and its documents; rejected files are stored `skipped` with their reason.
+    """Store a run (of `run_id`, or a new id) and its documents; rejected files are stored
+    `skipped` with their reason.
 
     With `reuse_answers`, workers take stored chunk answers of earlier runs for unchanged
     filings instead of asking the LLM again. With `only_new` (the nightly inbox), files whose
@@ -80,7 +82,7 @@ def prepare_run(
     With `on_early`, a run of more than `settings.early_documents` files starts at once: the first ones
     are handed to it (the run is then `running`) as soon as they are stored, and the calls
     begin while the rest is read, which takes seconds for hundreds of filings."""
-    plan = SubmitPlan(new_run_id())
+    plan = SubmitPlan(run_id or new_run_id())
     with session_scope(engine) as session:
         intake.create_run(
             session,
