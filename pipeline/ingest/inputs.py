@@ -13,6 +13,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.core.errors import InputError
+
 BINARY_SNIFF_BYTES = 8192
 
 
@@ -37,6 +39,47 @@ class LoadedFile:
 NO_MATCH = "the pattern matches no file"
 EMPTY_DIRECTORY = "the directory holds no file"
 NOTHING_THERE = (NO_MATCH, EMPTY_DIRECTORY)
+
+
+def check_bases(patterns: Sequence[str]) -> None:
+    """Raise InputError naming every pattern whose base directory is missing or unreadable.
+
+    A glob under a directory that does not exist matches nothing, exactly as one over an empty
+    inbox does; with `--new-only` that read as "nothing new" every night. A mistyped directory
+    is the operator's mistake, not an empty night: the submit is refused before a run is stored.
+    A missing file in an existing directory stays what it was, a `skipped` row with its reason.
+    """
+    problems = [problem for pattern in patterns if (problem := _base_problem(pattern))]
+    if problems:
+        raise InputError("; ".join(problems) + "; check the path (no run was started)")
+
+
+def _base_problem(pattern: str) -> str | None:
+    """Why nothing under `pattern` can be found, when its base directory is the reason."""
+    if glob.has_magic(pattern):
+        base = Path(fixed_part(pattern))
+    else:  # "inbox/" names a directory; "inbox/x.txt" a file in one
+        base = Path(pattern) if pattern.endswith(os.sep) else Path(pattern).parent
+    if base.is_dir():
+        return (
+            None if os.access(base, os.R_OK | os.X_OK) else f"{pattern}: the directory {base} cannot be read"
+        )
+    if base.exists():
+        return f"{pattern}: {base} is not a directory"
+    return f"{pattern}: the directory {base} does not exist"
+
+
+def fixed_part(pattern: str) -> str:
+    """A glob's leading directories without wildcards (what must exist for it to match
+    anything); a plain path as it is."""
+    if not glob.has_magic(pattern):
+        return pattern
+    fixed: list[str] = []
+    for part in Path(pattern).parts:
+        if glob.has_magic(part):
+            break
+        fixed.append(part)
+    return str(Path(*fixed)) if fixed else "."
 
 
 def expand(patterns: Sequence[str]) -> Iterator[Candidate]:

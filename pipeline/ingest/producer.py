@@ -82,6 +82,7 @@ def prepare_run(
     With `on_early`, a run of more than `settings.early_documents` files starts at once: the first ones
     are handed to it (the run is then `running`) as soon as they are stored, and the calls
     begin while the rest is read, which takes seconds for hundreds of filings."""
+    inputs.check_bases(paths)  # a mistyped directory is refused before a run is stored
     plan = SubmitPlan(run_id or new_run_id())
     with session_scope(engine) as session:
         intake.create_run(

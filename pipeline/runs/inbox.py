@@ -9,13 +9,14 @@ mismatch. The worker that takes the nightly task checks the path once more (`inb
 
 from __future__ import annotations
 
-import glob
 import os
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
+
+from pipeline.ingest.inputs import fixed_part
 
 if TYPE_CHECKING:
     from pipeline.runs.heartbeat import LiveWorker
@@ -30,24 +31,11 @@ def inbox_state(inbox: str | None) -> InboxState:
     process may not list or read it."""
     if not inbox:
         return "unset"
-    base = Path(_fixed_part(inbox))
+    base = Path(fixed_part(inbox))
     if not base.exists():
         return "missing"
     wanted = os.R_OK | os.X_OK if base.is_dir() else os.R_OK
     return READABLE if os.access(base, wanted) else "unreadable"
-
-
-def _fixed_part(inbox: str) -> str:
-    """A glob's leading directories without wildcards (what must exist for it to match
-    anything); a plain path as it is."""
-    if not glob.has_magic(inbox):
-        return inbox
-    fixed: list[str] = []
-    for part in Path(inbox).parts:
-        if glob.has_magic(part):
-            break
-        fixed.append(part)
-    return str(Path(*fixed)) if fixed else "."
 
 
 def same_inbox(a: str | None, b: str | None) -> bool:
