@@ -218,3 +218,16 @@ def test_a_run_larger_than_its_early_start_reports_every_document(
         assert report is not None
         assert all(company in report.markdown for company in companies)
         assert session.scalar(select(Run.status).where(Run.id == run_id)) == "completed"
+
+
+def test_a_windows_1252_filing_keeps_its_note_once_extracted(
+    pipeline_env: dict[str, str], tmp_path: Path
+) -> None:
+    text, _ = generate_filing(13, seed=99, target_bytes=21_000)
+    path = tmp_path / "legacy-10k.txt"
+    path.write_bytes(text.replace("Item 1.", "Item 1. Soci\u00e9t\u00e9 \u2014").encode("cp1252", "replace"))
+    run_id = _submit(pipeline_env, str(path))
+    with session_scope(get_engine(pipeline_env["PIPELINE_DATABASE_URL"])) as session:
+        (document,) = session.scalars(select(Document).where(Document.run_id == run_id))
+        assert document.status == "extracted" and document.error is None
+        assert document.note == "not UTF-8: decoded as Windows-1252/Latin-1"  # once erased here

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import random
 from pathlib import Path
 
 from sqlalchemy import func, select
 
 from pipeline.core.settings import Settings
+from pipeline.ingest import inputs
 from pipeline.ingest.producer import enqueue_order, prepare_run
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Chunk, Content, Document, Run
@@ -30,6 +32,13 @@ def test_bad_inputs_are_recorded_with_their_reasons(pipeline_env: dict[str, str]
     os.mkfifo(tmp_path / "fifo.txt")  # a special file: never opened (it would block)
     # Unreadable even for root (chmod 000 is not): reading its own memory at 0 fails with EIO.
     (tmp_path / "unreadable.txt").symlink_to("/proc/self/mem")
+    # Binary junk, whatever its name says: none of it may reach the LLM (finding 5 of issue 27),
+    # and a NUL past the first 8 KB once aborted the whole batch on Postgres (finding 4).
+    text = good.read_bytes()
+    (tmp_path / "late-nul.txt").write_bytes(text * 20 + b"\x00" + text)
+    (tmp_path / "random.txt").write_bytes(random.Random(5).randbytes(40_000).replace(b"\x00", b""))
+    (tmp_path / "report.txt").write_bytes(b"%PDF-1.4\n1 0 obj << /Type /Catalog >> endobj\n" * 100)
+    (tmp_path / b"bad\xff name.txt".decode("utf-8", "surrogateescape")).write_bytes(text + b"!")
     (tmp_path / "folder.txt").mkdir()  # a directory matched by the glob: expanded
     (tmp_path / "folder.txt" / "inner.txt").write_text("Item 7. Revenue was $5 million.\n" * 40)
 
@@ -47,9 +56,16 @@ def test_bad_inputs_are_recorded_with_their_reasons(pipeline_env: dict[str, str]
         assert docs["good.txt"].status == "pending"
         assert docs["zz-copy.txt"].error == f"duplicate of {good} in this batch"
         assert docs["empty.txt"].error == "empty or whitespace-only file"
-        assert docs["binary.txt"].error == "binary file (contains NUL bytes)"
+        assert docs["binary.txt"].error == "binary file (a NUL byte at byte 0)"
+        assert docs["late-nul.txt"].error == f"binary file (a NUL byte at byte {len(text) * 20:,})"
+        assert (docs["random.txt"].error or "").endswith("of its characters are control characters")
+        assert (
+            docs["report.txt"].error == "binary file: a PDF file, not text: convert it first (e.g. pdftotext)"
+        )
+        assert docs["bad\ufffd name.txt"].error == "the file name is not valid UTF-8 (rename the file)"
         assert "over the 50,000-byte limit" in (docs["huge.txt"].error or "")
-        assert docs["latin1.txt"].status == "pending" and "not UTF-8" in (docs["latin1.txt"].error or "")
+        latin1 = docs["latin1.txt"]
+        assert latin1.status == "pending" and latin1.error is None and "not UTF-8" in (latin1.note or "")
         assert docs["missing.txt"].error == "no such file"
         assert docs["nothing-*.pdf"].error == "the pattern matches no file"
         assert docs["fifo.txt"].error == "not a regular file"
@@ -63,6 +79,15 @@ def test_bad_inputs_are_recorded_with_their_reasons(pipeline_env: dict[str, str]
             good.read_text()
         )
     assert sorted(plan.document_ids) == sorted(docs[n].id for n in usable)
+
+
+def test_real_and_legacy_filings_read_as_text() -> None:
+    root = Path(__file__).resolve().parent.parent
+    for path in sorted((root / "examples" / "filings").glob("*.txt")):
+        loaded = inputs.load(inputs.Candidate(str(path)), 8_000_000)
+        assert loaded.problem is None, (path, loaded.problem)
+    legacy = "Net sales \u2014 \u20ac12.5 million; \u201cRisk\u201d\x0c\n".encode("cp1252") * 500
+    assert inputs.load_bytes("legacy.txt", legacy).note == "not UTF-8: decoded as Windows-1252/Latin-1"
 
 
 def test_a_submit_with_no_usable_document_exits_2_and_leaves_no_run(

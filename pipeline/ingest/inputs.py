@@ -9,13 +9,27 @@ from __future__ import annotations
 import glob
 import hashlib
 import os
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.core.errors import InputError
 
-BINARY_SNIFF_BYTES = 8192
+MAX_CONTROL_SHARE = 0.01
+"""Text has almost no control characters (tabs, line ends and form feeds aside); random bytes
+decoded as Windows-1252 or Latin-1 have about one in ten. Above this share a file is binary."""
+_CONTROL = re.compile("[\x00-\x08\x0e-\x1f\x7f-\x9f\ufffd]")
+BINARY_SIGNATURES = {
+    b"%PDF-": "a PDF file, not text: convert it first (e.g. pdftotext)",
+    b"PK\x03\x04": "a ZIP archive (docx, xlsx, …), not text",
+    b"\x1f\x8b": "a gzip file, not text: decompress it first",
+    b"\xd0\xcf\x11\xe0": "an OLE file (doc, xls), not text",
+    b"\x89PNG": "a PNG image, not text",
+    b"\xff\xd8\xff": "a JPEG image, not text",
+    b"GIF8": "a GIF image, not text",
+}
+"""What a file starting with these bytes is: a named reason beats a share of control characters."""
 
 
 @dataclass(frozen=True)
@@ -96,7 +110,7 @@ def _expand_one(pattern: str) -> Iterator[Candidate]:
     if glob.has_magic(pattern):
         matches = sorted(glob.glob(pattern, recursive=True))
         if not matches:
-            yield Candidate(pattern, NO_MATCH)
+            yield Candidate(printable(pattern), NO_MATCH)
         for match in matches:
             yield from _expand_one(match)
         return
@@ -104,7 +118,7 @@ def _expand_one(pattern: str) -> Iterator[Candidate]:
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if not p.is_dir() and not p.name.startswith("."))
         if not files:
-            yield Candidate(pattern, EMPTY_DIRECTORY)
+            yield Candidate(printable(pattern), EMPTY_DIRECTORY)
         for file in files:
             yield _check(file)
         return
@@ -112,7 +126,9 @@ def _expand_one(pattern: str) -> Iterator[Candidate]:
 
 
 def _check(path: Path) -> Candidate:
-    shown = str(path)
+    shown = printable(str(path))
+    if shown != str(path):
+        return Candidate(shown, "the file name is not valid UTF-8 (rename the file)")
     if not path.exists():
         return Candidate(shown, "no such file" if not path.is_symlink() else "broken link")
     if not path.is_file():
@@ -134,8 +150,13 @@ def load(candidate: Candidate, max_bytes: int) -> LoadedFile:
             data = handle.read()
     except OSError as exc:
         return LoadedFile(candidate.path, 0, problem=f"cannot be read: {exc.strerror or exc}")
-    if b"\x00" in data[:BINARY_SNIFF_BYTES]:
-        return LoadedFile(candidate.path, len(data), problem="binary file (contains NUL bytes)")
+    return load_bytes(candidate.path, data)
+
+
+def load_bytes(path: str, data: bytes) -> LoadedFile:
+    """Check a file's bytes: text (UTF-8, else Windows-1252) or the reason it is not."""
+    if problem := _binary(data):
+        return LoadedFile(path, len(data), problem=problem)
     note = None
     try:
         text = data.decode("utf-8-sig")
@@ -144,9 +165,33 @@ def load(candidate: Candidate, max_bytes: int) -> LoadedFile:
         text = _decode_legacy(data)
         note = "not UTF-8: decoded as Windows-1252/Latin-1"
     if not text.strip():
-        return LoadedFile(candidate.path, len(data), problem="empty or whitespace-only file")
+        return LoadedFile(path, len(data), problem="empty or whitespace-only file")
+    controls = len(_CONTROL.findall(text))
+    if controls > MAX_CONTROL_SHARE * len(text):
+        share = controls / len(text)
+        return LoadedFile(
+            path,
+            len(data),
+            problem=f"binary file: {share:.1%} of its characters are control characters",
+        )
     digest = hashlib.sha256(data).hexdigest()
-    return LoadedFile(candidate.path, len(data), sha256=digest, text=text, note=note)
+    return LoadedFile(path, len(data), sha256=digest, text=text, note=note)
+
+
+def printable(path: str) -> str:
+    """`path` as it can be stored and shown: bytes of a file name that are not UTF-8 (which
+    Python keeps as lone surrogates, and no database column takes) become U+FFFD."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def _binary(data: bytes) -> str | None:
+    """Why `data` is not text, judged by its bytes: a known signature, or a NUL anywhere (no
+    text holds one, and Postgres refuses it in a text column)."""
+    for signature, what in BINARY_SIGNATURES.items():
+        if data.startswith(signature):
+            return f"binary file: {what}"
+    at = data.find(b"\x00")
+    return None if at < 0 else f"binary file (a NUL byte at byte {at:,})"
 
 
 def _decode_legacy(data: bytes) -> str:

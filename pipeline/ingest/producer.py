@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from pipeline.core.constants import PROMPT_VERSION
@@ -113,7 +114,7 @@ def prepare_run(
                 if only_new and loaded.sha256 and intake.content_extracted(session, loaded.sha256):
                     plan.already_processed.append(loaded.path)
                     continue
-                _add_file(session, settings, plan, loaded, first_path_of)
+                _add_file_or_skip(session, settings, plan, loaded, first_path_of)
     if only_new and not plan.submitted and not plan.rejected:
         with session_scope(engine) as session:
             intake.delete_run(session, plan.run_id)
@@ -160,6 +161,29 @@ def enqueue_order(document_ids: list[int], chunk_counts: dict[int, int], seed: s
     return head + by_length[cut:]
 
 
+def _add_file_or_skip(
+    session: Session,
+    settings: Settings,
+    plan: SubmitPlan,
+    loaded: inputs.LoadedFile,
+    first_path_of: dict[str, str],
+) -> None:
+    """`_add_file` in a savepoint of its own: a file the database refuses becomes its own
+    `skipped` row with the database's reason, and the batch's other files are stored."""
+    tokens = plan.tokens
+    try:
+        with session.begin_nested():
+            _add_file(session, settings, plan, loaded, first_path_of)
+    except (DBAPIError, UnicodeError) as exc:  # e.g. a NUL in text, a lone surrogate
+        plan.tokens = tokens
+        if loaded.sha256 and first_path_of.get(loaded.sha256) == loaded.path:
+            del first_path_of[loaded.sha256]
+        said = exc.orig if isinstance(exc, DBAPIError) and exc.orig else exc
+        reason = f"could not be stored: {str(said).splitlines()[0][:300]}"
+        skipped = inputs.LoadedFile(inputs.printable(loaded.path), loaded.size_bytes, problem=reason)
+        _add_file(session, settings, plan, skipped, first_path_of)
+
+
 def _add_file(
     session: Session,
     settings: Settings,
@@ -203,7 +227,7 @@ def _add_file(
         loaded.path,
         sha256=loaded.sha256,
         size_bytes=loaded.size_bytes,
-        error=loaded.note,
+        note=loaded.note,
         spans=spans,
         injection_excerpt=finding.excerpt if finding else None,
     )

@@ -81,6 +81,7 @@ def add_document(
     size_bytes: int,
     status: DocStatus = DocStatus.PENDING,
     error: str | None = None,
+    note: str | None = None,
     spans: Sequence[ChunkSpan] = (),
     injection_excerpt: str | None = None,
 ) -> int:
@@ -95,6 +96,7 @@ def add_document(
             "bytes": size_bytes,
             "status": status,
             "error": error,
+            "note": note,
             "chunk_count": len(spans),
             "finished_at": utcnow() if status in TERMINAL_DOC_STATUSES else None,
             "injection_flag": injection_excerpt is not None,

@@ -142,6 +142,9 @@ class Document(Base):
     bytes: Mapped[int] = mapped_column(BigInteger, default=0)
     status: Mapped[str] = mapped_column(String(16), default=DocStatus.PENDING)
     error: Mapped[str | None] = mapped_column(Text)
+    """Why the document failed or was skipped (None otherwise)."""
+    note: Mapped[str | None] = mapped_column(Text)
+    """What intake remarked on a usable file (text not UTF-8, decoded as Windows-1252)."""
     chunk_count: Mapped[int] = mapped_column(Integer, default=0)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
