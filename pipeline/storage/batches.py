@@ -19,6 +19,7 @@ from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from pipeline.storage import documents, llm_calls
+from pipeline.storage.fit import json_safe
 from pipeline.storage.models import (
     Chunk,
     Content,
@@ -249,7 +250,7 @@ def store_answer(
     stored = session.execute(
         update(Chunk)
         .where(Chunk.id == chunk_id, unanswered(version))
-        .values(result=result, model=model, prompt_version=version, completed_at=utcnow())
+        .values(result=json_safe(result), model=model, prompt_version=version, completed_at=utcnow())
         .execution_options(synchronize_session=False)
     )
     llm_calls.insert_calls(session, run_id, calls)

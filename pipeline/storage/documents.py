@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from pipeline.core.constants import PROMPT_VERSION
 from pipeline.core.errors import LeaseLost
+from pipeline.storage.fit import fitted, json_safe
 from pipeline.storage.models import (
     TERMINAL_DOC_STATUSES,
     Chunk,
@@ -411,7 +412,7 @@ def save_chunk_result(
         _SAVE_CHUNK,
         {
             "chunk_id": chunk.id,
-            "answer": result.model_dump(mode="json"),
+            "answer": json_safe(result.model_dump(mode="json")),
             "answer_model": model,
             "answer_version": prompt_version,
             "answered_at": utcnow(),
@@ -460,16 +461,19 @@ def save_extraction(
     )
     session.execute(_DELETE_RISKS, {"risks_of": doc.id})
     risks = [
-        {
-            "document_id": doc.id,
-            "run_id": doc.run_id,
-            "position": i,
-            "title": r.title,
-            "quote": r.quote,
-            "grounded": check.grounded,
-            "quote_start": check.start,
-            "quote_end": check.end,
-        }
+        fitted(
+            RiskFactor,
+            {
+                "document_id": doc.id,
+                "run_id": doc.run_id,
+                "position": i,
+                "title": r.title,
+                "quote": r.quote,
+                "grounded": check.grounded,
+                "quote_start": check.start,
+                "quote_end": check.end,
+            },
+        )
         for i, (r, check) in enumerate(zip(extraction.risk_factors, checked.risks, strict=True))
     ]
     if risks:
@@ -514,8 +518,9 @@ def mark_extracted(session: Session, document_id: int, fence: int) -> None:
 
 
 def _upsert_extraction(session: Session, doc: Document, **columns: Any) -> None:
-    """Insert or replace the document's `extractions` row with `columns`."""
-    row = {"document_id": doc.id, "run_id": doc.run_id, **columns, "created_at": utcnow()}
+    """Insert or replace the document's `extractions` row with `columns`, fitted to them (a
+    model's answer may be longer than a column, or hold a NUL: `pipeline.storage.fit`)."""
+    row = fitted(Extraction, {"document_id": doc.id, "run_id": doc.run_id, **columns, "created_at": utcnow()})
     upsert(session, Extraction, [row], ["document_id"], [k for k in row if k != "document_id"])
 
 

@@ -15,6 +15,7 @@ from sqlalchemy import Row, delete, func, select, update
 from sqlalchemy.orm import Session
 
 from pipeline.core.constants import CHARS_PER_TOKEN
+from pipeline.storage.fit import fitted
 from pipeline.storage.models import Extraction, Report, Run, SynthesisPartial
 
 
@@ -96,7 +97,8 @@ def load_claim(session: Session, partial_id: int) -> Claim | None:
 
 
 def complete(session: Session, partial_id: int, text: str) -> None:
-    session.execute(update(SynthesisPartial).where(SynthesisPartial.id == partial_id).values(text=text))
+    fitted_text = fitted(SynthesisPartial, {"text": text})
+    session.execute(update(SynthesisPartial).where(SynthesisPartial.id == partial_id).values(**fitted_text))
 
 
 def release(session: Session, partial_id: int) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
+from pipeline.storage.fit import fitted
 from pipeline.storage.models import (
     Extraction,
     Report,
@@ -18,7 +19,8 @@ from pipeline.storage.upsert import upsert
 
 
 def save_summary(session: Session, document_id: int, summary: str) -> None:
-    session.execute(update(Extraction).where(Extraction.document_id == document_id).values(summary=summary))
+    fitted_summary = fitted(Extraction, {"summary": summary})
+    session.execute(update(Extraction).where(Extraction.document_id == document_id).values(**fitted_summary))
 
 
 def save_report(
@@ -29,6 +31,6 @@ def save_report(
     status: RunStatus,
     error: str | None = None,
 ) -> None:
-    row = {"run_id": run_id, "markdown": markdown, "json": data, "created_at": utcnow()}
+    row = fitted(Report, {"run_id": run_id, "markdown": markdown, "json": data, "created_at": utcnow()})
     upsert(session, Report, [row], ["run_id"], ["markdown", "json", "created_at"])
     set_run_status(session, run_id, status, error)

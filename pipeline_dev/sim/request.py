@@ -15,10 +15,12 @@ from pipeline_dev.sim.replies import build_text_answer, malformed_json, truncate
 from pipeline_dev.sim.ungrounded import replace_quotes
 
 CHARS_PER_TOKEN = 4
-HOOKS = ("invalid", "error", "badjson", "badkey", "ctrlchar", "baditem", "cutoff")
+HOOKS = ("invalid", "error", "badjson", "badkey", "ctrlchar", "baditem", "cutoff", "nulchar", "longstring")
 """What a prompt can ask for with `[[sim:NAME]]`: a schema violation, a 5xx, broken JSON, a 401
 that echoes the key, and as small models write: a raw control character inside a string, one
-list item that breaks the schema (an empty string), an answer cut off at max_tokens mid-item."""
+list item that breaks the schema (an empty string), an answer cut off at max_tokens mid-item;
+and answers valid JSON and schema allow but a database refuses: a NUL character (`\\u0000`) in
+one list item's string, a first string field of `LONG_STRING_CHARS` characters."""
 _FORMATS = ("text", "json_object", "json_schema")
 
 
@@ -203,6 +205,10 @@ def parse(body: Any) -> ChatRequest:
     )
 
 
+LONG_STRING_CHARS = 400
+"""What `[[sim:longstring]]` stretches the answer's first string field to (a VARCHAR(300) is
+shorter)."""
+
 CUTOFF_FRACTION = 0.85
 """Where `[[sim:cutoff]]` cuts an answer: inside its last list items, past the fields before them."""
 
@@ -217,6 +223,28 @@ def blank_one_item(instance: Any) -> Any:
                     if isinstance(item, str):
                         value[0] = {**value[0], key: ""}
                         return instance
+    return instance
+
+
+def nul_in_one_item(instance: Any) -> Any:
+    """`instance` with a NUL character inside the first string of the first list of objects."""
+    if isinstance(instance, dict):
+        for value in instance.values():
+            if isinstance(value, list) and value and isinstance(value[0], dict):
+                for key, item in value[0].items():
+                    if isinstance(item, str):
+                        value[0] = {**value[0], key: f"{item[:1]}\x00{item[1:]}"}
+                        return instance
+    return instance
+
+
+def lengthen_first_string(instance: Any) -> Any:
+    """`instance` with its first top-level string repeated to `LONG_STRING_CHARS` characters."""
+    if isinstance(instance, dict):
+        for key, value in instance.items():
+            if isinstance(value, str) and value:
+                repeats = LONG_STRING_CHARS // len(value) + 1
+                return {**instance, key: " ".join([value] * repeats)[:LONG_STRING_CHARS]}
     return instance
 
 
@@ -242,6 +270,10 @@ def compose(chat: ChatRequest, ungrounded_rate: float = 0.0, seed: int | None = 
             instance = violate_schema(instance, chat.schema)
         if "baditem" in chat.hooks:
             instance = blank_one_item(instance)
+        if "nulchar" in chat.hooks:
+            instance = nul_in_one_item(instance)
+        if "longstring" in chat.hooks:
+            instance = lengthen_first_string(instance)
         content = json.dumps(instance, ensure_ascii=False)
         if "ctrlchar" in chat.hooks:
             content = raw_newline_in_a_string(content)
