@@ -183,3 +183,27 @@ def test_the_quota_line_is_the_configured_or_learned_limit_of_the_scopes_used() 
     learned = quota(views, {"m"}, Settings(llm_api_key="k"))
     assert learned is not None and learned.per_s == 20.0 and "learned from headers" in learned.label
     assert quota([], {"m"}, Settings(llm_api_key="k")) is None
+
+
+def test_the_page_counts_the_calls_now_and_says_how_many_came_after_the_report() -> None:
+    from pipeline.storage.llm_calls import CallTotals
+
+    page = _page(_report(_hostile_documents()))
+    page.totals = CallTotals(calls=7, prompt_tokens=900, completion_tokens=150, cost_usd=None, priced_calls=0)
+    assert " · 7 LLM calls, 1,050 tokens (1 recorded after the report was written) · " in render_page(page)
+    page.totals = CallTotals(calls=6, prompt_tokens=900, completion_tokens=100, cost_usd=None, priced_calls=0)
+    assert "recorded after" not in render_page(page)
+
+
+def test_a_report_written_before_a_hedged_copy_ended_says_so() -> None:
+    from pipeline.reporting.render import ReportInput, markdown
+
+    totals = {"documents": {"extracted": 1}, "llm_calls": 5, "tokens": 900, "synthesis_copies_running": 1}
+    report = ReportInput("r" * 32, None, "q", "sim-1", True, "answer", 1, [], totals)
+    assert (
+        "5 LLM calls, 900 tokens · 1 synthesis copy was still running when this report was written: "
+        "its calls are recorded after these totals" in markdown(report)
+    )
+    assert "still running" not in markdown(
+        ReportInput(**{**report.__dict__, "totals": {**totals, "synthesis_copies_running": 0}})
+    )

@@ -18,7 +18,7 @@ from pipeline.reporting.html_parts import Html, custom_cell, join, note, section
 from pipeline.reporting.html_parts import figure as chart_figure
 from pipeline.reporting.html_parts import ungrounded_paths as unverified_paths
 from pipeline.reporting.page_data import PageInput
-from pipeline.reporting.render import money
+from pipeline.reporting.render import late_calls_note, money
 from pipeline.reporting.run_charts import calls_section
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
@@ -107,8 +107,7 @@ def _header(page: PageInput, base: str | None) -> Html:
     counts = ", ".join(f"{n} {status}" for status, n in sorted((totals.get("documents") or {}).items()))
     finished = page.finished_at.isoformat(timespec="seconds") if page.finished_at else "not finished"
     line = (
-        f"Run {r['run_id']} · {page.status} · model {r.get('model')} · {counts} · "
-        f"{totals.get('llm_calls', 0)} LLM calls, {totals.get('tokens', 0):,} tokens · "
+        f"Run {r['run_id']} · {page.status} · model {r.get('model')} · {counts} · {_calls_text(page)} · "
         f"submitted {page.created_at.isoformat(timespec='seconds')}, finished {finished}"
     )
     if page.custom:
@@ -117,6 +116,22 @@ def _header(page: PageInput, base: str | None) -> Html:
         line += f" · files under {base}/"
     parts.append(tag("p", line, "meta"))
     return Html(f"<header>{join(parts)}</header>")
+
+
+def _calls_text(page: PageInput) -> str:
+    """The run's calls and tokens as `pipeline status` counts them when the page is made, and
+    how many of them the stored report (written before them) leaves out."""
+    stored = page.report.get("totals") or {}
+    if page.totals is None:
+        return (
+            f"{stored.get('llm_calls', 0)} LLM calls, {stored.get('tokens', 0):,} tokens"
+            + late_calls_note(int(stored.get("synthesis_copies_running") or 0))
+        )
+    text = f"{page.totals.calls} LLM calls, {page.totals.tokens:,} tokens"
+    late = page.totals.calls - int(stored.get("llm_calls") or 0)
+    if late > 0:
+        text += f" ({late} recorded after the report was written)"
+    return text
 
 
 def _extracted(r: dict[str, Any]) -> list[dict[str, Any]]:

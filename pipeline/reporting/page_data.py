@@ -17,6 +17,7 @@ from pipeline.extraction.custom import GROUNDING_KEY, load_schema
 from pipeline.llm.ratelimit.policy import limit_in_force
 from pipeline.reporting.timeline import CallSpan
 from pipeline.storage.db import session_scope
+from pipeline.storage.llm_calls import CallTotals, call_totals
 from pipeline.storage.models import Document, Extraction, LLMCall, Report, Run, aware
 
 SLOWEST_DOCUMENTS = 10
@@ -70,6 +71,8 @@ class PageInput:
     by_model: list[CostRow] = field(default_factory=list)
     slowest: list[SlowDocument] = field(default_factory=list)
     custom: CustomTable | None = None
+    totals: CallTotals | None = None
+    """The run's calls as `pipeline status` counts them now (None: the stored report's totals)."""
 
 
 class NoReport(LookupError):
@@ -120,6 +123,7 @@ def load_page(
             by_model=by_model,
             slowest=_slowest(session, run_id),
             custom=_custom(session, run_id, run.schema) if run.schema else None,
+            totals=call_totals(session, run_id),
         )
 
 

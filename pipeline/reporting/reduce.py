@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
 
 from pipeline.ingest.chunking import estimate_tokens
 
@@ -58,13 +59,22 @@ def reduce_to_one(
     return (final or synthesize)(batches[0]), depth
 
 
-def first_answer(call: Callable[[], str], copies: int) -> str:
+@dataclass(frozen=True)
+class Hedged:
+    """The first answer of hedged copies, and the copies still running when it came: they go on
+    to their end and record their calls after it."""
+
+    answer: str
+    running: list[Future[str]] = field(default_factory=list)
+
+
+def hedge(call: Callable[[], str], copies: int) -> Hedged:
     """`call` made `copies` times at once; the first answer (hedged requests: the report's
     last wait is one call's latency, and the slowest of a provider's latencies is several
     times its median). The others run to their end and record themselves; all failing
     raises the first failure."""
     if copies <= 1:
-        return call()
+        return Hedged(call())
     pool = ThreadPoolExecutor(max_workers=copies, thread_name_prefix="pipeline-hedge")
     futures = [pool.submit(contextvars.copy_context().run, call) for _ in range(copies)]
     pool.shutdown(wait=False)
@@ -72,6 +82,11 @@ def first_answer(call: Callable[[], str], copies: int) -> str:
     for future in as_completed(futures):
         failure = future.exception()
         if failure is None:
-            return future.result()
+            return Hedged(future.result(), [f for f in futures if not f.done()])
         failures.append(failure)
     raise failures[0]
+
+
+def first_answer(call: Callable[[], str], copies: int) -> str:
+    """`hedge`'s answer alone."""
+    return hedge(call, copies).answer

@@ -91,8 +91,21 @@ def _grounding_line(totals: dict[str, Any]) -> str:
     )
 
 
+def late_calls_note(copies: int) -> str:
+    """Said after the totals when hedged synthesis copies were still running as the report was
+    written: their calls come after these totals (the report is rewritten once they end)."""
+    if not copies:
+        return ""
+    which = "copy was" if copies == 1 else "copies were"
+    whose = "its" if copies == 1 else "their"
+    return (
+        f" · {copies} synthesis {which} still running when this report was written: {whose} calls "
+        "are recorded after these totals (`pipeline status` counts them)"
+    )
+
+
 def _cost_text(totals: dict[str, Any]) -> str:
-    """The run's cost before its final synthesis, and what batch mode saved, when known."""
+    """The run's recorded cost, and what batch mode saved, when known."""
     cost = totals.get("cost_usd")
     batch = totals.get("batch") or {}
     text = f" · ${cost:.4f}" if isinstance(cost, (int, float)) else ""
@@ -117,7 +130,8 @@ def markdown(r: ReportInput) -> str:
         f"Run `{r.run_id}` · model `{cell(r.model)}` · "
         + ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
         + f" · {r.totals.get('llm_calls', 0)} LLM calls, {r.totals.get('tokens', 0):,} tokens"
-        + _cost_text(r.totals),
+        + _cost_text(r.totals)
+        + late_calls_note(int(r.totals.get("synthesis_copies_running") or 0)),
         "",
         "## Answer",
         "",

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, wait
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -17,7 +19,7 @@ from pipeline.llm import prompts
 from pipeline.llm.client import CallRecord
 from pipeline.reporting import render
 from pipeline.reporting.compress import fallback_summary
-from pipeline.reporting.reduce import first_answer, reduce_to_one
+from pipeline.reporting.reduce import hedge, reduce_to_one
 from pipeline.runs.status import RunStatusView, run_status
 from pipeline.storage import llm_calls, partials, reports
 from pipeline.storage.db import session_scope
@@ -53,11 +55,13 @@ def synthesize_run(
     run, rows, risks, partial_texts = _load(ctx, run_id)
     titles, unverified = _risk_titles(risks)
     levels = 0
+    copies: list[Future[str]] = []
     if answer is None:
         model = ctx.llm.pick_model("synthesize", failed_attempts)
         items = list(partial_texts.values()) + _summaries(rows, titles, partial_texts)
-        answer, levels = _synthesize(ctx, run, items, model)
+        answer, levels, copies = _synthesize(ctx, run, items, model)
         levels += 1 if partial_texts else 0
+    running = [copy for copy in copies if not copy.done()]  # before the totals: a done one is in them
     view = run_status(ctx.engine, run_id)
     failure = run_failure(view.documents, ctx.settings.run_failure_threshold)
     report = render.ReportInput(
@@ -69,7 +73,7 @@ def synthesize_run(
         answer=answer,
         synthesis_levels=levels,
         documents=_document_rows(rows, titles, unverified),
-        totals=_totals(view),
+        totals=_totals(view, len(running)),
         failure=failure,
     )
     status = RunStatus.FAILED if failure else RunStatus.COMPLETED
@@ -77,7 +81,24 @@ def synthesize_run(
         guard()
     with session_scope(ctx.engine) as session:
         reports.save_report(session, run_id, render.markdown(report), render.as_json(report), status, failure)
+    if running:
+        _count_late_copies(ctx, report, running)
     return status
+
+
+def _count_late_copies(ctx: Context, report: render.ReportInput, running: list[Future[str]]) -> None:
+    """The report's totals again once the hedged copies still running when it was written have
+    ended (each records its calls as it ends), so that it counts every call of the run. The run
+    is closed already: its report was not held back by the slower copies. A copy still running
+    after a call's timeout stays named in the totals as one whose calls come after them.
+
+    No guard: the report exists, so no other synthesis of the run writes one (`next_step` says
+    done), and these totals are read from the database whoever writes them."""
+    wait(running, timeout=ctx.settings.llm_timeout_s + PARTIAL_GRACE_S)
+    still = sum(1 for copy in running if not copy.done())
+    amended = replace(report, totals=_totals(run_status(ctx.engine, report.run_id), still))
+    with session_scope(ctx.engine) as session:
+        reports.amend_report(session, report.run_id, render.markdown(amended), render.as_json(amended))
 
 
 def _await_partials(ctx: Context, run_id: str, answering: Callable[[int], bool] | None = None) -> None:
@@ -196,10 +217,13 @@ def _document_rows(
     ]
 
 
-def _totals(view: RunStatusView) -> dict[str, Any]:
+def _totals(view: RunStatusView, copies_running: int = 0) -> dict[str, Any]:
+    """The report's totals, from `run_status` (the figures `pipeline status` shows);
+    `copies_running`: hedged synthesis copies whose calls are not in them yet."""
     return {
         "documents": view.documents,
         "llm_calls": view.llm_calls,
+        "synthesis_copies_running": copies_running,
         "tokens": view.prompt_tokens + view.completion_tokens,
         "prompt_tokens": view.prompt_tokens,
         "completion_tokens": view.completion_tokens,
@@ -254,13 +278,17 @@ def synthesize_batch(
             llm_calls.record_calls(session, run_id, None, None, calls)
 
 
-def _synthesize(ctx: Context, run: Run, items: list[str], model: str) -> tuple[str, int]:
+def _synthesize(ctx: Context, run: Run, items: list[str], model: str) -> tuple[str, int, list[Future[str]]]:
+    """The answer, its levels, and the final call's hedged copies still running."""
+    copies: list[Future[str]] = []
+
     def synthesize(batch: list[str]) -> str:
         return synthesize_batch(ctx, run.id, run.query, run.budget_usd, batch, model)
 
-    return reduce_to_one(
-        items,
-        batch_budget_tokens(ctx),
-        synthesize,
-        final=lambda batch: first_answer(lambda: synthesize(batch), ctx.settings.synthesis_copies),
-    )
+    def final(batch: list[str]) -> str:
+        hedged = hedge(lambda: synthesize(batch), ctx.settings.synthesis_copies)
+        copies.extend(hedged.running)
+        return hedged.answer
+
+    answer, levels = reduce_to_one(items, batch_budget_tokens(ctx), synthesize, final=final)
+    return answer, levels, copies

@@ -13,6 +13,7 @@ from pipeline.extraction.grounding import rate
 from pipeline.storage import batches as batch_repo
 from pipeline.storage import run_state as repo
 from pipeline.storage.db import session_scope
+from pipeline.storage.llm_calls import call_totals
 from pipeline.storage.models import (
     TERMINAL_DOC_STATUSES,
     Chunk,
@@ -99,15 +100,7 @@ def run_status(engine: Engine, run_id: str) -> RunStatusView:
         if run is None:
             raise UnknownRun(f"no run {run_id!r}")
         counts = repo.status_counts(session, run_id)
-        calls, prompt, completion, cost, priced = session.execute(
-            select(
-                func.count(LLMCall.id),
-                func.coalesce(func.sum(LLMCall.prompt_tokens), 0),
-                func.coalesce(func.sum(LLMCall.completion_tokens), 0),
-                func.sum(LLMCall.cost_usd),
-                func.count(LLMCall.cost_usd),
-            ).where(LLMCall.run_id == run_id)
-        ).one()
+        calls = call_totals(session, run_id)
         has_report = session.scalar(select(func.count()).where(Report.run_id == run_id)) == 1
         quotes, grounded = session.execute(
             select(
@@ -153,12 +146,12 @@ def run_status(engine: Engine, run_id: str) -> RunStatusView:
         documents=counts,
         documents_total=sum(counts.values()),
         documents_done=sum(n for s, n in counts.items() if s in TERMINAL_DOC_STATUSES),
-        llm_calls=int(calls),
-        prompt_tokens=int(prompt),
-        completion_tokens=int(completion),
+        llm_calls=calls.calls,
+        prompt_tokens=calls.prompt_tokens,
+        completion_tokens=calls.completion_tokens,
         has_report=has_report,
-        cost_usd=None if cost is None else round(float(cost), 6),
-        unpriced_calls=int(calls) - int(priced),
+        cost_usd=calls.cost_usd,
+        unpriced_calls=calls.calls - calls.priced_calls,
         budget_usd=run.budget_usd,
         error=run.error,
         chunks_total=int(chunks),

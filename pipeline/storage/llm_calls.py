@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from pipeline.core.errors import BudgetSpent
@@ -71,6 +72,43 @@ def call_values(
         "mode": r.mode,
         "sync_cost_usd": r.cost_usd if sync_cost_usd is None else sync_cost_usd,
     }
+
+
+@dataclass(frozen=True)
+class CallTotals:
+    """A run's recorded calls: what `status`, `submit --wait`, the report's header and its HTML
+    page all show, so that one run never has two totals."""
+
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float | None
+    """Sum over the priced calls; None when none was priced."""
+    priced_calls: int
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+def call_totals(session: Session, run_id: str) -> CallTotals:
+    """The run's calls, tokens and cost, counted from its `llm_calls` rows (every HTTP attempt)."""
+    calls, prompt, completion, cost, priced = session.execute(
+        select(
+            func.count(_CALLS.c.id),
+            func.coalesce(func.sum(_CALLS.c.prompt_tokens), 0),
+            func.coalesce(func.sum(_CALLS.c.completion_tokens), 0),
+            func.sum(_CALLS.c.cost_usd),
+            func.count(_CALLS.c.cost_usd),
+        ).where(_CALLS.c.run_id == run_id)
+    ).one()
+    return CallTotals(
+        calls=int(calls),
+        prompt_tokens=int(prompt),
+        completion_tokens=int(completion),
+        cost_usd=None if cost is None else round(float(cost), 6),
+        priced_calls=int(priced),
+    )
 
 
 def recorded_spend(session: Session, run_id: str) -> tuple[float | None, float] | None:

@@ -34,3 +34,9 @@ def save_report(
     row = fitted(Report, {"run_id": run_id, "markdown": markdown, "json": data, "created_at": utcnow()})
     upsert(session, Report, [row], ["run_id"], ["markdown", "json", "created_at"])
     set_run_status(session, run_id, status, error)
+
+
+def amend_report(session: Session, run_id: str, markdown: str, data: dict[str, Any]) -> None:
+    """The run's report rewritten (its totals, once the calls that came after it are recorded);
+    when it was written and the run's status stay as they are."""
+    session.execute(update(Report).where(Report.run_id == run_id).values(markdown=markdown, json=data))

@@ -15,12 +15,26 @@ from pipeline_dev.sim.replies import build_text_answer, malformed_json, truncate
 from pipeline_dev.sim.ungrounded import replace_quotes
 
 CHARS_PER_TOKEN = 4
-HOOKS = ("invalid", "error", "badjson", "badkey", "ctrlchar", "baditem", "cutoff", "nulchar", "longstring")
+HOOKS = (
+    "invalid",
+    "error",
+    "badjson",
+    "badkey",
+    "ctrlchar",
+    "baditem",
+    "cutoff",
+    "nulchar",
+    "longstring",
+    "slowcopy",
+)
 """What a prompt can ask for with `[[sim:NAME]]`: a schema violation, a 5xx, broken JSON, a 401
 that echoes the key, and as small models write: a raw control character inside a string, one
 list item that breaks the schema (an empty string), an answer cut off at max_tokens mid-item;
 and answers valid JSON and schema allow but a database refuses: a NUL character (`\\u0000`) in
-one list item's string, a first string field of `LONG_STRING_CHARS` characters."""
+one list item's string, a first string field of `LONG_STRING_CHARS` characters; and `slowcopy`:
+a request the simulator has had before (the same model and messages) is answered SLOW_COPY_S
+later, as the slower of hedged copies is."""
+SLOW_COPY_S = 1.5
 _FORMATS = ("text", "json_object", "json_schema")
 
 

@@ -19,7 +19,7 @@ from pipeline_dev.sim import batches, faults, files
 from pipeline_dev.sim.config import SimConfig
 from pipeline_dev.sim.errors import error_response, key_refusal, request_refusal
 from pipeline_dev.sim.limits import Decision, openai_duration
-from pipeline_dev.sim.request import ChatRequest, Composed, RequestError, compose, finish, parse
+from pipeline_dev.sim.request import SLOW_COPY_S, ChatRequest, Composed, RequestError, compose, finish, parse
 from pipeline_dev.sim.state import STATE, Recorder, SimState
 
 log = logging.getLogger(__name__)
@@ -167,7 +167,7 @@ async def _chat(request: web.Request, state: SimState) -> web.StreamResponse:
         return await _abort(request)
     if outcome == "ok" and composed is None:
         composed = await _compose(chat, loop, state)
-    await asyncio.sleep(draw.latency_s)
+    await asyncio.sleep(draw.latency_s + _copy_delay_s(chat, state))
     if outcome == "drop":
         state.counters.dropped += 1
         return await _abort(request)
@@ -188,6 +188,18 @@ async def _chat(request: web.Request, state: SimState) -> web.StreamResponse:
         counters.ungrounded_quotes += len(composed.invented)
         state.invented_quotes.extend(composed.invented)
     return web.json_response(body.payload, headers=headers)
+
+
+def _copy_delay_s(chat: ChatRequest, state: SimState) -> float:
+    """SLOW_COPY_S for a `[[sim:slowcopy]]` request had before: of identical requests sent at
+    once (hedged copies), the first to arrive answers first, the others a known while later."""
+    if "slowcopy" not in chat.hooks:
+        return 0.0
+    key = hashlib.sha1(f"{chat.model}|{chat.prompt}".encode()).digest()
+    if key in state.copies_seen:
+        return SLOW_COPY_S
+    state.copies_seen.add(key)
+    return 0.0
 
 
 def _record_status(outcome: str, status: int) -> int | str:

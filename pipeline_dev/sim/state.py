@@ -117,6 +117,7 @@ class SimState:
         self.admissions: list[tuple[float, int]] = []  # (monotonic s, tokens charged) per admitted request
         self.refusals: list[float] = []  # monotonic s of each 429
         self.answers: dict[bytes, Composed] = {}  # --cache-answers: composed answers by request
+        self.copies_seen: set[bytes] = set()  # `[[sim:slowcopy]]` requests had, by model and messages
 
     def record(
         self,
