@@ -9,10 +9,12 @@ import importlib.util
 import json
 import os
 import sys
+import time
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 
+import httpx
 import pytest
 from sqlalchemy import select
 
@@ -53,9 +55,30 @@ def llama_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with embedded.Child("llama-cpp-python server", argv, log_path=log) as child:
         try:
             embedded.wait_for_port(port, SERVER_START_S, child)
+            _wait_for_models(f"http://127.0.0.1:{port}/v1", child)
         except RuntimeError as exc:
             pytest.fail(f"{exc}; see {log}")
         yield f"http://127.0.0.1:{port}/v1"
+
+
+def _wait_for_models(base_url: str, child: embedded.Child) -> None:
+    """Until the server answers /v1/models with the model: a port that accepts connections is
+    not yet a server that answers (nor, should another process have taken the free port first,
+    this server)."""
+    deadline = time.monotonic() + SERVER_START_S
+    while True:
+        if problem := child.problem():
+            raise RuntimeError(problem)
+        try:
+            listed = httpx.get(f"{base_url}/models", timeout=5.0).json()
+            if any(entry.get("id") == MODEL for entry in listed.get("data", [])):
+                return
+            seen = listed
+        except (httpx.HTTPError, ValueError) as exc:
+            seen = exc
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{base_url}/models did not list {MODEL} in {SERVER_START_S} s: {seen!r}")
+        time.sleep(0.1)
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +109,7 @@ def test_doctor_finds_the_mode_the_server_takes(real_env: dict[str, str]) -> Non
     result = run_cli("doctor", "--json", env=real_env, timeout_s=600)
     assert result.returncode == 0, result.stdout + result.stderr
     found = json.loads(result.stdout)
+    assert found["verdict"]["ok"] and found["verdict"]["step"] == "ok"
     assert MODEL in found["models"]
     modes = {probe["mode"]: probe["works"] for probe in found["modes"]}
     assert not modes["json_schema"], "llama-cpp-python answers json_schema with a 500"

@@ -196,46 +196,47 @@ def _enable_task_events() -> None:
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
 def doctor(as_json: bool) -> None:
-    """Probe the configured endpoint: models, structured-output modes, rate-limit headers, Batch API.
+    """Diagnose the configured endpoint in order: reachable, API key accepted, models listed, a
+    structured-output mode that works, rate-limit headers (a warning), Batch API; it stops at the
+    first failure and says how to fix it.
 
-    Exits 1 when no structured-output mode works."""
-    from pipeline.llm.doctor import diagnose
+    Exits 3 when the endpoint cannot be reached, 5 when it refuses the key or the model or no
+    structured-output mode works."""
+    from pipeline.llm.doctor import diagnose, host_of
 
     settings = get_settings()
     if not settings.llm_base_url:
         fail("PIPELINE_LLM_BASE_URL (or OPENAI_BASE_URL) is not set: point it at the LLM endpoint")
     found = diagnose(settings)
-    out = Console(soft_wrap=True)  # the report is the output: stdout
     if as_json:
         click.echo(json.dumps(found.as_dict(), indent=2))
-        sys.exit(0 if found.working_mode else 1)
+        sys.exit(found.verdict.exit_code)
+    out = Console(soft_wrap=True)  # the report is the output: stdout
     out.print(f"endpoint {escape(found.endpoint)}, model {escape(found.model)}")
-    if found.models is not None:
-        listed = "yes" if found.model in found.models else "[yellow]no[/]"
-        out.print(
-            f"models listed: {escape(', '.join(found.models) or '(none)')} (this model listed: {listed})"
-        )
-    else:
-        out.print(f"models: [yellow]not listed[/] ({escape(found.models_problem or '')})")
-    out.print(f"context window: {found.context_window or 'not stated'}")
-    table = Table("structured output", "works", "latency s", "detail", title="one-line calls")
-    for mode in found.modes:
-        latency = f"{mode.latency_s:.2f}" if mode.latency_s is not None else ""
-        table.add_row(mode.mode, "yes" if mode.works else "no", latency, escape(mode.detail))
-    out.print(table)
-    if found.headers_sent and found.limits is not None:
-        told = found.limits
-        out.print(
-            f"x-ratelimit headers: yes (requests {told.limit_requests}, remaining {told.remaining_requests}; "
-            f"tokens {told.limit_tokens}, remaining {told.remaining_tokens})"
-        )
-    else:
-        out.print("x-ratelimit headers: none (set PIPELINE_RATE_LIMIT_RPM/_TPM yourself)")
-    out.print(f"Batch API: {found.batch}")
-    if found.working_mode is None:
-        out.print("[bold red]no structured-output mode works:[/] extraction cannot run against this endpoint")
-        sys.exit(1)
-    out.print(
-        f"the pipeline will use: {found.working_mode} "
-        f"(PIPELINE_LLM_STRUCTURED_OUTPUT={settings.llm_structured_output} finds it)"
-    )
+    if "reachability" in found.passed:
+        out.print(f"reachable: yes ({escape(host_of(found.endpoint))})")
+    if "authentication" in found.passed:
+        out.print("API key: accepted")
+    if "models" in found.passed:
+        if found.models:
+            out.print(f"models listed: {escape(', '.join(found.models))} (this model listed: yes)")
+        out.print(f"context window: {found.context_window or 'not stated'}")
+    if found.modes:
+        table = Table("structured output", "works", "latency s", "detail", title="one-line calls")
+        for mode in found.modes:
+            latency = f"{mode.latency_s:.2f}" if mode.latency_s is not None else ""
+            table.add_row(mode.mode, "yes" if mode.works else "no", latency, escape(mode.detail))
+        out.print(table)
+    if "headers" in found.passed:
+        if found.headers_sent and found.limits is not None:
+            told = found.limits
+            out.print(
+                f"x-ratelimit headers: yes (requests {told.limit_requests}, remaining {told.remaining_requests}; "
+                f"tokens {told.limit_tokens}, remaining {told.remaining_tokens})"
+            )
+        out.print(f"Batch API: {found.batch}")
+    for warning in found.warnings:
+        out.print(f"[yellow]warning:[/] {escape(warning)}")
+    if not found.verdict.ok:
+        fail(found.verdict.message, found.verdict.exit_code)
+    out.print(escape(found.verdict.message))

@@ -238,8 +238,13 @@ async def _compose(chat: ChatRequest, loop: asyncio.AbstractEventLoop, state: Si
 
 
 async def models(request: web.Request) -> web.Response:
-    """GET /v1/models: "sim-1" and every model name seen."""
-    names = sorted(request.app[STATE].models)
+    """GET /v1/models: the served models when they are configured, else "sim-1" and every model
+    name seen. A wrong key is refused here too (401), as OpenAI does on every endpoint."""
+    state = request.app[STATE]
+    refusal = key_refusal(request.headers.get("Authorization", ""), state.config)
+    if refusal is not None:
+        return refusal.response()
+    names = sorted(state.config.served_models or state.models)
     data = [{"id": n, "object": "model", "created": 0, "owned_by": "pipeline-sim"} for n in names]
     return web.json_response({"object": "list", "data": data})
 
