@@ -193,6 +193,8 @@ def test_the_page_counts_the_calls_now_and_says_how_many_came_after_the_report()
     assert " · 7 LLM calls, 1,050 tokens (1 recorded after the report was written) · " in render_page(page)
     page.totals = CallTotals(calls=6, prompt_tokens=900, completion_tokens=100, cost_usd=None, priced_calls=0)
     assert "recorded after" not in render_page(page)
+    page.report["totals"]["synthesis_copies_running"] = 1  # still running as the page is made
+    assert "1 synthesis copy was still running when this report was written" in render_page(page)
 
 
 def test_a_report_written_before_a_hedged_copy_ended_says_so() -> None:

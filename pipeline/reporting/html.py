@@ -130,8 +130,8 @@ def _calls_text(page: PageInput) -> str:
     text = f"{page.totals.calls} LLM calls, {page.totals.tokens:,} tokens"
     late = page.totals.calls - int(stored.get("llm_calls") or 0)
     if late > 0:
-        text += f" ({late} recorded after the report was written)"
-    return text
+        return text + f" ({late} recorded after the report was written)"
+    return text + late_calls_note(int(stored.get("synthesis_copies_running") or 0))
 
 
 def _extracted(r: dict[str, Any]) -> list[dict[str, Any]]:
