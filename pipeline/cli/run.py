@@ -138,12 +138,17 @@ def submit_and_wait(
         if plan.created and not plan.submitted:  # nothing to run: no run left behind
             _discard(engine, plan.run_id)
         return refused
-    mode = start_run(engine, settings, plan)
-    console.print(f"submitted {plan.submitted} documents" + (" (batch mode)" if mode == "batch" else ""))
-    click.echo(plan.run_id)
-    if not wait:
-        return 0, plan.run_id
-    return follow(engine, plan.run_id, check), plan.run_id
+    try:
+        mode = start_run(engine, settings, plan)
+        console.print(f"submitted {plan.submitted} documents" + (" (batch mode)" if mode == "batch" else ""))
+        click.echo(plan.run_id)
+        if not wait:
+            return 0, plan.run_id
+        return follow(engine, plan.run_id, check), plan.run_id
+    except KeyboardInterrupt as exc:
+        if check is None or isinstance(exc, RunInterrupted):
+            raise
+        raise RunInterrupted(plan.run_id, stopped_by(exc)) from None  # `pipeline run` marks it
 
 
 def with_mode(settings: Settings, mode: str | None, deadline: str | None) -> Settings:
