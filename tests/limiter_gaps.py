@@ -32,11 +32,11 @@ from pipeline.ingest.producer import prepare_run
 from pipeline.llm.client import LLMClient
 from pipeline.llm.ratelimit import Permit, RedisLimiter
 from pipeline.llm.ratelimit.policy import ProviderLimits
+from pipeline.recovery.heartbeat import scope_of
+from pipeline.recovery.leases import Leases
 from pipeline.reporting.compress import compress_document
-from pipeline.runs.heartbeat import scope_of
 from pipeline.runtime import embedded
 from pipeline.storage.db import get_engine
-from pipeline.storage.leases import Leases
 from tests.roundtrips import fresh_database
 
 

@@ -18,7 +18,7 @@ from sqlalchemy import Engine, func, select
 from pipeline.core.constants import EXTRACT_QUEUE
 from pipeline.core.settings import get_settings
 from pipeline.ingest.producer import prepare_run
-from pipeline.runs import deliveries
+from pipeline.recovery import deliveries
 from pipeline.runtime.embedded import Child, free_port, start_redis, wait_for_port
 from pipeline.storage.db import get_engine, session_scope, upgrade
 from pipeline.storage.models import Chunk, Document, Extraction, LLMBatch, LLMCall, Report, Run

@@ -15,8 +15,8 @@ from pipeline.core.errors import LeaseLost
 from pipeline.core.settings import get_settings
 from pipeline.extraction.schemas import FilingExtraction
 from pipeline.ingest.producer import prepare_run
-from pipeline.runs import deliveries
-from pipeline.runs.heartbeat import (
+from pipeline.recovery import deliveries
+from pipeline.recovery.heartbeat import (
     Heartbeat,
     Reclaimed,
     StepLease,
@@ -26,9 +26,9 @@ from pipeline.runs.heartbeat import (
     redelivery_grace_s,
     worker_key,
 )
+from pipeline.recovery.leases import Leases
 from pipeline.storage import documents as repo
 from pipeline.storage.db import get_engine, session_scope
-from pipeline.storage.leases import Leases
 from pipeline.storage.models import Document
 from pipeline_dev.synth_filings import write_filings
 from tests.conftest import claimed_redis_db

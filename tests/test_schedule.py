@@ -18,7 +18,7 @@ from sqlalchemy import Engine, select
 
 from pipeline.core.constants import REPORT_QUEUE
 from pipeline.core.settings import Settings
-from pipeline.runs.heartbeat import LiveWorker, live_workers
+from pipeline.recovery.heartbeat import LiveWorker, live_workers
 from pipeline.runs.inbox import check_inbox, inbox_problem
 from pipeline.runtime.embedded import Child, child_env
 from pipeline.storage.db import get_engine, session_scope

@@ -97,7 +97,7 @@ def resume_idle_runs(engine: Engine, settings: Settings) -> list[Verdict]:
 
 def _workers_alive(settings: Settings) -> int | None:
     """Worker processes with a live heartbeat; None when Redis does not answer."""
-    from pipeline.runs.heartbeat import live_workers_at
+    from pipeline.recovery.heartbeat import live_workers_at
     from workers.app import LOCAL_REDIS_URL
 
     found = live_workers_at(settings.redis_url or LOCAL_REDIS_URL)

@@ -12,9 +12,9 @@ from pipeline.core.settings import get_settings
 from pipeline.extraction.extract import Context
 from pipeline.llm.client import LLMClient
 from pipeline.llm.ratelimit import RedisLimiter
-from pipeline.runs.heartbeat import scope_of
+from pipeline.recovery.heartbeat import scope_of
+from pipeline.recovery.leases import Leases
 from pipeline.storage.db import dispose_engines, get_engine
-from pipeline.storage.leases import Leases
 from workers.app import LOCAL_REDIS_URL
 
 REDIS_TIMEOUT_S = 5.0

@@ -1,4 +1,4 @@
-"""The worker process's heartbeat (`pipeline.runs.heartbeat`), started when the worker is ready
+"""The worker process's heartbeat (`pipeline.recovery.heartbeat`), started when the worker is ready
 (and in each child of a prefork pool), stopped at shutdown."""
 
 from __future__ import annotations
@@ -8,8 +8,9 @@ from typing import Any
 
 from celery import signals
 
-from pipeline.runs import deliveries
-from pipeline.runs.heartbeat import Heartbeat, Reclaimed
+from pipeline.recovery import deliveries
+from pipeline.recovery.heartbeat import Heartbeat, Reclaimed
+from pipeline.runs.inbox import InboxWatch
 from workers.context import redis_client, worker_context
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ def _start(name: str) -> None:
         name=name,
         poll=poll_batches,
         poll_quiet_s=3 * ctx.settings.batch_poll_s,
-        inbox=ctx.settings.inbox,  # published: beat and status compare it with theirs
+        published=InboxWatch(ctx.settings.inbox),  # beat and status compare it with theirs
     )
     beat.start()
     _beats.append(beat)

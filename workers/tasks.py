@@ -32,12 +32,13 @@ from pipeline.extraction import extract as extracting
 from pipeline.extraction.extract import CustomResult
 from pipeline.extraction.grounding import GroundedExtraction
 from pipeline.llm.client import CallRecord
+from pipeline.recovery import deliveries
+from pipeline.recovery.heartbeat import StepLease, first_this_lease, step_held
 from pipeline.reporting import compress as compressing
 from pipeline.reporting import streaming
 from pipeline.reporting import synthesize as reporting
-from pipeline.runs import batching, deliveries
+from pipeline.runs import batching
 from pipeline.runs import finalize as finalizing
-from pipeline.runs.heartbeat import StepLease, first_this_lease, step_held
 from workers.app import app
 from workers.context import redis_client, worker_context
 

@@ -102,7 +102,7 @@ def beat(loglevel: str) -> None:
     settings = broker_settings()
     announce("beat", settings, broker_only=True)
     if settings.inbox:
-        from pipeline.runs.heartbeat import live_workers_at
+        from pipeline.recovery.heartbeat import live_workers_at
         from pipeline.runs.inbox import check_inbox
 
         check = check_inbox(settings.inbox, live_workers_at(settings.redis_url or ""))

@@ -26,9 +26,9 @@ from pipeline.extraction.schemas import FilingExtraction
 from pipeline.ingest import sections
 from pipeline.llm import prompts
 from pipeline.llm.client import CallRecord, LLMClient
+from pipeline.recovery.leases import Leases
 from pipeline.storage import documents, llm_calls
 from pipeline.storage.db import session_scope
-from pipeline.storage.leases import Leases
 from pipeline.storage.models import Chunk, Document
 
 log = logging.getLogger(__name__)

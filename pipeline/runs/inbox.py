@@ -10,6 +10,7 @@ mismatch. The worker that takes the nightly task checks the path once more (`inb
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Literal
 from pipeline.ingest.inputs import fixed_part
 
 if TYPE_CHECKING:
-    from pipeline.runs.heartbeat import LiveWorker
+    from pipeline.recovery.heartbeat import LiveWorker
 
 InboxState = Literal["unset", "missing", "unreadable", "readable"]
 READABLE: InboxState = "readable"
@@ -36,6 +37,25 @@ def inbox_state(inbox: str | None) -> InboxState:
         return "missing"
     wanted = os.R_OK | os.X_OK if base.is_dir() else os.R_OK
     return READABLE if os.access(base, wanted) else "unreadable"
+
+
+INBOX_CHECK_S = 60.0
+"""How often a heartbeat looks at its inbox again (a stat of the path): a mount that comes or
+goes shows within a minute, and a hung network mount does not stall every beat."""
+
+
+class InboxWatch:
+    """What a worker's heartbeat publishes of its nightly inbox: the path and whether this host
+    reads it, looked at again at most every INBOX_CHECK_S."""
+
+    def __init__(self, inbox: str | None) -> None:
+        self.inbox, self._state, self._checked = inbox, inbox_state(None), -INBOX_CHECK_S
+
+    def __call__(self) -> dict[str, str | None]:
+        now = time.monotonic()
+        if now - self._checked >= INBOX_CHECK_S:
+            self._state, self._checked = inbox_state(self.inbox), now
+        return {"inbox": self.inbox, "inbox_state": self._state}
 
 
 def same_inbox(a: str | None, b: str | None) -> bool:

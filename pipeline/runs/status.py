@@ -349,7 +349,7 @@ def limiter_views(settings: Settings) -> list[dict[str, Any]]:
 def worker_views(settings: Settings) -> list[dict[str, Any]] | None:
     """The worker processes whose heartbeat is live, from Redis (None: no Redis configured or
     reachable)."""
-    from pipeline.runs.heartbeat import live_workers_at
+    from pipeline.recovery.heartbeat import live_workers_at
 
     found = live_workers_at(settings.redis_url) if settings.redis_url else None
     return None if found is None else [asdict(worker) for worker in found]
@@ -358,7 +358,7 @@ def worker_views(settings: Settings) -> list[dict[str, Any]] | None:
 def inbox_mismatch(settings: Settings, workers: list[dict[str, Any]] | None) -> str | None:
     """One sentence when PIPELINE_INBOX is set here and some live worker does not read it (the
     inbox each worker reads is in `worker_views`); None when they all do, or nothing compares."""
-    from pipeline.runs.heartbeat import LiveWorker
+    from pipeline.recovery.heartbeat import LiveWorker
     from pipeline.runs.inbox import check_inbox
 
     if not settings.inbox or not workers:

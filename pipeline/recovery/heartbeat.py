@@ -11,7 +11,7 @@ One thread per process, every third of `PIPELINE_LEASE_S`:
   for their run: the run's chord still waits for the dead worker's unacknowledged messages,
   which Redis hands out again only after its visibility timeout;
 - so are the pending documents whose delivery a dead owner had received but not started
-  (`pipeline.runs.deliveries`: no lease names them yet);
+  (`pipeline.recovery.deliveries`: no lease names them yet);
 - runs whose documents are all final but whose report never came (the chord's callback was
   lost with a Redis restart) are finalized.
 
@@ -36,11 +36,10 @@ import redis
 from sqlalchemy import Engine
 
 from pipeline.core.errors import LeaseLost
-from pipeline.runs import deliveries
-from pipeline.runs.inbox import inbox_state
+from pipeline.recovery import deliveries
+from pipeline.recovery.leases import Leases
 from pipeline.storage import batches, documents, run_state
 from pipeline.storage.db import session_scope
-from pipeline.storage.leases import Leases
 from pipeline.storage.models import utcnow
 
 log = logging.getLogger(__name__)
@@ -53,9 +52,6 @@ STALE_AFTER_S = 3600.0
 lets its leases lapse for an hour: its deployment's id changed with a Redis that lost its data)."""
 RECLAIM_DOUBLINGS_MAX = 7
 """A reclaimed document's redelivery waits at most 2**7 leases (64 minutes at the default 30 s)."""
-INBOX_CHECK_S = 60.0
-"""How often a heartbeat looks at its inbox again (a stat of the path): a mount that comes or
-goes shows within a minute, and a hung network mount does not stall every beat."""
 
 
 def worker_key(owner: str) -> str:
@@ -316,10 +312,11 @@ class Heartbeat:
         name: str = "",
         poll: Callable[[str], None] | None = None,
         poll_quiet_s: float = 0.0,
-        inbox: str | None = None,
+        published: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         self.engine, self.client, self.leases, self.name = engine, client, leases, name
-        self.inbox, self._inbox_state, self._inbox_checked = inbox, inbox_state(None), -INBOX_CHECK_S
+        self.published = published
+        """More to say in each beat (the nightly inbox this worker reads: `runs.inbox.InboxWatch`)."""
         self.send, self.finish, self.poll = send, finish, poll
         self.poll_quiet_s = max(poll_quiet_s, leases.lease_s)
         self.interval_s = leases.lease_s / 3
@@ -348,8 +345,7 @@ class Heartbeat:
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "held": len(held),
-            "inbox": self.inbox,
-            "inbox_state": self._inbox_now(),
+            **(self.published() if self.published else {}),
         }
         try:
             body["at"] = time.time()
@@ -378,13 +374,6 @@ class Heartbeat:
                 restart_batch_polls(self.engine, self.client, self.leases, self.poll, self.poll_quiet_s)
         except Exception as exc:  # the database or Redis is down: the next beat tries again
             log.warning("heartbeat: %s: %s", type(exc).__name__, exc)
-
-    def _inbox_now(self) -> str:
-        """Whether this host reads the worker's inbox, looked at once per INBOX_CHECK_S."""
-        now = time.monotonic()
-        if now - self._inbox_checked >= INBOX_CHECK_S:
-            self._inbox_state, self._inbox_checked = inbox_state(self.inbox), now
-        return self._inbox_state
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):

@@ -1,7 +1,7 @@
 """The leases this worker process holds on documents (and on report steps), and its name as
 their owner.
 
-The process's heartbeat (`pipeline.runs.heartbeat`) renews exactly these, so a lease outlives
+The process's heartbeat (`pipeline.recovery.heartbeat`) renews exactly these, so a lease outlives
 its process by at most one lease period, and a document a thread stopped working on (whatever
 the reason) is not renewed by mistake.
 """
@@ -28,7 +28,7 @@ class Leases:
         self.lease_s = lease_s
         self.owner = owner or process_name()
         self.scope = scope
-        """The deployment: every worker of one broker shares it (`pipeline.runs.heartbeat.scope_of`)."""
+        """The deployment: every worker of one broker shares it (`pipeline.recovery.heartbeat.scope_of`)."""
         self._held: dict[int, int] = {}
         self._claimed: set[int] = set()
         self._steps: dict[str, str] = {}
@@ -77,7 +77,7 @@ class Leases:
             return dict(self._held)
 
     def hold_step(self, key: str, token: str) -> None:
-        """A step lease (`pipeline.runs.heartbeat.StepLease`) the heartbeat renews from now on."""
+        """A step lease (`pipeline.recovery.heartbeat.StepLease`) the heartbeat renews from now on."""
         with self._lock:
             self._steps[key] = token
 
@@ -106,7 +106,7 @@ class Leases:
     def handled(self, delivery: str) -> None:
         """A delivery this process received is done with (its task ended: the document is
         leased, final, or handed back for a retry): the next beat drops it from the process's
-        received set (`pipeline.runs.deliveries`)."""
+        received set (`pipeline.recovery.deliveries`)."""
         with self._lock:
             self._handled.append(delivery)
 
