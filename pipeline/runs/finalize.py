@@ -17,9 +17,11 @@ from pipeline.storage.models import RunStatus
 
 @dataclass(frozen=True)
 class FinalizeStep:
-    action: Literal["done", "stalled", "wait", "report"]
-    """"done": the report exists; "stalled": the watchdog gave up on the run (`pipeline resume`
-    sends a new finalize); "wait": documents are still being extracted; "report": compress
+    action: Literal["done", "stalled", "cancelled", "wait", "report"]
+    """"done": the report exists; "stalled": the watchdog gave up on the run and documents are
+    still unfinished (`pipeline resume` sends a new finalize; a stalled run whose documents all
+    ended is reported); "cancelled": stopped on purpose, no report; "wait": documents are still
+    being extracted, or the producer is still storing the run; "report": compress
     `compress_ids`, then synthesize."""
     compress_ids: list[int] = field(default_factory=list)
 
@@ -27,17 +29,18 @@ class FinalizeStep:
 def next_step(engine: Engine, run_id: str) -> FinalizeStep:
     """What finalize does for the run now. Raises UnknownToDatabase when this database has no
     such run: a worker on another database than the producer's must neither report it nor
-    take its report lock."""
+    take its report lock. A run is never reported before the producer stored all of it: the
+    first documents (sent early) may all end while later files are still being read."""
     with session_scope(engine) as session:
         status = run_state.run_status(session, run_id)
         if status is None:
             raise UnknownToDatabase(f"run {run_id}", database_url(engine))
         if run_state.report_exists(session, run_id):
             return FinalizeStep("done")
-        if status == RunStatus.STALLED:
-            return FinalizeStep("stalled")
-        if run_state.unfinished_count(session, run_id):
-            return FinalizeStep("wait")
+        if status == RunStatus.CANCELLED:
+            return FinalizeStep("cancelled")
+        if not run_state.is_stored(session, run_id) or run_state.unfinished_count(session, run_id):
+            return FinalizeStep("stalled" if status == RunStatus.STALLED else "wait")
         return FinalizeStep("report", run_state.extracted_ids(session, run_id, without_summary=True))
 
 
@@ -48,6 +51,8 @@ def ready_to_report(engine: Engine, document_id: int) -> str | None:
     finalize polling. (Early documents may all end while the producer still stores the rest.)"""
     with session_scope(engine) as session:
         run_id = run_state.run_of_document(session, document_id)
+        if run_id is not None:
+            run_state.revive(session, run_id)  # a stalled run whose document ended moves again
         if (
             run_id is None
             or run_state.report_exists(session, run_id)

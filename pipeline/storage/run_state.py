@@ -68,6 +68,20 @@ def mark_stored(session: Session, run_id: str) -> None:
     session.execute(update(Run).where(Run.id == run_id).values(stored_at=utcnow()))
 
 
+def is_stored(session: Session, run_id: str) -> bool:
+    """Whether the producer has stored all of the run's documents."""
+    return session.scalar(select(Run.stored_at).where(Run.id == run_id)) is not None
+
+
+def revive(session: Session, run_id: str) -> None:
+    """A stalled run goes back to running: one of its documents just ended, so it moves (the
+    watchdog had seen no activity, e.g. through a provider's long pause). A no-op otherwise,
+    and no row lock unless the run is stalled."""
+    session.execute(
+        update(Run).where(Run.id == run_id, Run.status == RunStatus.STALLED).values(status=RunStatus.RUNNING)
+    )
+
+
 def set_mode(session: Session, run_id: str, mode: str, reason: str, deadline: datetime | None) -> None:
     """The run's mode (sync or batch), why, and its deadline."""
     session.execute(
@@ -84,8 +98,8 @@ def report_exists(session: Session, run_id: str) -> bool:
 
 
 def stranded_runs(session: Session, quiet_s: float, scope: str) -> list[str]:
-    """Running runs of the deployment `scope` (its workers leased their documents) whose
-    documents are all final, none for `quiet_s`, and with no report: the chord's callback that
+    """Running (or stalled) runs of the deployment `scope` (its workers leased their documents),
+    fully stored, whose documents are all final, none for `quiet_s`, and with no report: the chord's callback that
     would report them was lost (Redis restarted, a header task's worker died). Finalize reports
     them."""
     cutoff = utcnow() - timedelta(seconds=quiet_s)
@@ -95,7 +109,13 @@ def stranded_runs(session: Session, quiet_s: float, scope: str) -> list[str]:
     reported = exists().where(Report.run_id == Run.id)
     found = session.scalars(
         select(Run.id).where(
-            Run.status == RunStatus.RUNNING, Run.created_at < cutoff, ours, ~unfinished, ~recent, ~reported
+            Run.status.in_((RunStatus.RUNNING, RunStatus.STALLED)),
+            Run.stored_at.is_not(None),  # never before the producer stored all of it
+            Run.created_at < cutoff,
+            ours,
+            ~unfinished,
+            ~recent,
+            ~reported,
         )
     )
     return list(found)
