@@ -530,3 +530,27 @@ def test_no_window_ever_holds_more_admissions_than_the_limit_across_processes(
         sum(1 for t in stamps[i : i + limit] if t < start + window_ms / 10) for i, start in enumerate(stamps)
     )
     assert tenth <= limit / 10 + 1 if pacing else tenth >= limit / 2
+
+
+def test_the_limiter_gives_up_on_a_redis_that_accepts_and_never_answers() -> None:
+    # A silent TCP peer (a failover, a NAT that dropped the connection): the kernel completes
+    # the handshake on the listening socket, and nothing ever answers. Before the client's
+    # timeouts the Lua call was still blocked after 20 s, its thread's lease renewed all along.
+    import socket
+
+    import redis
+
+    from pipeline.core.settings import Settings
+    from pipeline.llm.ratelimit import RedisLimiter, Scope
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = f"redis://127.0.0.1:{silent.getsockname()[1]}/0"
+        settings = Settings(
+            _env_file=None, redis_url=url, llm_base_url="http://127.0.0.1:9/v1", rate_limit_rpm=60
+        )  # type: ignore[call-arg]
+        limiter = RedisLimiter.from_settings(settings, 1)
+        assert limiter is not None
+        with pytest.raises(redis.exceptions.TimeoutError):  # retried as any Redis outage
+            limiter.try_acquire(Scope("http://127.0.0.1:9/v1", "m"), 10, "permit-1")

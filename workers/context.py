@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import redis
 from celery.signals import worker_process_init
 
+from pipeline.core.constants import REDIS_CLIENT_OPTIONS
 from pipeline.core.settings import get_settings
 from pipeline.extraction.extract import Context
 from pipeline.llm.client import LLMClient
@@ -17,8 +18,6 @@ from pipeline.recovery.leases import Leases
 from pipeline.storage.db import dispose_engines, get_engine
 from workers.app import LOCAL_REDIS_URL
 
-REDIS_TIMEOUT_S = 5.0
-"""The heartbeat's Redis calls give up after this: a hung beat must not outlive a lease."""
 _lock = threading.Lock()
 _context: Context | None = None
 _redis: redis.Redis | None = None
@@ -64,8 +63,7 @@ def _redis_client() -> redis.Redis:
         _redis = redis.Redis.from_url(
             get_settings().redis_url or LOCAL_REDIS_URL,
             max_connections=8,
-            socket_timeout=REDIS_TIMEOUT_S,
-            socket_connect_timeout=REDIS_TIMEOUT_S,
+            **REDIS_CLIENT_OPTIONS,
         )
     return _redis
 

@@ -55,6 +55,16 @@ LIMITER_PROBE_MS = 3_000
 most, waiting for an answer's x-ratelimit-* headers: a worker killed mid-probe (or a slow
 answer) then holds the others back 3 s, not the probe's whole in-flight lease."""
 LIMITER_KEY_PREFIX = "pipeline:rl"
+REDIS_TIMEOUT_S = 5.0
+"""Connect and read timeout of every Redis client of ours (the limiter, heartbeats, locks), with
+TCP keepalive: no command of ours blocks on the server, so a silent peer (a failover, a NAT that
+dropped the connection) is an error within seconds, retried as any Redis outage, instead of a
+thread blocked for good while the heartbeat renews its lease."""
+REDIS_CLIENT_OPTIONS = {
+    "socket_timeout": REDIS_TIMEOUT_S,
+    "socket_connect_timeout": REDIS_TIMEOUT_S,
+    "socket_keepalive": True,
+}
 LIMITER_LEASE_EXTRA_S = 30.0
 """An in-flight lease outlives the call's timeout by this much, then expires by itself."""
 LIMITER_KEY_TTL_EXTRA_MS = 60_000

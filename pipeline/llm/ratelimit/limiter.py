@@ -190,7 +190,9 @@ class RedisLimiter:
             if limits.active:
                 raise ConfigError("rate limits need PIPELINE_REDIS_URL: the limit is kept in Redis")
             return None
-        client: redis.Redis = redis.Redis.from_url(settings.redis_url, max_connections=pool_size + 4)
+        client: redis.Redis = redis.Redis.from_url(
+            settings.redis_url, max_connections=pool_size + 4, **c.REDIS_CLIENT_OPTIONS
+        )
         return cls(
             client,
             limits,
