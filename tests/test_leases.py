@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -332,3 +333,26 @@ def test_one_thread_of_a_process_starts_a_document_at_a_time() -> None:
             assert not second, "a duplicate delivery to another thread of the process"
         assert leases.holds(7), "the duplicate's exit does not release the first claim"
     assert not leases.holds(7)
+
+
+def test_a_host_whose_clock_runs_ahead_does_not_take_a_live_lease(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 28, defect 1: a worker whose wall clock ran 45 s ahead took another's live 30 s lease on
+    a duplicate delivery, and the first worker's calls were paid twice. Leases are decided on the
+    database's clock now; the host's clock is set through its seam (`utcnow`)."""
+    if engine.dialect.name != "postgresql":
+        pytest.skip("SQLite is one host's file: its host's clock is the only clock (Postgres under CI)")
+    (doc_id,) = _documents(engine, tmp_path, 1)
+    with session_scope(engine) as session:
+        first = repo.start_document(session, doc_id, 3, "host-a:1:x", lease_s=30)
+        assert first is not None and first.fence == 1
+    ahead = datetime.now(UTC) + timedelta(seconds=45)
+    for module in ("pipeline.storage.documents", "pipeline.storage.models"):
+        monkeypatch.setattr(f"{module}.utcnow", lambda: ahead)
+    with session_scope(engine) as session:  # host b, 45 s ahead, with the same message
+        assert repo.start_document(session, doc_id, 3, "host-b:1:y", lease_s=30) is None
+        expired = [row[0] for row in repo.expired_leases(session, scope="", stale_s=3600)]
+        assert doc_id not in expired  # nor does its heartbeat reclaim it
+    doc = _doc(engine, doc_id)
+    assert (doc.lease_owner, doc.fence) == ("host-a:1:x", 1)

@@ -28,6 +28,7 @@ from pipeline.storage.models import (
     RiskFactor,
     Run,
     aware,
+    lease_now,
     table_of,
     utcnow,
 )
@@ -93,7 +94,7 @@ def start_document(
     It holds across redeliveries, reclaims and resumes, so a document that kills its worker
     cannot loop forever; transient errors are bounded by PIPELINE_TASK_MAX_RETRIES instead.
     """
-    now = utcnow()
+    now = lease_now(session)
     lease = {
         "status": DocStatus.RUNNING,
         "attempts": Document.attempts + 1,
@@ -145,7 +146,7 @@ def _start_otherwise(
     doc = session.get(Document, document_id, with_for_update=True)
     if doc is None or doc.status in TERMINAL_DOC_STATUSES:
         return None
-    now = utcnow()
+    now = lease_now(session)
     if doc.status == DocStatus.RUNNING and doc.lease_owner == owner:
         if not mine_idle:  # a thread of this process works on it, its lease late or not
             return None
@@ -215,13 +216,13 @@ def release_lease(session: Session, document_id: int, fence: int, grace_s: float
     session.execute(
         update(Document)
         .where(Document.id == document_id, Document.fence == fence)
-        .values(**_released(grace_s))
+        .values(**_released(session, grace_s))
     )
 
 
-def _released(grace_s: float) -> dict[str, Any]:
+def _released(session: Session, grace_s: float) -> dict[str, Any]:
     """No owner, and a reclaim only if no delivery starts the document within `grace_s`."""
-    return {"lease_owner": None, "lease_expires_at": utcnow() + timedelta(seconds=grace_s)}
+    return {"lease_owner": None, "lease_expires_at": lease_now(session) + timedelta(seconds=grace_s)}
 
 
 def expect_retry(session: Session, document_id: int, grace_s: float) -> None:
@@ -233,14 +234,14 @@ def expect_retry(session: Session, document_id: int, grace_s: float) -> None:
             Document.status == DocStatus.RUNNING,
             Document.lease_owner.is_(None),
         )
-        .values(lease_expires_at=utcnow() + timedelta(seconds=grace_s))
+        .values(lease_expires_at=lease_now(session) + timedelta(seconds=grace_s))
     )
 
 
 def renew_leases(session: Session, held: dict[int, int], lease_s: float) -> None:
     """Extend the leases `held` ({document id: fence}) by `lease_s` from now (those still
     this holder's)."""
-    until = utcnow() + timedelta(seconds=lease_s)
+    until = lease_now(session) + timedelta(seconds=lease_s)
     for document_id, fence in held.items():
         session.execute(
             update(Document)
@@ -257,7 +258,7 @@ def expired_leases(
     it in time. Another deployment's (another broker's) workers are not seen alive from here,
     so their documents are left to them, unless their lease ran out `stale_s` ago (no live
     worker lets that happen: the deployment's id changed with a Redis that lost its data, say)."""
-    now = utcnow()
+    now = lease_now(session)
     rows = session.execute(
         select(Document.id, Document.run_id, Document.lease_owner, Document.fence, Document.reclaims)
         .where(
@@ -293,17 +294,17 @@ def take_back(session: Session, document_id: int, owner: str | None, fence: int,
             Document.status == DocStatus.RUNNING,
             Document.lease_owner.is_(None) if owner is None else Document.lease_owner == owner,
             Document.fence == fence,
-            Document.lease_expires_at < utcnow(),
+            Document.lease_expires_at < lease_now(session),
         )
-        .values(**_reclaimed(grace_s, owner))
+        .values(**_reclaimed(session, grace_s, owner))
     )
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
-def _reclaimed(grace_s: float, owner: str | None) -> dict[str, Any]:
+def _reclaimed(session: Session, grace_s: float, owner: str | None) -> dict[str, Any]:
     """Released for a new delivery (`_released`), the reclaim counted and its dead owner kept."""
     return {
-        **_released(grace_s),
+        **_released(session, grace_s),
         "fence": Document.fence + 1,  # the old holder, should it wake, can write nothing from now
         "reclaims": Document.reclaims + 1,
         "reclaimed_from": owner if owner is not None else Document.reclaimed_from,
@@ -323,7 +324,7 @@ def take_back_deliveries(
     rows = session.execute(
         update(Document)
         .where(Document.id.in_(ids), Document.status == DocStatus.PENDING)
-        .values(status=DocStatus.RUNNING, lease_scope=scope, **_reclaimed(grace_s, owner))
+        .values(status=DocStatus.RUNNING, lease_scope=scope, **_reclaimed(session, grace_s, owner))
         .returning(Document.id, Document.run_id)
         .execution_options(synchronize_session=False)
     )
@@ -337,7 +338,7 @@ def hand_back_attempt(session: Session, document_id: int, fence: int, grace_s: f
     session.execute(
         update(Document)
         .where(Document.id == document_id, Document.fence == fence, Document.attempts > 0)
-        .values(attempts=Document.attempts - 1, **_released(grace_s))
+        .values(attempts=Document.attempts - 1, **_released(session, grace_s))
     )
 
 
