@@ -87,3 +87,23 @@ def test_a_stalled_run_moves_again_when_one_of_its_documents_ends(engine: Engine
 def test_a_cancelled_run_is_not_reported(engine: Engine, run_id: str) -> None:
     _set(engine, run_id, status=RunStatus.CANCELLED)
     assert finalize.next_step(engine, run_id).action == "cancelled"
+
+
+def test_a_batch_whose_ingestion_keeps_failing_counts_towards_its_give_up(
+    engine: Engine, run_id: str
+) -> None:
+    """Issue 28, defect 8: each poll's good retrieve reset the failure count, so a batch whose
+    ingestion failed every time never reached the five-failure give-up, paying for its repairs
+    at every poll. Only a batch that moves on starts the count again."""
+    from pipeline.storage import batches
+
+    with session_scope(engine) as session:
+        row = batches.create(session, run_id, [], tokens=0)
+        batch_id = row.id
+    for expected in (1, 2, 3):
+        with session_scope(engine) as session:  # the retrieve finds the same ended batch
+            batches.update_row(session, batch_id, status="completed", completed=2)
+            assert batches.note_failure(session, batch_id, "ingesting failed") == expected
+    with session_scope(engine) as session:  # lines stored: it moved on
+        batches.update_row(session, batch_id, output_lines_done=2, failures=0)
+        assert batches.note_failure(session, batch_id, "again") == 1

@@ -201,7 +201,7 @@ def _cut_over(ctx: Context, api: BatchAPI, run: Run, now: datetime) -> bool:
                 continue
             log.info("run %s: deadline: batch %s cancelled (%s)", run.id, row.provider_batch_id, state.status)
             with session_scope(ctx.engine) as session:
-                repo.update_row(session, row.id, status=state.status, cancelled_at=utcnow())
+                repo.update_row(session, row.id, status=state.status, cancelled_at=utcnow(), failures=0)
             waiting = waiting or not state.ended
         elif row.status in repo.WAITING:
             waiting = True
@@ -243,6 +243,7 @@ def _advance(ctx: Context, api: BatchAPI, run: Run, row: LLMBatch, version: str)
             error_file_id=state.error_file_id,
             error=state.errors,
             **({"ended_at": utcnow()} if state.ended and row.ended_at is None else {}),
+            **({"failures": 0} if (state.status, state.completed) != (row.status, row.completed) else {}),
         )
     if not state.ended:
         return 0
@@ -348,7 +349,7 @@ def _send_file(ctx: Context, api: BatchAPI, row: LLMBatch, packed: InputFile, ru
     if file_id is None:
         file_id = api.upload(packed, name)
     with session_scope(ctx.engine) as session:
-        repo.update_row(session, row.id, status=repo.UPLOADED, input_file_id=file_id)
+        repo.update_row(session, row.id, status=repo.UPLOADED, input_file_id=file_id, failures=0)
     row.input_file_id, row.status, row.attempts = file_id, repo.UPLOADED, row.attempts + 1
     _create(ctx, api, row, run, look_first=False)
 
@@ -362,7 +363,12 @@ def _create(ctx: Context, api: BatchAPI, row: LLMBatch, run: Run, *, look_first:
         state = api.create(row.input_file_id, {"pipeline_run": run.id, "pipeline_batch": str(row.id)})
     with session_scope(ctx.engine) as session:
         repo.update_row(
-            session, row.id, provider_batch_id=state.id, status=state.status, submitted_at=utcnow()
+            session,
+            row.id,
+            provider_batch_id=state.id,
+            status=state.status,
+            submitted_at=utcnow(),
+            failures=0,
         )
 
 
@@ -441,7 +447,7 @@ def _store_group(
                 # A line that cannot be read is skipped (its chunk is asked again); a database
                 # error fails the group, and the poll tries again.
                 log.warning("run %s: a batch line was not stored (%s: %s)", run.id, type(exc).__name__, exc)
-        repo.update_row(session, row.id, **{done_column: position})
+        repo.update_row(session, row.id, **{done_column: position}, failures=0)  # lines stored: it moves
     return stored
 
 

@@ -214,8 +214,9 @@ def enqueued_tokens(session: Session, run_id: str) -> int:
 
 
 def update_row(session: Session, batch_id: int, **values: Any) -> None:
-    """Store what a good poll found (the count of failed polls starts again)."""
-    values.setdefault("failures", 0)
+    """Store what a poll found. The count of failed polls starts again only where the caller
+    says the batch moved on (`failures=0`): a retrieve that finds the same ended batch, whose
+    ingestion then fails again, must count towards the give-up."""
     session.execute(update(LLMBatch).where(LLMBatch.id == batch_id).values(updated_at=utcnow(), **values))
 
 
