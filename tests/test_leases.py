@@ -356,3 +356,17 @@ def test_a_host_whose_clock_runs_ahead_does_not_take_a_live_lease(
         assert doc_id not in expired  # nor does its heartbeat reclaim it
     doc = _doc(engine, doc_id)
     assert (doc.lease_owner, doc.fence) == ("host-a:1:x", 1)
+
+
+def test_a_run_has_one_finalize_poller_at_a_time(client: redis.Redis) -> None:
+    """Issue 28, defect 6: each reclaim and resume sent one more finalize, and each polled every
+    5 s until the run ended. The first to wait holds the place, renewed at its polls; the others
+    end at once; a poller that died frees it after its TTL."""
+    from pipeline.recovery.heartbeat import POLLER_PREFIX, sole_poller
+
+    assert sole_poller(client, "run-1", "chord-finalize", ttl_s=30)
+    assert not sole_poller(client, "run-1", "reclaim-finalize", ttl_s=30)
+    assert sole_poller(client, "run-1", "chord-finalize", ttl_s=30)  # its next poll
+    assert sole_poller(client, "run-2", "reclaim-finalize", ttl_s=30)  # another run's
+    client.delete(f"{POLLER_PREFIX}run-1")  # what its TTL does once the poller died
+    assert sole_poller(client, "run-1", "reclaim-finalize", ttl_s=30)

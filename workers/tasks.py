@@ -33,7 +33,7 @@ from pipeline.extraction.extract import CustomResult
 from pipeline.extraction.grounding import GroundedExtraction
 from pipeline.llm.client import CallRecord
 from pipeline.recovery import deliveries
-from pipeline.recovery.heartbeat import StepLease, first_this_lease, step_held
+from pipeline.recovery.heartbeat import StepLease, first_this_lease, sole_poller, step_held
 from pipeline.reporting import compress as compressing
 from pipeline.reporting import streaming
 from pipeline.reporting import synthesize as reporting
@@ -47,6 +47,9 @@ T = TypeVar("T")
 
 FINALIZE_POLL_S = 5.0
 """How soon finalize looks again when it fires before every document is final."""
+POLLER_TTL_S = 6 * FINALIZE_POLL_S
+"""How long the run's poller keeps its place without polling (a missed poll or two, a busy
+worker); then another finalize may take it."""
 STEP_BUSY_POLL_S = 1.0
 """How soon a compress whose step another worker holds looks again."""
 REPORT_LOCK_PREFIX = "pipeline:reporting:"
@@ -261,6 +264,8 @@ def _finalize(self: Task, run_id: str) -> str:
     try:
         step = finalizing.next_step(ctx.engine, run_id)
         if step.action == "wait":
+            if not sole_poller(redis_client(), run_id, str(self.request.id), POLLER_TTL_S):
+                return "another finalize waits for the run"
             raise self.retry(countdown=FINALIZE_POLL_S, max_retries=None)
         if step.action != "report":
             return step.action

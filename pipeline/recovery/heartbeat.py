@@ -211,6 +211,26 @@ def first_this_lease(client: redis.Redis, leases: Leases, key: str) -> bool:
     return bool(client.set(key, leases.owner, nx=True, px=leases.lease_ms))
 
 
+POLLER_PREFIX = "pipeline:finalize-poller:"
+"""`pipeline:finalize-poller:<run>`: the id of the one finalize task that waits for the run's
+documents (the chord's, or the first resent one), renewed at each of its polls."""
+
+
+def sole_poller(client: redis.Redis, run_id: str, task_id: str, ttl_s: float) -> bool:
+    """Whether the finalize task `task_id` is the run's one poller (taking the place when it is
+    free). Every reclaim and resume sends a finalize of its own; without this, each kept polling
+    every few seconds until the run ended. A poller that dies frees its place after `ttl_s`;
+    a run whose documents end meanwhile is finalized by the heartbeats (`finish_stranded`)."""
+    key, ttl_ms = f"{POLLER_PREFIX}{run_id}", int(ttl_s * 1000)
+    if client.set(key, task_id, nx=True, px=ttl_ms):
+        return True
+    holder: Any = client.get(key)
+    if isinstance(holder, bytes) and holder.decode() == task_id:
+        client.pexpire(key, ttl_ms)
+        return True
+    return False
+
+
 def finish_stranded(
     engine: Engine, client: redis.Redis, leases: Leases, finish: Callable[[str], None]
 ) -> list[str]:
