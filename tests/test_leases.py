@@ -370,3 +370,29 @@ def test_a_run_has_one_finalize_poller_at_a_time(client: redis.Redis) -> None:
     assert sole_poller(client, "run-2", "reclaim-finalize", ttl_s=30)  # another run's
     client.delete(f"{POLLER_PREFIX}run-1")  # what its TTL does once the poller died
     assert sole_poller(client, "run-1", "reclaim-finalize", ttl_s=30)
+
+
+def test_a_heartbeat_job_that_raises_leaves_the_others_running(
+    engine: Engine, client: redis.Redis, tmp_path: Path
+) -> None:
+    """Issue 28 (heartbeat jobs as separate units): one failing job, here the stranded-run
+    finisher's `finish` and what the worker publishes, stops none of the others."""
+    (held_id,) = _documents(engine, tmp_path, 1)
+    leases = Leases(lease_s=3, owner="host:8:jobs")
+    with session_scope(engine) as session:
+        held = repo.start_document(session, held_id, 3, leases.owner, lease_s=0)
+        assert held is not None
+    ran: list[str] = []
+
+    def broken() -> dict[str, str]:
+        raise OSError("a hung mount")
+
+    beat = Heartbeat(engine, client, leases, lambda taken: None, lambda run_id: None, published=broken)
+    jobs = [(name, job) for name, job in beat.jobs()]
+    beat.jobs = lambda: [("first", lambda: 1 / 0), *jobs, ("last", lambda: ran.append("last"))]  # type: ignore[method-assign]
+    with leases.holding(held_id, held.fence):
+        beat.beat()
+    assert _doc(engine, held_id).lease_owner == leases.owner, "renewed after a job that raised"
+    assert [w for w in live_workers(client) if w.owner == leases.owner], "alive, without what it publishes"
+    assert ran == ["last"]
+    beat.stop()

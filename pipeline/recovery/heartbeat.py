@@ -357,43 +357,73 @@ class Heartbeat:
             self.client.delete(worker_key(self.leases.owner))
 
     def beat(self) -> None:
-        """One beat: alive in Redis, leases renewed, the dead's documents taken back. Each part
-        goes on when another fails (Redis or the database may be down for a while)."""
-        held = self.leases.held()
+        """One beat: its jobs in turn, each on its own: one that fails (Redis or the database
+        down for a while, a bug) is logged, and the others still run; the next beat tries it
+        again."""
+        for name, job in self.jobs():
+            try:
+                job()
+            except Exception as exc:
+                log.warning("heartbeat: %s: %s: %s", name, type(exc).__name__, exc)
+
+    def jobs(self) -> list[tuple[str, Callable[[], object]]]:
+        """The beat's jobs, in order: alive in Redis, leases renewed, leftovers released, the
+        dead's documents and deliveries taken back, stranded runs finished, batch polls restarted."""
+        found: list[tuple[str, Callable[[], object]]] = [
+            ("alive", self.announce),
+            ("leases", self.renew),
+            ("release", self.release_leftovers),
+            ("reclaim", lambda: reclaim(self.engine, self.client, self.leases, self.send)),
+            ("deliveries", lambda: reclaim_deliveries(self.engine, self.client, self.leases, self.send)),
+            ("stranded runs", lambda: finish_stranded(self.engine, self.client, self.leases, self.finish)),
+        ]
+        if self.poll is not None:
+            poll = self.poll
+            found.append(
+                (
+                    "batch polls",
+                    lambda: restart_batch_polls(
+                        self.engine, self.client, self.leases, poll, self.poll_quiet_s
+                    ),
+                )
+            )
+        return found
+
+    def announce(self) -> None:
+        """`pipeline:worker:<owner>`: alive, what it holds and publishes; the deliveries its
+        threads finished leave its received set; its step leases are renewed."""
         body = {
             "name": self.name,
             "host": socket.gethostname(),
             "pid": os.getpid(),
-            "held": len(held),
-            **(self.published() if self.published else {}),
+            "held": len(self.leases.held()),
+            "at": time.time(),
         }
         try:
-            body["at"] = time.time()
-            self.client.set(worker_key(self.leases.owner), json.dumps(body), px=self.leases.lease_ms)
-            handled = self.leases.take_handled()
-            try:
-                deliveries.keep(self.client, self.leases.owner, handled)
-            except redis.RedisError:
-                self.leases.restore_handled(handled)
-                raise
-            for key, token in self.leases.held_steps().items():
-                self.client.eval(_RENEW, 1, key, token, self.leases.lease_ms)
-        except redis.RedisError as exc:
-            log.warning("heartbeat: Redis: %s", exc)
+            body.update(self.published() if self.published else {})
+        except Exception as exc:  # what it publishes besides is not worth its heartbeat
+            log.warning("heartbeat: what it publishes: %s: %s", type(exc).__name__, exc)
+        self.client.set(worker_key(self.leases.owner), json.dumps(body), px=self.leases.lease_ms)
+        handled = self.leases.take_handled()
         try:
-            with session_scope(self.engine) as session:
-                documents.renew_leases(session, held, self.leases.lease_s)
-            for document_id, fence in self.leases.unreleased().items():
-                with session_scope(self.engine) as session:  # free now: reclaimed below
-                    documents.release_lease(session, document_id, fence, grace_s=0)
-                self.leases.released(document_id)
-            reclaim(self.engine, self.client, self.leases, self.send)
-            reclaim_deliveries(self.engine, self.client, self.leases, self.send)
-            finish_stranded(self.engine, self.client, self.leases, self.finish)
-            if self.poll is not None:
-                restart_batch_polls(self.engine, self.client, self.leases, self.poll, self.poll_quiet_s)
-        except Exception as exc:  # the database or Redis is down: the next beat tries again
-            log.warning("heartbeat: %s: %s", type(exc).__name__, exc)
+            deliveries.keep(self.client, self.leases.owner, handled)
+        except redis.RedisError:
+            self.leases.restore_handled(handled)
+            raise
+        for key, token in self.leases.held_steps().items():
+            self.client.eval(_RENEW, 1, key, token, self.leases.lease_ms)
+
+    def renew(self) -> None:
+        """The leases this process's threads work under, extended by one lease."""
+        with session_scope(self.engine) as session:
+            documents.renew_leases(session, self.leases.held(), self.leases.lease_s)
+
+    def release_leftovers(self) -> None:
+        """Leases a thread could not release (the database was down) are released now."""
+        for document_id, fence in self.leases.unreleased().items():
+            with session_scope(self.engine) as session:  # free now: reclaimed below
+                documents.release_lease(session, document_id, fence, grace_s=0)
+            self.leases.released(document_id)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
