@@ -396,3 +396,15 @@ def test_a_heartbeat_job_that_raises_leaves_the_others_running(
     assert [w for w in live_workers(client) if w.owner == leases.owner], "alive, without what it publishes"
     assert ran == ["last"]
     beat.stop()
+
+
+def test_a_dead_workers_received_set_past_postgres_parameter_limit_is_taken_back(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """Issue 28, defect 5: past 65,535 members, taking back a dead worker's deliveries failed on
+    Postgres's limit of bound parameters, and with it every later job of every heartbeat."""
+    (unstarted,) = _documents(engine, tmp_path, 1)
+    received = [unstarted, *range(10**9, 10**9 + 70_000)]  # ids no row has, as a stale set holds
+    with session_scope(engine) as session:
+        taken = repo.take_back_deliveries(session, received, "host:9:dead", grace_s=30, scope="")
+    assert [document_id for document_id, _ in taken] == [unstarted]

@@ -311,6 +311,11 @@ def _reclaimed(session: Session, grace_s: float, owner: str | None) -> dict[str,
     }
 
 
+MAX_IDS_PER_STATEMENT = 1000
+"""An `IN` list is cut into statements of at most this many ids: Postgres takes 65,535 bound
+parameters in one, and a received set can grow past that (a prefork worker's, say)."""
+
+
 def take_back_deliveries(
     session: Session, document_ids: Iterable[int], owner: str, grace_s: float, scope: str
 ) -> list[tuple[int, str]]:
@@ -319,16 +324,20 @@ def take_back_deliveries(
     The new delivery has `grace_s` to start it, or the heartbeat's reclaim (of the deployment
     `scope`) sends it again."""
     ids = sorted(document_ids)
-    if not ids:
-        return []
-    rows = session.execute(
-        update(Document)
-        .where(Document.id.in_(ids), Document.status == DocStatus.PENDING)
-        .values(status=DocStatus.RUNNING, lease_scope=scope, **_reclaimed(session, grace_s, owner))
-        .returning(Document.id, Document.run_id)
-        .execution_options(synchronize_session=False)
-    )
-    return [(int(document_id), str(run_id)) for document_id, run_id in rows.tuples()]
+    taken: list[tuple[int, str]] = []
+    for start in range(0, len(ids), MAX_IDS_PER_STATEMENT):
+        rows = session.execute(
+            update(Document)
+            .where(
+                Document.id.in_(ids[start : start + MAX_IDS_PER_STATEMENT]),
+                Document.status == DocStatus.PENDING,
+            )
+            .values(status=DocStatus.RUNNING, lease_scope=scope, **_reclaimed(session, grace_s, owner))
+            .returning(Document.id, Document.run_id)
+            .execution_options(synchronize_session=False)
+        )
+        taken += [(int(document_id), str(run_id)) for document_id, run_id in rows.tuples()]
+    return taken
 
 
 def hand_back_attempt(session: Session, document_id: int, fence: int, grace_s: float) -> None:
