@@ -107,3 +107,19 @@ def test_a_batch_whose_ingestion_keeps_failing_counts_towards_its_give_up(
     with session_scope(engine) as session:  # lines stored: it moved on
         batches.update_row(session, batch_id, output_lines_done=2, failures=0)
         assert batches.note_failure(session, batch_id, "again") == 1
+
+
+def test_a_host_whose_clock_runs_ahead_does_not_finish_a_run_early(
+    engine: Engine, run_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 28, defect 1: the quiet period before the heartbeats finish a run is measured on the
+    database's clock, the one its documents ended on, not on the deciding host's."""
+    if engine.dialect.name != "postgresql":
+        pytest.skip("SQLite is one host's file: its host's clock is the only clock (Postgres under CI)")
+    from datetime import UTC, datetime, timedelta
+
+    ahead = datetime.now(UTC) + timedelta(seconds=45)
+    for module in ("pipeline.storage.run_state", "pipeline.storage.models"):
+        monkeypatch.setattr(f"{module}.utcnow", lambda: ahead)
+    with session_scope(engine) as session:  # its documents ended just now: not quiet for 30 s yet
+        assert run_id not in run_state.stranded_runs(session, quiet_s=30.0, scope=SCOPE)

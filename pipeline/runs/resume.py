@@ -9,7 +9,7 @@ from sqlalchemy import Engine, func, or_, select
 
 from pipeline.storage import run_state
 from pipeline.storage.db import session_scope
-from pipeline.storage.models import Chunk, DocStatus, Document, Run, RunStatus, utcnow
+from pipeline.storage.models import Chunk, DocStatus, Document, Run, RunStatus, lease_now
 
 DEFAULT_STALE_AFTER_S = 600.0
 """A running document with no progress (start or answered chunk) for this long is presumed
@@ -31,8 +31,8 @@ def plan_resume(engine: Engine, run_id: str, stale_after_s: float = DEFAULT_STAL
     """The documents to enqueue again: pending ones, and running ones without progress for
     `stale_after_s`; longest first. Marks the run running again when there is work."""
     plan = ResumePlan(run_id)
-    cutoff = utcnow() - timedelta(seconds=stale_after_s)
     with session_scope(engine) as session:
+        cutoff = lease_now(session) - timedelta(seconds=stale_after_s)  # the clock chunks end on
         plan.has_report = run_state.report_exists(session, run_id)
         if plan.has_report:
             return plan

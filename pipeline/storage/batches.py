@@ -28,6 +28,7 @@ from pipeline.storage.models import (
     LLMBatch,
     LLMCall,
     Run,
+    lease_now,
     utcnow,
 )
 
@@ -251,7 +252,9 @@ def store_answer(
     stored = session.execute(
         update(Chunk)
         .where(Chunk.id == chunk_id, unanswered(version))
-        .values(result=json_safe(result), model=model, prompt_version=version, completed_at=utcnow())
+        .values(
+            result=json_safe(result), model=model, prompt_version=version, completed_at=lease_now(session)
+        )
         .execution_options(synchronize_session=False)
     )
     llm_calls.insert_calls(session, run_id, calls)

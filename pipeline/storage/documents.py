@@ -382,7 +382,7 @@ def reuse_answers(session: Session, doc: Document, chunks: Sequence[Chunk], mode
         )
         .order_by(Chunk.id)
     ).scalars()
-    reused = 0
+    reused, now = 0, lease_now(session)
     for source in earlier:
         chunk = wanted.pop((source.char_start, source.char_end), None)
         if chunk is None:
@@ -390,7 +390,7 @@ def reuse_answers(session: Session, doc: Document, chunks: Sequence[Chunk], mode
         chunk.result = source.result
         chunk.model = source.model
         chunk.prompt_version = source.prompt_version
-        chunk.completed_at = utcnow()
+        chunk.completed_at = now
         chunk.reused_from = source.reused_from or source.id
         reused += 1
     return reused
@@ -425,7 +425,7 @@ def save_chunk_result(
             "answer": json_safe(result.model_dump(mode="json")),
             "answer_model": model,
             "answer_version": prompt_version,
-            "answered_at": utcnow(),
+            "answered_at": lease_now(session),
         },
     )
 
@@ -521,7 +521,7 @@ def mark_extracted(session: Session, document_id: int, fence: int) -> None:
         "held_id": document_id,
         "held_fence": fence,
         "final_status": DocStatus.EXTRACTED,
-        "final_at": utcnow(),
+        "final_at": lease_now(session),
     }
     if not session.execute(_FINISH_HELD, final).rowcount:  # type: ignore[attr-defined]
         _lost(session, document_id, fence)
@@ -560,12 +560,18 @@ def _finish_document(
             "held_id": document_id,
             "final_status": status,
             "final_error": error,
-            "final_at": utcnow(),
+            "final_at": lease_now(session),
         }
         session.execute(_FINISH, final)
         return
     session.execute(
         update(Document)
         .where(Document.id == document_id, Document.status.not_in(TERMINAL_DOC_STATUSES), *also)
-        .values(status=status, error=error, finished_at=utcnow(), lease_owner=None, lease_expires_at=None)
+        .values(
+            status=status,
+            error=error,
+            finished_at=lease_now(session),
+            lease_owner=None,
+            lease_expires_at=None,
+        )
     )
