@@ -19,6 +19,7 @@ from pipeline.cli.base import (
     open_engine,
     outcome,
     ping_broker,
+    setting_source,
     stop_on_sigterm,
     stopped_by,
 )
@@ -348,8 +349,6 @@ def _check_endpoint(settings: Settings, yes: bool) -> None:
     """Name the endpoint `pipeline run` will use; without `--yes`, exit 2 before anything starts
     when it is not on this machine: a `.env` written for compose must not turn the quick start
     into a paid run without a word."""
-    from pipeline.cli.base import setting_source
-
     host = urlsplit(settings.llm_base_url or "").hostname or ""
     source = setting_source("PIPELINE_LLM_BASE_URL", "OPENAI_BASE_URL")
     where = f"{host} (PIPELINE_LLM_BASE_URL from {source})"
