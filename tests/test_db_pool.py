@@ -95,3 +95,24 @@ def test_in_a_worker_a_dropped_connection_fails_once_and_the_pool_starts_afresh(
 def test_elsewhere_a_dropped_connection_is_replaced_unseen(cli_engine: Engine, postgres_url: str) -> None:
     pids = _two_pooled_connections_ended(cli_engine, postgres_url)
     assert _backend_pid(cli_engine) not in pids
+
+
+def test_a_forked_child_leaves_its_parents_connections_open(worker_engine: Engine) -> None:
+    """Issue 28, defect 5: a prefork child's `engine.dispose()` closed the connections it had
+    inherited, and with them its parent's database sessions (a worker's engine has no ping to
+    hide that: the parent's next statement failed)."""
+    import os
+
+    from pipeline.storage.db import dispose_engines
+
+    with worker_engine.connect() as conn:  # a pooled connection the child inherits
+        conn.execute(text("select 1"))
+    pid = os.fork()
+    if pid == 0:  # the child, as a prefork worker's starts: its own pool from here
+        try:
+            dispose_engines(close=False)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    with worker_engine.connect() as conn:  # the same pooled connection, still the parent's
+        assert conn.execute(text("select 1")).scalar() == 1

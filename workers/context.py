@@ -75,4 +75,4 @@ def _reset_after_fork(**_: object) -> None:
     with _lock:
         _context = None
         _redis = None
-    dispose_engines()
+    dispose_engines(close=False)  # the parent's connections stay the parent's

@@ -116,11 +116,13 @@ def _file_lock(database: str) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def dispose_engines() -> None:
-    """Close every pooled connection (after fork, and at test teardown)."""
+def dispose_engines(*, close: bool = True) -> None:
+    """Forget every engine and its pool. `close=False` in a forked child: the pooled connections
+    are its parent's, and closing them would end the parent's sessions (SQLAlchemy's advice for
+    os.fork); the child opens its own."""
     with _engines_lock:
         for engine in _engines.values():
-            engine.dispose()
+            engine.dispose(close=close)
         _engines.clear()
 
 
