@@ -198,21 +198,20 @@ def _refused(plan: SubmitPlan, paths: list[str]) -> tuple[int, str] | None:
 def _abandon(engine: Engine, run_id: str, why: str) -> None:
     """A run that will not go on: removed when it holds no document (nothing to account for),
     marked cancelled with `why` otherwise (its first documents may be with workers already)."""
-    from pipeline.storage import run_state
+    from pipeline.storage import intake, run_state
     from pipeline.storage.db import session_scope
     from pipeline.storage.models import RunStatus
 
     with session_scope(engine) as session:
         stored = sum(run_state.status_counts(session, run_id).values())
-    if not stored:
-        _discard(engine, run_id)
-        return
-    with session_scope(engine) as session:
-        run_state.set_run_status(session, run_id, RunStatus.CANCELLED, error=f"{why} ({stored} stored)")
+        if stored:
+            run_state.set_run_status(session, run_id, RunStatus.CANCELLED, error=f"{why} ({stored} stored)")
+        else:
+            intake.delete_run(session, run_id)
 
 
 def _discard(engine: Engine, run_id: str) -> None:
-    """Remove a run that never started: no usable document (each reason was printed), or none stored."""
+    """Remove a run that never started: no usable document (each reason was printed)."""
     from pipeline.storage import intake
     from pipeline.storage.db import session_scope
 

@@ -237,26 +237,21 @@ class CallOutcomes:
 
 
 def call_outcomes(engine: Engine, run_id: str) -> CallOutcomes:
-    """The run's LLM calls, answered and failed, counted by one query (a failure recorded between
-    two counts would look like an answer), and the newest failure's error."""
-    failing = LLMCall.status != "ok"
+    """The run's LLM calls, answered and failed, counted by `call_totals`'s one query (a failure
+    recorded between two counts would look like an answer), and the newest failure's error."""
     with session_scope(engine) as session:
-        total, failed = session.execute(
-            select(func.count(LLMCall.id), func.count(LLMCall.id).filter(failing)).where(
-                LLMCall.run_id == run_id
-            )
-        ).one()
+        totals = call_totals(session, run_id)
         error = (
             session.scalar(
                 select(LLMCall.error)
-                .where(LLMCall.run_id == run_id, failing)
+                .where(LLMCall.run_id == run_id, LLMCall.status != "ok")
                 .order_by(LLMCall.id.desc())
                 .limit(1)
             )
-            if failed
+            if totals.failed_calls
             else None
         )
-    return CallOutcomes(int(total) - int(failed), int(failed), error)
+    return CallOutcomes(totals.calls - totals.failed_calls, totals.failed_calls, error)
 
 
 def _called_models(settings: Settings) -> list[str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from pydantic import BaseModel
@@ -216,13 +216,13 @@ def release_lease(session: Session, document_id: int, fence: int, grace_s: float
     session.execute(
         update(Document)
         .where(Document.id == document_id, Document.fence == fence)
-        .values(**_released(session, grace_s))
+        .values(**_released(lease_now(session), grace_s))
     )
 
 
-def _released(session: Session, grace_s: float) -> dict[str, Any]:
-    """No owner, and a reclaim only if no delivery starts the document within `grace_s`."""
-    return {"lease_owner": None, "lease_expires_at": lease_now(session) + timedelta(seconds=grace_s)}
+def _released(now: datetime, grace_s: float) -> dict[str, Any]:
+    """No owner, and a reclaim only if no delivery starts the document within `grace_s` of `now`."""
+    return {"lease_owner": None, "lease_expires_at": now + timedelta(seconds=grace_s)}
 
 
 def expect_retry(session: Session, document_id: int, grace_s: float) -> None:
@@ -287,6 +287,7 @@ def take_back(session: Session, document_id: int, owner: str | None, fence: int,
     )
     if free is None:
         return False
+    now = lease_now(session)
     result = session.execute(
         update(Document)
         .where(
@@ -294,17 +295,17 @@ def take_back(session: Session, document_id: int, owner: str | None, fence: int,
             Document.status == DocStatus.RUNNING,
             Document.lease_owner.is_(None) if owner is None else Document.lease_owner == owner,
             Document.fence == fence,
-            Document.lease_expires_at < lease_now(session),
+            Document.lease_expires_at < now,
         )
-        .values(**_reclaimed(session, grace_s, owner))
+        .values(**_reclaimed(now, grace_s, owner))
     )
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
-def _reclaimed(session: Session, grace_s: float, owner: str | None) -> dict[str, Any]:
+def _reclaimed(now: datetime, grace_s: float, owner: str | None) -> dict[str, Any]:
     """Released for a new delivery (`_released`), the reclaim counted and its dead owner kept."""
     return {
-        **_released(session, grace_s),
+        **_released(now, grace_s),
         "fence": Document.fence + 1,  # the old holder, should it wake, can write nothing from now
         "reclaims": Document.reclaims + 1,
         "reclaimed_from": owner if owner is not None else Document.reclaimed_from,
@@ -323,7 +324,7 @@ def take_back_deliveries(
     released for a new delivery as a reclaim is, counting the reclaim; (id, run id) of each.
     The new delivery has `grace_s` to start it, or the heartbeat's reclaim (of the deployment
     `scope`) sends it again."""
-    ids = sorted(document_ids)
+    ids, now = sorted(document_ids), lease_now(session)
     taken: list[tuple[int, str]] = []
     for start in range(0, len(ids), MAX_IDS_PER_STATEMENT):
         rows = session.execute(
@@ -332,7 +333,7 @@ def take_back_deliveries(
                 Document.id.in_(ids[start : start + MAX_IDS_PER_STATEMENT]),
                 Document.status == DocStatus.PENDING,
             )
-            .values(status=DocStatus.RUNNING, lease_scope=scope, **_reclaimed(session, grace_s, owner))
+            .values(status=DocStatus.RUNNING, lease_scope=scope, **_reclaimed(now, grace_s, owner))
             .returning(Document.id, Document.run_id)
             .execution_options(synchronize_session=False)
         )
@@ -347,7 +348,7 @@ def hand_back_attempt(session: Session, document_id: int, fence: int, grace_s: f
     session.execute(
         update(Document)
         .where(Document.id == document_id, Document.fence == fence, Document.attempts > 0)
-        .values(attempts=Document.attempts - 1, **_released(session, grace_s))
+        .values(attempts=Document.attempts - 1, **_released(lease_now(session), grace_s))
     )
 
 

@@ -85,6 +85,8 @@ class CallTotals:
     cost_usd: float | None
     """Sum over the priced calls; None when none was priced."""
     priced_calls: int
+    failed_calls: int = 0
+    """Calls that brought no usable answer (any status but ok)."""
 
     @property
     def tokens(self) -> int:
@@ -93,13 +95,14 @@ class CallTotals:
 
 def call_totals(session: Session, run_id: str) -> CallTotals:
     """The run's calls, tokens and cost, counted from its `llm_calls` rows (every HTTP attempt)."""
-    calls, prompt, completion, cost, priced = session.execute(
+    calls, prompt, completion, cost, priced, failed = session.execute(
         select(
             func.count(_CALLS.c.id),
             func.coalesce(func.sum(_CALLS.c.prompt_tokens), 0),
             func.coalesce(func.sum(_CALLS.c.completion_tokens), 0),
             func.sum(_CALLS.c.cost_usd),
             func.count(_CALLS.c.cost_usd),
+            func.count(_CALLS.c.id).filter(_CALLS.c.status != "ok"),
         ).where(_CALLS.c.run_id == run_id)
     ).one()
     return CallTotals(
@@ -108,6 +111,7 @@ def call_totals(session: Session, run_id: str) -> CallTotals:
         completion_tokens=int(completion),
         cost_usd=None if cost is None else round(float(cost), 6),
         priced_calls=int(priced),
+        failed_calls=int(failed),
     )
 
 
