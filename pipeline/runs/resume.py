@@ -7,9 +7,9 @@ from datetime import timedelta
 
 from sqlalchemy import Engine, func, or_, select
 
-from pipeline.storage import run_state
+from pipeline.storage import clock, run_state
 from pipeline.storage.db import session_scope
-from pipeline.storage.models import Chunk, DocStatus, Document, Run, RunStatus, lease_now
+from pipeline.storage.models import Chunk, DocStatus, Document, Run, RunStatus
 
 DEFAULT_STALE_AFTER_S = 600.0
 """A running document with no progress (start or answered chunk) for this long is presumed
@@ -32,7 +32,7 @@ def plan_resume(engine: Engine, run_id: str, stale_after_s: float = DEFAULT_STAL
     `stale_after_s`; longest first. Marks the run running again when there is work."""
     plan = ResumePlan(run_id)
     with session_scope(engine) as session:
-        cutoff = lease_now(session) - timedelta(seconds=stale_after_s)  # the clock chunks end on
+        cutoff = clock.now(session) - timedelta(seconds=stale_after_s)  # the clock chunks end on
         plan.has_report = run_state.report_exists(session, run_id)
         if plan.has_report:
             return plan

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from pipeline.storage import documents, llm_calls
+from pipeline.storage import clock, documents, llm_calls
 from pipeline.storage.fit import json_safe
 from pipeline.storage.models import (
     Chunk,
@@ -28,7 +28,6 @@ from pipeline.storage.models import (
     LLMBatch,
     LLMCall,
     Run,
-    lease_now,
     utcnow,
 )
 
@@ -253,7 +252,7 @@ def store_answer(
         update(Chunk)
         .where(Chunk.id == chunk_id, unanswered(version))
         .values(
-            result=json_safe(result), model=model, prompt_version=version, completed_at=lease_now(session)
+            result=json_safe(result), model=model, prompt_version=version, completed_at=clock.now(session)
         )
         .execution_options(synchronize_session=False)
     )

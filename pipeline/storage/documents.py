@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from pipeline.core.constants import PROMPT_VERSION
 from pipeline.core.errors import LeaseLost
+from pipeline.storage import clock
 from pipeline.storage.fit import fitted, json_safe
 from pipeline.storage.models import (
     TERMINAL_DOC_STATUSES,
@@ -28,7 +29,6 @@ from pipeline.storage.models import (
     RiskFactor,
     Run,
     aware,
-    lease_now,
     table_of,
     utcnow,
 )
@@ -94,7 +94,7 @@ def start_document(
     It holds across redeliveries, reclaims and resumes, so a document that kills its worker
     cannot loop forever; transient errors are bounded by PIPELINE_TASK_MAX_RETRIES instead.
     """
-    now = lease_now(session)
+    now = clock.now(session)
     lease = {
         "status": DocStatus.RUNNING,
         "attempts": Document.attempts + 1,
@@ -146,7 +146,7 @@ def _start_otherwise(
     doc = session.get(Document, document_id, with_for_update=True)
     if doc is None or doc.status in TERMINAL_DOC_STATUSES:
         return None
-    now = lease_now(session)
+    now = clock.now(session)
     if doc.status == DocStatus.RUNNING and doc.lease_owner == owner:
         if not mine_idle:  # a thread of this process works on it, its lease late or not
             return None
@@ -216,7 +216,7 @@ def release_lease(session: Session, document_id: int, fence: int, grace_s: float
     session.execute(
         update(Document)
         .where(Document.id == document_id, Document.fence == fence)
-        .values(**_released(lease_now(session), grace_s))
+        .values(**_released(clock.now(session), grace_s))
     )
 
 
@@ -234,14 +234,14 @@ def expect_retry(session: Session, document_id: int, grace_s: float) -> None:
             Document.status == DocStatus.RUNNING,
             Document.lease_owner.is_(None),
         )
-        .values(lease_expires_at=lease_now(session) + timedelta(seconds=grace_s))
+        .values(lease_expires_at=clock.now(session) + timedelta(seconds=grace_s))
     )
 
 
 def renew_leases(session: Session, held: dict[int, int], lease_s: float) -> None:
     """Extend the leases `held` ({document id: fence}) by `lease_s` from now (those still
     this holder's)."""
-    until = lease_now(session) + timedelta(seconds=lease_s)
+    until = clock.now(session) + timedelta(seconds=lease_s)
     for document_id, fence in held.items():
         session.execute(
             update(Document)
@@ -258,7 +258,7 @@ def expired_leases(
     it in time. Another deployment's (another broker's) workers are not seen alive from here,
     so their documents are left to them, unless their lease ran out `stale_s` ago (no live
     worker lets that happen: the deployment's id changed with a Redis that lost its data, say)."""
-    now = lease_now(session)
+    now = clock.now(session)
     rows = session.execute(
         select(Document.id, Document.run_id, Document.lease_owner, Document.fence, Document.reclaims)
         .where(
@@ -287,7 +287,7 @@ def take_back(session: Session, document_id: int, owner: str | None, fence: int,
     )
     if free is None:
         return False
-    now = lease_now(session)
+    now = clock.now(session)
     result = session.execute(
         update(Document)
         .where(
@@ -324,7 +324,7 @@ def take_back_deliveries(
     released for a new delivery as a reclaim is, counting the reclaim; (id, run id) of each.
     The new delivery has `grace_s` to start it, or the heartbeat's reclaim (of the deployment
     `scope`) sends it again."""
-    ids, now = sorted(document_ids), lease_now(session)
+    ids, now = sorted(document_ids), clock.now(session)
     taken: list[tuple[int, str]] = []
     for start in range(0, len(ids), MAX_IDS_PER_STATEMENT):
         rows = session.execute(
@@ -348,7 +348,7 @@ def hand_back_attempt(session: Session, document_id: int, fence: int, grace_s: f
     session.execute(
         update(Document)
         .where(Document.id == document_id, Document.fence == fence, Document.attempts > 0)
-        .values(attempts=Document.attempts - 1, **_released(lease_now(session), grace_s))
+        .values(attempts=Document.attempts - 1, **_released(clock.now(session), grace_s))
     )
 
 
@@ -383,7 +383,7 @@ def reuse_answers(session: Session, doc: Document, chunks: Sequence[Chunk], mode
         )
         .order_by(Chunk.id)
     ).scalars()
-    reused, now = 0, lease_now(session)
+    reused, now = 0, clock.now(session)
     for source in earlier:
         chunk = wanted.pop((source.char_start, source.char_end), None)
         if chunk is None:
@@ -426,7 +426,7 @@ def save_chunk_result(
             "answer": json_safe(result.model_dump(mode="json")),
             "answer_model": model,
             "answer_version": prompt_version,
-            "answered_at": lease_now(session),
+            "answered_at": clock.now(session),
         },
     )
 
@@ -522,7 +522,7 @@ def mark_extracted(session: Session, document_id: int, fence: int) -> None:
         "held_id": document_id,
         "held_fence": fence,
         "final_status": DocStatus.EXTRACTED,
-        "final_at": lease_now(session),
+        "final_at": clock.now(session),
     }
     if not session.execute(_FINISH_HELD, final).rowcount:  # type: ignore[attr-defined]
         _lost(session, document_id, fence)
@@ -561,7 +561,7 @@ def _finish_document(
             "held_id": document_id,
             "final_status": status,
             "final_error": error,
-            "final_at": lease_now(session),
+            "final_at": clock.now(session),
         }
         session.execute(_FINISH, final)
         return
@@ -571,7 +571,7 @@ def _finish_document(
         .values(
             status=status,
             error=error,
-            finished_at=lease_now(session),
+            finished_at=clock.now(session),
             lease_owner=None,
             lease_expires_at=None,
         )

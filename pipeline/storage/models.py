@@ -20,12 +20,10 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     false,
-    func,
-    select,
     true,
 )
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 JSONType = JSON().with_variant(JSONB(), "postgresql")
 # SQLite only auto-increments INTEGER PRIMARY KEY; Postgres gets a 64-bit identity.
@@ -34,17 +32,6 @@ IdType = BigInteger().with_variant(Integer(), "sqlite")
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-def lease_now(session: Session) -> datetime:
-    """The one clock of lease decisions: the database's (Postgres `statement_timestamp()`), so
-    hosts whose wall clocks are minutes apart, in either direction, agree on when a lease ran
-    out. SQLite is one host's file (the embedded run): that host's clock is the only one."""
-    if session.get_bind().dialect.name == "postgresql":
-        found = session.scalar(select(func.statement_timestamp()))
-        if isinstance(found, datetime):
-            return aware(found)
-    return utcnow()
 
 
 def aware(moment: datetime) -> datetime:

@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import exists, func, select, update
 from sqlalchemy.orm import Session
 
+from pipeline.storage import clock
 from pipeline.storage.models import (
     TERMINAL_DOC_STATUSES,
     Document,
@@ -15,7 +16,6 @@ from pipeline.storage.models import (
     Report,
     Run,
     RunStatus,
-    lease_now,
     utcnow,
 )
 
@@ -103,7 +103,7 @@ def stranded_runs(session: Session, quiet_s: float, scope: str) -> list[str]:
     fully stored, whose documents are all final, none for `quiet_s`, and with no report: the chord's callback that
     would report them was lost (Redis restarted, a header task's worker died). Finalize reports
     them."""
-    cutoff = lease_now(session) - timedelta(seconds=quiet_s)  # the clock documents end on
+    cutoff = clock.now(session) - timedelta(seconds=quiet_s)  # the clock documents end on
     unfinished = exists().where(Document.run_id == Run.id, Document.status.not_in(TERMINAL_DOC_STATUSES))
     recent = exists().where(Document.run_id == Run.id, Document.finished_at > cutoff)
     ours = exists().where(Document.run_id == Run.id, Document.lease_scope == scope)
