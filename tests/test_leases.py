@@ -99,13 +99,36 @@ def test_a_holder_that_lost_its_lease_cannot_write(engine: Engine, tmp_path: Pat
         with pytest.raises(LeaseLost), session_scope(engine) as session:
             late_write(session)
     with session_scope(engine) as session:
-        repo.fail_document(session, doc_id, "the slow worker's verdict", "slow")
+        repo.fail_document(session, doc_id, "the slow worker's verdict", old_fence)
     assert _doc(engine, doc_id).status == "running", "a failure from the old owner is refused too"
     with session_scope(engine) as session:
         repo.save_chunk_result(session, chunk, new.fence, ANSWER, model="m", prompt_version="v")
         repo.mark_extracted(session, doc_id, new.fence)
     doc = _doc(engine, doc_id)
     assert (doc.status, doc.lease_owner) == ("extracted", None)
+
+
+def test_a_give_up_after_another_delivery_took_the_document_fails_nothing(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """Defect 7: the task layer's give-up (its last retry failed) is fenced by its attempt's
+    lease. It used to need only 'no lease held, or mine', so a worker whose document another
+    delivery had taken and handed back since could still fail it."""
+    (doc_id,) = _documents(engine, tmp_path, 1)
+    with session_scope(engine) as session:
+        first = repo.start_document(session, doc_id, 5, "gives-up", lease_s=60)
+        assert first is not None
+        repo.hand_back_attempt(session, doc_id, first.fence, grace_s=60)  # a transient error
+    with session_scope(engine) as session:  # meanwhile a duplicate delivery took it, and handed it back
+        second = repo.start_document(session, doc_id, 5, "another", lease_s=60)
+        assert second is not None
+        repo.hand_back_attempt(session, doc_id, second.fence, grace_s=60)
+    with session_scope(engine) as session:
+        repo.fail_document(session, doc_id, "gave up after 4 attempts", first.fence)
+    assert _doc(engine, doc_id).status == "running", "a stale attempt's verdict is refused"
+    with session_scope(engine) as session:
+        repo.fail_document(session, doc_id, "gave up after 4 attempts", second.fence)
+    assert _doc(engine, doc_id).status == "failed"
 
 
 def test_a_lease_its_owner_could_not_release_is_taken_over_by_the_same_process(

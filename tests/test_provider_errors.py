@@ -63,10 +63,11 @@ def test_a_document_refused_for_good_fails_after_one_call(
     with SimServer(SimConfig(p50_s=0, p95_s=0, served_models=("another-model",))) as sim:
         settings = get_settings().model_copy(update={"llm_base_url": sim.base_url})
         ctx = extracting.Context(settings, engine, LLMClient(settings, pool_size=1))
+        attempt = extracting.Attempt()
         try:
             with pytest.raises(ProviderRejected) as raised:
-                extracting.extract_document(ctx, document_id)
-            extracting.fail(ctx, document_id, str(raised.value))
+                extracting.extract_document(ctx, document_id, attempt=attempt)
+            extracting.fail(ctx, document_id, str(raised.value), attempt)
         finally:
             ctx.llm.close()
         assert sim.stats()["requests_total"] == 1

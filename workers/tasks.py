@@ -164,12 +164,14 @@ def extract(self: Task, document_id: int, deferrals: int = 0) -> str:
 
 
 def _extract(self: Task, document_id: int) -> str:
-    ctx = worker_context()
+    ctx, attempt = worker_context(), extracting.Attempt()
     try:
         status = _retry_or(
             self,
-            lambda failed: extracting.extract_document(ctx, document_id, failed, summarize=_summarize),
-            lambda reason: _fail(ctx, document_id, reason),
+            lambda failed: extracting.extract_document(
+                ctx, document_id, failed, summarize=_summarize, attempt=attempt
+            ),
+            lambda reason: _fail(ctx, document_id, reason, attempt),
             lambda reason: extracting.note_retry(ctx, document_id, reason),
             lambda countdown: extracting.retry_due(ctx, document_id, countdown),
         )
@@ -182,9 +184,9 @@ def _extract(self: Task, document_id: int) -> str:
     return status
 
 
-def _fail(ctx: extracting.Context, document_id: int, reason: str) -> str:
+def _fail(ctx: extracting.Context, document_id: int, reason: str, attempt: extracting.Attempt) -> str:
     log.warning("document %s failed: %s", document_id, reason)
-    return extracting.fail(ctx, document_id, reason)
+    return extracting.fail(ctx, document_id, reason, attempt)
 
 
 def _summarize(

@@ -58,6 +58,14 @@ class CustomResult:
     quotes_grounded: int
 
 
+@dataclass
+class Attempt:
+    """What the task layer learns of a delivery's attempt: the lease it took (None: it took
+    none), so that its give-up fails the document only while that lease is the last one."""
+
+    fence: int | None = None
+
+
 Summarizer = Callable[[str, GroundedExtraction | CustomResult, Callable[[CallRecord], None]], str | None]
 """(the run's question, the document's grounded result, where its calls go) -> its summary
 (None: left to finalize)."""
@@ -68,6 +76,7 @@ def extract_document(
     document_id: int,
     failed_attempts: int = 0,
     summarize: Summarizer | None = None,
+    attempt: Attempt | None = None,
 ) -> str:
     """Extract and store one document under a lease; returns its final status.
 
@@ -91,6 +100,8 @@ def extract_document(
         work = _start(ctx, document_id, failed_attempts)
         if work is None:
             return current_status(ctx, document_id)
+        if attempt is not None:
+            attempt.fence = work.fence
         return _extract(ctx, work, started, summarize)
 
 
@@ -119,7 +130,7 @@ def _extract(ctx: Context, work: _Work, started: float, summarize: Summarizer | 
         except errors.PermanentError as exc:
             with session_scope(ctx.engine) as session:  # only while the lease holds
                 documents.hold(session, document_id, work.fence)
-                documents.fail_document(session, document_id, str(exc), ctx.leases.owner)
+                documents.fail_document(session, document_id, str(exc), work.fence)
             raise
         except (errors.LeaseLost, errors.RetryableError):
             raise  # lost, or handed back already
@@ -423,10 +434,11 @@ def note_retry(ctx: Context, document_id: int, reason: str) -> None:
         documents.note_attempt_error(session, document_id, reason, ctx.leases.owner)
 
 
-def fail(ctx: Context, document_id: int, reason: str) -> str:
-    """Record that the document cannot be extracted, and why."""
+def fail(ctx: Context, document_id: int, reason: str, attempt: Attempt) -> str:
+    """Record that the document cannot be extracted, and why: the verdict of `attempt`, so only
+    while no later lease or reclaim took the document from it."""
     with session_scope(ctx.engine) as session:
-        documents.fail_document(session, document_id, reason, ctx.leases.owner)
+        documents.fail_document(session, document_id, reason, attempt.fence)
     return current_status(ctx, document_id)
 
 

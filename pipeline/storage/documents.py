@@ -535,9 +535,13 @@ def _upsert_extraction(session: Session, doc: Document, **columns: Any) -> None:
     upsert(session, Extraction, [row], ["document_id"], [k for k in row if k != "document_id"])
 
 
-def fail_document(session: Session, document_id: int, reason: str, owner: str) -> None:
-    """Fail the document with `reason`, unless a lease of another worker holds it now."""
-    _finish_document(session, document_id, DocStatus.FAILED, reason, _unheld_or(owner))
+def fail_document(session: Session, document_id: int, reason: str, fence: int | None) -> None:
+    """Fail the document with `reason`, for the attempt that held lease `fence`: unless a later
+    lease or a reclaim moved the fence on since (the attempt's verdict is then stale: its
+    document is someone else's now). `fence` None: the delivery never leased the document, which
+    is failed only if nobody has started it either."""
+    held = Document.status == DocStatus.PENDING if fence is None else Document.fence == fence
+    _finish_document(session, document_id, DocStatus.FAILED, reason, held)
 
 
 def _unheld_or(owner: str) -> ColumnElement[bool]:
