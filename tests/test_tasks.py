@@ -184,3 +184,30 @@ def test_a_document_counts_as_extracted_only_once_its_summary_is_written(
             .where(Document.id == document_id)
         ).one()
     assert seen == ["running"] and status == "extracted" and summary
+
+
+@pytest.mark.usefixtures("celery_worker")
+def test_a_compress_that_gave_up_stores_its_fallback_so_no_finalize_pays_for_it_again(
+    pipeline_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Issue 28, defect 6: a compress that gave up left the document without a summary, so
+    every finalize sent again (a reclaim's, a resume's, past the report lock) sent its compress
+    once more, paying again. Its give-up now stores the summary made from the fields."""
+    from sqlalchemy import update
+
+    from pipeline.extraction.extract import extract_document
+    from pipeline.storage import run_state
+    from workers.context import worker_context
+    from workers.tasks import compress
+
+    engine, plan = _stored_run(pipeline_env, tmp_path, seed=99)
+    document_id = plan.document_ids[0]
+    assert extract_document(worker_context(), document_id) == "extracted"  # no summary
+    with session_scope(engine) as session:  # the budget is spent: the compress gives up
+        session.execute(update(Run).where(Run.id == plan.run_id).values(budget_usd=0.0))
+    assert compress.delay(document_id).get(timeout=WAIT_S) == "fallback"
+    with session_scope(engine) as session:
+        summary = session.scalar(select(Extraction.summary).where(Extraction.document_id == document_id))
+        waiting = run_state.extracted_ids(session, plan.run_id, without_summary=True)
+    assert document_id not in waiting, "a finalize sent again would compress it again"
+    assert summary and "fiscal" in summary

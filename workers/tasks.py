@@ -295,7 +295,13 @@ def _compress(self: Task, document_id: int) -> str:
     ctx = worker_context()
 
     def fallback(reason: str) -> str:
+        """Stored, so that a finalize sent again (a reclaim's, a resume's) pays for nothing."""
         log.warning("compress %s: %s; using the stored fields", document_id, reason)
+        try:
+            compressing.compress_document(ctx, document_id, guard=step.check, without_llm=True)
+        except LeaseLost as exc:  # never out of the chord's header
+            log.warning("compress %s: %s", document_id, exc)
+            return "superseded"
         return "fallback"
 
     with StepLease(redis_client(), ctx.leases, f"compress:{document_id}") as step:

@@ -32,10 +32,12 @@ def compress_document(
     failed_attempts: int = 0,
     *,
     guard: Callable[[], None] | None = None,
+    without_llm: bool = False,
 ) -> str:
     """Store a short summary of the stored extraction of a document that has none (finalize:
     its extraction task's own summary failed); idempotent. `guard()` runs before the write
-    and raises when the step's lease was lost."""
+    and raises when the step's lease was lost. `without_llm`: the compress gave up: the summary
+    is made from the stored facts, and stored too, so that no later finalize pays for it again."""
     with session_scope(ctx.engine) as session:
         row = session.execute(
             select(Extraction, Run.query, Run.budget_usd, Run.schema)
@@ -64,6 +66,8 @@ def compress_document(
                 extraction.revenue_quote if extraction.revenue_grounded is not False else None,
                 [(title, quote) for title, quote in risks],
             )
+    if without_llm:
+        return _store(ctx, document_id, _from_facts(facts, bool(schema)), guard)
     run_id = extraction.run_id
     calls: list[CallRecord] = []
     sink: Callable[[CallRecord], None] = calls.append
@@ -75,6 +79,10 @@ def compress_document(
     finally:
         with session_scope(ctx.engine) as session:
             llm_calls.record_calls(session, extraction.run_id, document_id, None, calls)
+    return _store(ctx, document_id, summary, guard)
+
+
+def _store(ctx: Context, document_id: int, summary: str, guard: Callable[[], None] | None) -> str:
     if guard is not None:
         guard()
     with session_scope(ctx.engine) as session:
@@ -129,8 +137,11 @@ def _summary(
         sink=sink,
         model=ctx.llm.pick_model("compress", failed_attempts),
     )
-    if summary:
-        return summary
+    return summary or _from_facts(facts, own_schema)
+
+
+def _from_facts(facts: dict[str, Any], own_schema: bool) -> str:
+    """The summary made without the LLM: the facts' JSON, or a sentence built from them."""
     if own_schema:
         return json.dumps(facts, ensure_ascii=False)[:CUSTOM_FALLBACK_CHARS]
     titles = [r["title"] for r in facts["risk_factors"]]
