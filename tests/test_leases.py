@@ -20,7 +20,6 @@ from pipeline.recovery import deliveries
 from pipeline.recovery.heartbeat import (
     Heartbeat,
     Reclaimed,
-    StepLease,
     live_workers,
     reclaim,
     reclaim_deliveries,
@@ -28,6 +27,7 @@ from pipeline.recovery.heartbeat import (
     worker_key,
 )
 from pipeline.recovery.leases import Leases
+from pipeline.recovery.steps import StepLease
 from pipeline.storage import documents as repo
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Document
@@ -293,13 +293,14 @@ def test_the_heartbeat_renews_what_its_threads_hold_and_says_it_is_alive(
 
 
 def test_a_report_step_has_one_holder_and_a_lost_one_cannot_write(client: redis.Redis) -> None:
-    first, second = Leases(lease_s=0.3, owner="host:6:a"), Leases(lease_s=0.3, owner="host:7:b")
+    first, second = Leases(lease_s=30, owner="host:6:a"), Leases(lease_s=30, owner="host:7:b")
     with StepLease(client, first, "synthesize:run-1") as holder:
         assert holder.taken and first.held_steps() == {holder.key: holder.token}
+        assert 0 < int(client.pttl(holder.key)) <= 30_000, "it runs out on Redis's clock"
         with StepLease(client, second, "synthesize:run-1") as other:
             assert not other.taken, "a live synthesis of the run holds the step"
         holder.check()
-        time.sleep(0.4)  # no heartbeat renewed it: a dead holder's step lease runs out
+        client.delete(holder.key)  # what its TTL does once no heartbeat renews it (a dead holder)
         with StepLease(client, second, "synthesize:run-1") as taker:
             assert taker.taken
             with pytest.raises(LeaseLost):
@@ -308,13 +309,18 @@ def test_a_report_step_has_one_holder_and_a_lost_one_cannot_write(client: redis.
 
 
 def test_the_heartbeat_renews_the_report_steps_its_process_holds(engine: Engine, client: redis.Redis) -> None:
-    leases = Leases(lease_s=0.6, owner="host:8:beat")
+    leases = Leases(lease_s=30, owner="host:8:beat")
     beat = Heartbeat(engine, client, leases, lambda taken: None, lambda run_id: None)
     with StepLease(client, leases, "compress:42") as step:
-        for _ in range(3):  # 0.9 s in all, past the 0.6 s lease
-            time.sleep(0.3)
-            beat.beat()
+        client.pexpire(step.key, 500)  # about to run out
+        beat.beat()
+        assert int(client.pttl(step.key)) > 25_000, "renewed by a whole lease"
         step.check()
+    other = StepLease(client, leases, "compress:43", token="not-this-process")
+    assert other.take()
+    client.pexpire(other.key, 500)
+    beat.beat()
+    assert int(client.pttl(other.key)) <= 500, "only the steps its threads are inside"
 
 
 def test_after_a_reclaim_the_old_holder_writes_nothing_even_before_the_new_delivery_starts(
@@ -385,14 +391,34 @@ def test_a_run_has_one_finalize_poller_at_a_time(client: redis.Redis) -> None:
     """Issue 28, defect 6: each reclaim and resume sent one more finalize, and each polled every
     5 s until the run ended. The first to wait holds the place, renewed at its polls; the others
     end at once; a poller that died frees it after its TTL."""
-    from pipeline.recovery.heartbeat import POLLER_PREFIX, sole_poller
+    leases = Leases(lease_s=30, owner="host:9:poll")
 
-    assert sole_poller(client, "run-1", "chord-finalize", ttl_s=30)
-    assert not sole_poller(client, "run-1", "reclaim-finalize", ttl_s=30)
-    assert sole_poller(client, "run-1", "chord-finalize", ttl_s=30)  # its next poll
-    assert sole_poller(client, "run-2", "reclaim-finalize", ttl_s=30)  # another run's
-    client.delete(f"{POLLER_PREFIX}run-1")  # what its TTL does once the poller died
-    assert sole_poller(client, "run-1", "reclaim-finalize", ttl_s=30)
+    def poller(run_id: str, task_id: str) -> StepLease:
+        return StepLease(client, leases, f"finalize-poller:{run_id}", token=task_id, ttl_s=30)
+
+    assert poller("run-1", "chord-finalize").take()
+    assert not poller("run-1", "reclaim-finalize").take()
+    assert poller("run-1", "chord-finalize").take()  # its next poll
+    assert poller("run-2", "reclaim-finalize").take()  # another run's
+    client.delete(poller("run-1", "").key)  # what its TTL does once the poller died
+    assert poller("run-1", "reclaim-finalize").take()
+
+
+def test_a_new_batch_chain_supersedes_the_old_one(client: redis.Redis) -> None:
+    """The batch chain's id is a step lease too: the newest chain holds it, an older chain's
+    next tick finds it taken and ends."""
+    leases = Leases(lease_s=30, owner="host:10:tick")
+
+    def link(chain: str) -> StepLease:
+        return StepLease(client, leases, "batch-chain:run-1", token=chain, ttl_s=3600)
+
+    old = link("old")
+    old.take_over()
+    assert link("old").take(), "the chain's own next tick"
+    link("new").take_over()  # a restart by the heartbeat, a resume
+    assert not link("old").take()
+    with pytest.raises(LeaseLost):
+        old.check()
 
 
 def test_a_heartbeat_job_that_raises_leaves_the_others_running(

@@ -17,12 +17,12 @@ from sqlalchemy import delete
 from pipeline.core.constants import EXTRACT_QUEUE, REPORT_QUEUE
 from pipeline.core.settings import get_settings
 from pipeline.ingest.producer import prepare_run
+from pipeline.recovery.steps import step_key
 from pipeline.runtime.embedded import Child
 from pipeline.storage.db import get_engine, session_scope, upgrade
 from pipeline.storage.models import Document, Run
 from pipeline_dev.synth_filings import write_filings
 from tests.conftest import claimed_redis_db, running_workers
-from workers.tasks import REPORT_LOCK_PREFIX
 
 WAIT_S = 60.0
 
@@ -86,7 +86,7 @@ def test_a_document_the_workers_database_lacks_goes_back_to_the_queue_not_done(
         text = log.read_text()
         assert "is PIPELINE_DATABASE_URL the one the producer used?" in text
         assert f"[{extract.id}] succeeded" not in text and f"[{finalize.id}] succeeded" not in text
-        assert not client.exists(f"{REPORT_LOCK_PREFIX}{plan.run_id}")  # no report lock taken
+        assert not client.exists(step_key(f"report:{plan.run_id}"))  # no report lock taken
         with session_scope(engine) as session:
             document = session.get(Document, document_id)
             assert document is not None and document.status == "pending"

@@ -10,7 +10,7 @@ import logging
 import socket
 import uuid
 from collections.abc import Callable
-from typing import Any, NoReturn, TypeVar
+from typing import NoReturn, TypeVar
 
 import kombu.exceptions
 import redis.exceptions
@@ -33,7 +33,7 @@ from pipeline.extraction.extract import CustomResult
 from pipeline.extraction.grounding import GroundedExtraction
 from pipeline.llm.client import CallRecord
 from pipeline.recovery import deliveries
-from pipeline.recovery.heartbeat import StepLease, first_this_lease, sole_poller, step_held
+from pipeline.recovery.steps import StepLease, once_per_lease, step_held
 from pipeline.reporting import compress as compressing
 from pipeline.reporting import streaming
 from pipeline.reporting import synthesize as reporting
@@ -52,9 +52,6 @@ POLLER_TTL_S = 6 * FINALIZE_POLL_S
 worker); then another finalize may take it."""
 STEP_BUSY_POLL_S = 1.0
 """How soon a compress whose step another worker holds looks again."""
-REPORT_LOCK_PREFIX = "pipeline:reporting:"
-"""Within a lease, one finalize of a run sends its report steps (reclaims, resumes and the
-stranded-run finisher send finalizes of their own); the steps have leases of their own."""
 
 UNKNOWN_REQUEUE_S = 600.0
 """How long a message naming a document or run this worker's database lacks waits to come back
@@ -266,12 +263,15 @@ def _finalize(self: Task, run_id: str) -> str:
     try:
         step = finalizing.next_step(ctx.engine, run_id)
         if step.action == "wait":
-            if not sole_poller(redis_client(), run_id, str(self.request.id), POLLER_TTL_S):
+            if not _sole_poller(ctx, run_id, str(self.request.id)):
                 return "another finalize waits for the run"
             raise self.retry(countdown=FINALIZE_POLL_S, max_retries=None)
         if step.action != "report":
             return step.action
-        if not first_this_lease(redis_client(), ctx.leases, f"{REPORT_LOCK_PREFIX}{run_id}"):
+        # Within a lease, one finalize of a run sends its report steps (reclaims, resumes and the
+        # stranded-run finisher send finalizes of their own); each step has a lease of its own,
+        # and a compress that gave up stored its fallback: one sent again pays for nothing.
+        if not once_per_lease(redis_client(), ctx.leases, f"report:{run_id}"):
             return "reporting elsewhere"  # a reclaim's or a resume's finalize got there first
         if step.compress_ids:
             chord(compress.si(d) for d in step.compress_ids)(synthesize.si(run_id))
@@ -283,6 +283,17 @@ def _finalize(self: Task, run_id: str) -> str:
         log.warning("finalize %s: %s; retrying", run_id, exc)
         raise self.retry(countdown=FINALIZE_POLL_S, max_retries=None) from None
     return "reporting"
+
+
+def _sole_poller(ctx: extracting.Context, run_id: str, task_id: str) -> bool:
+    """Whether this finalize task is the run's one poller (taking the place when it is free).
+    Every reclaim and resume sends a finalize of its own; without this, each kept polling every
+    few seconds until the run ended. A poller that dies frees its place after POLLER_TTL_S; a
+    run whose documents end meanwhile is finalized by the heartbeats (`finish_stranded`)."""
+    poller = StepLease(
+        redis_client(), ctx.leases, f"finalize-poller:{run_id}", token=task_id, ttl_s=POLLER_TTL_S
+    )
+    return poller.take()
 
 
 @app.task(bind=True, name="pipeline.compress", max_retries=None)
@@ -345,9 +356,6 @@ def _synthesize(self: Task, run_id: str) -> str:
         )
 
 
-BATCH_CHAIN_PREFIX = "pipeline:batch-chain:"
-
-
 @app.task(name="pipeline.batch_tick", ignore_result=True)
 def batch_tick(run_id: str, chain: str | None = None) -> str:
     """A batch run's poll: its batches advanced, ingested and submitted (`batching.tick`), then
@@ -358,14 +366,17 @@ def batch_tick(run_id: str, chain: str | None = None) -> str:
     with log_context(run_id=run_id, task_name="pipeline.batch_tick"):
         ctx = worker_context()
         client = redis_client()
-        key = f"{BATCH_CHAIN_PREFIX}{run_id}"
+        link = StepLease(
+            client,
+            ctx.leases,
+            f"batch-chain:{run_id}",
+            token=chain or uuid.uuid4().hex,
+            ttl_s=BATCH_CHAIN_TTL_S,
+        )
         if chain is None:
-            chain = uuid.uuid4().hex
-            client.set(key, chain, ex=BATCH_CHAIN_TTL_S)
-        else:
-            found: Any = client.get(key)
-            if found is not None and found.decode() != chain:
-                return "superseded"
+            link.take_over()
+        elif not link.take():
+            return "superseded"
         with StepLease(client, ctx.leases, f"batch:{run_id}") as step:
             if not step.taken:
                 outcome = batching.Tick()  # another tick of this run is still at it
@@ -386,14 +397,13 @@ def batch_tick(run_id: str, chain: str | None = None) -> str:
                 # idempotent writes), a mark without a chord would leave the run waiting.
                 enqueue_run(run_id, batching.documents_to_extract(ctx.engine, run_id))
                 batching.dispatched(ctx.engine, run_id)
-                client.delete(key)
+                link.release()
                 return "dispatched"
             except Exception as exc:
                 log.warning("run %s: handing over to the synchronous path failed (%s): again", run_id, exc)
         if outcome.done:
             return "done"
-        batch_tick.apply_async((run_id, chain), countdown=ctx.settings.batch_poll_s)
-        client.expire(key, BATCH_CHAIN_TTL_S)
+        batch_tick.apply_async((run_id, link.token), countdown=ctx.settings.batch_poll_s)
         return f"{outcome.submitted} sent, {outcome.ingested} ingested"
 
 
