@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pipeline.core import constants as c
@@ -139,6 +139,11 @@ class Settings(BaseSettings):
         ge=0,
         description="added to the window: a call reaches the provider a little after we admit it",
     )
+    limiter_redis_url: str | None = Field(
+        default=None,
+        description="where the rate limiter keeps its shared state (a Redis that several deployments "
+        "sharing one API key can share); unset: PIPELINE_REDIS_URL",
+    )
     limiter_max_wait_s: float = Field(
         default=c.DEFAULT_LIMITER_MAX_WAIT_S,
         ge=0,
@@ -246,7 +251,14 @@ class Settings(BaseSettings):
     )
 
     @field_validator(
-        "database_url", "redis_url", "llm_base_url", "inbox", "flower_user", "flower_password", mode="before"
+        "database_url",
+        "redis_url",
+        "limiter_redis_url",
+        "llm_base_url",
+        "inbox",
+        "flower_user",
+        "flower_password",
+        mode="before",
     )
     @classmethod
     def _blank_is_unset(cls, value: object) -> object:
@@ -292,13 +304,13 @@ class Settings(BaseSettings):
         _check_database_url(value)
         return value
 
-    @field_validator("redis_url")
+    @field_validator("redis_url", "limiter_redis_url")
     @classmethod
-    def _redis_scheme(cls, value: str | None) -> str | None:
+    def _redis_scheme(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is not None and urlsplit(value).scheme not in REDIS_SCHEMES:
             raise ValueError(
-                "PIPELINE_REDIS_URL is not a Redis URL: write it as redis://[:password@]host:6379/0 "
-                "(rediss:// for TLS, unix:///path/to/socket)"
+                f"PIPELINE_{str(info.field_name).upper()} is not a Redis URL: write it as "
+                "redis://[:password@]host:6379/0 (rediss:// for TLS, unix:///path/to/socket)"
             )
         return value
 

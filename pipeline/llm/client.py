@@ -23,7 +23,7 @@ import redis
 from pydantic import BaseModel, ValidationError
 
 from pipeline.core import constants as c
-from pipeline.core import errors
+from pipeline.core import errors, progress
 from pipeline.core.cost import call_cost
 from pipeline.core.retry import backoff_s
 from pipeline.core.settings import Settings
@@ -391,13 +391,15 @@ class LLMClient:
         kwargs: dict[str, Any] = {"response_format": fmt} if fmt else {}
         started = time.monotonic()
         try:
-            raw = self._clients[permit.scope.key_slot].chat.completions.with_raw_response.create(
-                model=model,
-                messages=messages,  # type: ignore[arg-type]
-                max_tokens=max_tokens,
-                temperature=0,
-                **kwargs,
-            )
+            # Within its HTTP timeout, the call keeps the lease it works under (progress).
+            with progress.blocking(self.settings.llm_timeout_s):
+                raw = self._clients[permit.scope.key_slot].chat.completions.with_raw_response.create(
+                    model=model,
+                    messages=messages,  # type: ignore[arg-type]
+                    max_tokens=max_tokens,
+                    temperature=0,
+                    **kwargs,
+                )
             told = provider_limits(raw.headers)
             response = raw.parse()
         except openai.APIError as exc:

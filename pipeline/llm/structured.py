@@ -3,7 +3,8 @@
 `auto` starts with `json_schema`. When the endpoint rejects the request's shape, the call moves
 one mode down (see `prompts.STRUCTURED_MODES`) and the mode that works is kept in Redis per
 endpoint and model, so every worker starts from it; each process keeps it in memory and looks
-again only when its mode is rejected.
+again only when its mode is rejected. Its round trips are blocking calls told to the caller's
+lease (`pipeline.core.progress`), as the limiter's are: they go to the limiter's Redis.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from contextlib import contextmanager
 
 import redis
 
+from pipeline.core import progress
 from pipeline.llm.prompts import STRUCTURED_MODES
 
 log = logging.getLogger(__name__)
@@ -104,7 +106,8 @@ class ModeStore:
         k = key(endpoint, model)
         if self._step_down is not None:
             try:
-                raw = self._step_down(keys=[k], args=[lower, TTL_S, json.dumps(STRUCTURED_MODES)])
+                with progress.blocking():
+                    raw = self._step_down(keys=[k], args=[lower, TTL_S, json.dumps(STRUCTURED_MODES)])
                 lower = raw.decode() if isinstance(raw, bytes) else str(raw)
             except redis.RedisError as exc:  # this process goes on alone
                 log.warning("could not share the structured-output mode: %s", exc)
@@ -115,7 +118,8 @@ class ModeStore:
         if self._client is None:
             return None
         try:
-            raw = self._client.get(k)
+            with progress.blocking():
+                raw = self._client.get(k)
         except redis.RedisError:
             return None
         mode = raw.decode() if isinstance(raw, bytes) else raw

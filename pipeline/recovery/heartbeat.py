@@ -4,9 +4,11 @@ hold, and takes back the documents of owners that died.
 One thread per process, every third of `PIPELINE_LEASE_S`:
 - `pipeline:worker:<owner>` in Redis, expiring after one lease, says the process is alive (and
   what it holds, and the nightly inbox it reads there, for `pipeline status` and `pipeline beat`);
-- the leases its threads work under (`Leases.held`) are extended by one lease, and those a thread
+- the leases its threads work under are extended by one lease while their work makes progress
+  (`Leases.renewals`: a thread blocked past its call's bound is not renewed), and those a thread
   could not release (the database was down) are released;
-- running documents whose lease ran out, and whose owner has no live heartbeat, are taken back
+- running documents whose lease ran out, and whose owner has no live heartbeat (or is this
+  process, its thread stuck), are taken back
   (a compare-and-set on owner and fence, so one worker does it) and sent again, with a finalize
   for their run: the run's chord still waits for the dead worker's unacknowledged messages,
   which Redis hands out again only after its visibility timeout;
@@ -38,7 +40,7 @@ from sqlalchemy import Engine
 from pipeline.core.errors import LeaseLost
 from pipeline.recovery import deliveries
 from pipeline.recovery.leases import Leases
-from pipeline.storage import batches, documents, run_state
+from pipeline.storage import batches, clock, documents, run_state
 from pipeline.storage.db import session_scope
 from pipeline.storage.models import utcnow
 
@@ -137,7 +139,9 @@ def reclaim(
 ) -> list[Reclaimed]:
     """Take back running documents whose lease ran out and whose owner is dead, and `send`
     them again; returns them. The caller's own leftovers (leases of its process that no thread
-    works under) count as dead."""
+    works under) count as dead, and so do its own leases whose thread is stuck (its renewals
+    stopped at the bound of a blocking call: `Leases.renewals`); the stuck thread's writes are
+    refused from then on (the fence moved)."""
     with session_scope(engine) as session:
         expired = documents.expired_leases(session, leases.scope, stale_s=stale_s)
     if not expired:
@@ -146,7 +150,7 @@ def reclaim(
     alive = {owner for owner in others if client.exists(worker_key(owner))}
     taken: list[Reclaimed] = []
     for document_id, run_id, owner, fence, reclaims in expired:
-        if owner in alive or (owner == leases.owner and leases.holds(document_id)):
+        if owner in alive or (owner == leases.owner and leases.working(document_id)):
             continue
         with session_scope(engine) as session:
             if documents.take_back(
@@ -414,9 +418,16 @@ class Heartbeat:
             self.client.eval(_RENEW, 1, key, token, self.leases.lease_ms)
 
     def renew(self) -> None:
-        """The leases this process's threads work under, extended by one lease."""
+        """The leases this process's threads work under, extended by one lease, or less: no
+        further than the bound of a blocking call under way, and not at all past it (the
+        thread is stuck: the lease runs out and `reclaim` takes it back). Decided on the
+        database's clock."""
         with session_scope(self.engine) as session:
-            documents.renew_leases(session, self.leases.held(), self.leases.lease_s)
+            by_length: dict[float, dict[int, int]] = {}
+            for document_id, (fence, seconds) in self.leases.renewals(clock.now(session)).items():
+                by_length.setdefault(seconds, {})[document_id] = fence
+            for seconds, held in by_length.items():
+                documents.renew_leases(session, held, seconds)
 
     def release_leftovers(self) -> None:
         """Leases a thread could not release (the database was down) are released now."""

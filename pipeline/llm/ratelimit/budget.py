@@ -6,6 +6,8 @@ before they go out, instead of a query each. A call's cost is added when its ans
 none (the run's first check, a Redis that lost its data), and every `RECONCILE_S` one checker
 raises it to the recorded figure, in case a cost was recorded without being added (a batch
 line, a worker of an older version). It errs low by at most what is spent and not yet recorded.
+Its round trips are blocking calls told to the caller's lease (`pipeline.core.progress`), as the
+limiter's are.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from importlib import resources
 
 import redis
 
+from pipeline.core import progress
 from pipeline.core.errors import BudgetSpent
 
 log = logging.getLogger(__name__)
@@ -71,7 +74,7 @@ class SpendMeter:
             return
         spend, marker = keys(run_id)
         try:
-            with self.client.pipeline(transaction=False) as pipe:
+            with progress.blocking(), self.client.pipeline(transaction=False) as pipe:
                 pipe.hmget(spend, ["budget", "spent"])
                 pipe.set(marker, 1, nx=True, px=self.reconcile_ms)
                 (budget, spent), reconcile = pipe.execute()
@@ -92,7 +95,10 @@ class SpendMeter:
         if found is None or found[0] is None:
             return None, 0  # no such run, or no budget: nothing to count
         assert self._reconcile is not None
-        budget, spent = self._reconcile(keys=[spend], args=[_nano(found[0]), _nano(found[1]), self.ttl_ms])
+        with progress.blocking():
+            budget, spent = self._reconcile(
+                keys=[spend], args=[_nano(found[0]), _nano(found[1]), self.ttl_ms]
+            )
         return int(budget), int(spent)
 
     def _catch_up(self, spend: str, recorded: Recorded, counted: tuple[int, int]) -> tuple[int | None, int]:
@@ -110,7 +116,7 @@ class SpendMeter:
             return
         spend, _ = keys(run_id)
         try:
-            with self.client.pipeline(transaction=False) as pipe:
+            with progress.blocking(), self.client.pipeline(transaction=False) as pipe:
                 pipe.hincrby(spend, "spent", _nano(cost_usd))
                 pipe.pexpire(spend, self.ttl_ms)
                 pipe.execute()

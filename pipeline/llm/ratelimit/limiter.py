@@ -8,6 +8,10 @@ A call is given a send time: calls are spread at the quota's rate (GCRA) with at
 `burst_s` of quota at once, because providers enforce a per-minute quota per second too;
 the sliding window only guarantees that no window ever holds more than the quota.
 
+Each round trip to Redis and each sleep is a blocking call told to the lease's watcher
+(`pipeline.core.progress`): a wait whose Redis keeps answering keeps the caller's lease, a round
+trip that never comes back (a silent peer) loses it, even before the client's socket timeout.
+
 Where no limit applies (none configured, the provider's answers carry none, no pause), a call
 runs no script: each process keeps that verdict per scope for `UNLIMITED_RECHECK_S`, then looks
 again (one round trip), and drops it at once when an answer states limits or a 429 pauses.
@@ -27,6 +31,7 @@ from typing import Any
 import redis
 
 from pipeline.core import constants as c
+from pipeline.core import progress
 from pipeline.core.errors import ConfigError, Deferred, RequestTooLarge
 from pipeline.core.settings import Settings
 from pipeline.llm.ratelimit import policy
@@ -172,7 +177,8 @@ class RedisLimiter:
 
     @classmethod
     def from_settings(cls, settings: Settings, pool_size: int) -> RedisLimiter | None:
-        """The process's limiter; None without Redis (then no limit can be configured).
+        """The process's limiter, on PIPELINE_LIMITER_REDIS_URL (PIPELINE_REDIS_URL unless set);
+        None without Redis (then no limit can be configured).
 
         With no limit configured it still keeps the shared pause after a provider's 429.
         """
@@ -186,12 +192,13 @@ class RedisLimiter:
             pacing=settings.rate_limit_pacing,
             learn=settings.rate_limit_learn,
         )
-        if not settings.redis_url:
+        url = settings.limiter_redis_url or settings.redis_url
+        if not url:
             if limits.active:
                 raise ConfigError("rate limits need PIPELINE_REDIS_URL: the limit is kept in Redis")
             return None
         client: redis.Redis = redis.Redis.from_url(
-            settings.redis_url, max_connections=pool_size + 4, **c.REDIS_CLIENT_OPTIONS
+            url, max_connections=pool_size + 4, **c.REDIS_CLIENT_OPTIONS
         )
         return cls(
             client,
@@ -205,25 +212,26 @@ class RedisLimiter:
     def try_acquire(self, scope: Scope, tokens: int, permit_id: str, max_wait_s: float = 0.0) -> Decision:
         """One atomic attempt: a send time at most `max_wait_s` away, reserved (and recorded),
         or a refusal that says how long to wait before asking again."""
-        admitted, wait_ms, reason, requests, used, factor, at_ms, rpm, tpm, heard = self._acquire(
-            keys=keys(scope),
-            args=[
-                self.limits.rpm,
-                self.limits.tpm,
-                self.limits.max_inflight,
-                tokens,
-                permit_id,
-                self.window_ms,
-                self.lease_ms,
-                self.recovery_ms,
-                c.LIMITER_KEY_TTL_EXTRA_MS,
-                self.burst_ms,
-                max(0, int(max_wait_s * 1000)),
-                int(self.limits.learn),
-                self.probe_ms,
-                self.lease_ms,  # a call's answer comes back within its lease
-            ],
-        )
+        with progress.blocking():
+            admitted, wait_ms, reason, requests, used, factor, at_ms, rpm, tpm, heard = self._acquire(
+                keys=keys(scope),
+                args=[
+                    self.limits.rpm,
+                    self.limits.tpm,
+                    self.limits.max_inflight,
+                    tokens,
+                    permit_id,
+                    self.window_ms,
+                    self.lease_ms,
+                    self.recovery_ms,
+                    c.LIMITER_KEY_TTL_EXTRA_MS,
+                    self.burst_ms,
+                    max(0, int(max_wait_s * 1000)),
+                    int(self.limits.learn),
+                    self.probe_ms,
+                    self.lease_ms,  # a call's answer comes back within its lease
+                ],
+            )
         return Decision(
             admitted=bool(admitted),
             wait_s=int(wait_ms) / 1000,
@@ -277,18 +285,23 @@ class RedisLimiter:
                 wait *= 1 + random.random() * 0.05
                 if not policy.wait_in_place(wait, waited_s, self.max_wait_s):
                     raise Deferred(f"limiter: {best.reason} for {best.wait_s:.1f} s", retry_after_s=wait)
-                self._sleep(wait)
+                self._nap(wait)
                 waited_s += wait
                 continue
             permit = Permit(scope, permit_id, tokens, waited_s + decision.wait_s)
             if decision.wait_s <= 0:
                 return permit
-            self._sleep(decision.wait_s)
+            self._nap(decision.wait_s)
             waited_s += decision.wait_s
             if self.paused_for_s(scope) <= 0:
                 return permit
             # A 429 paused everyone while this call waited for its turn: ask again after it.
             self.release(permit, None, sent=False)
+
+    def _nap(self, seconds: float) -> None:
+        """Wait for the call's turn: a blocking call as long as the wait."""
+        with progress.blocking(seconds):
+            self._sleep(seconds)
 
     def unlimited(self, scope: Scope) -> bool:
         """Whether no limit applies to `scope` now, so that a call may skip the scripts: nothing
@@ -322,7 +335,7 @@ class RedisLimiter:
         pause, learned = k[4], k[7]
         answered = self.limits.learn and scope.tag in self._answered
         self._answered.discard(scope.tag)
-        with self.client.pipeline(transaction=False) as pipe:
+        with progress.blocking(), self.client.pipeline(transaction=False) as pipe:
             if answered:
                 # What release.lua does for each answer: the provider was heard, without limits.
                 pipe.hset(learned, "seen", "1")
@@ -338,7 +351,7 @@ class RedisLimiter:
 
     def paused_for_s(self, scope: Scope) -> float:
         """How long the shared pause of `scope` still holds (0: none)."""
-        with self.client.pipeline(transaction=False) as pipe:
+        with progress.blocking(), self.client.pipeline(transaction=False) as pipe:
             pipe.time()
             pipe.get(keys(scope)[4])
             (seconds, micros), until_raw = pipe.execute()
@@ -373,21 +386,22 @@ class RedisLimiter:
             permit = replace(permit, id=uuid.uuid4().hex)  # in no window: only the learning applies
         log, costs, tokens, inflight, _, aimd, pace, learned, retired = keys(permit.scope)
         headers = told or policy.ProviderLimits()
-        pushed_requests, pushed_tokens, _ = self._release(
-            keys=[log, inflight, pace, learned, aimd, costs, tokens, retired],
-            args=[
-                permit.id,
-                self.window_ms,
-                self.recovery_ms,
-                self.limits.rpm,
-                self.limits.tpm,
-                *headers.as_script_args(),
-                int(told is not None) if sent else -1,
-                c.LIMITER_LEARNED_TTL_MS,
-                -1 if charged_tokens is None else charged_tokens,
-                int(self.limits.learn),
-            ],
-        )
+        with progress.blocking():
+            pushed_requests, pushed_tokens, _ = self._release(
+                keys=[log, inflight, pace, learned, aimd, costs, tokens, retired],
+                args=[
+                    permit.id,
+                    self.window_ms,
+                    self.recovery_ms,
+                    self.limits.rpm,
+                    self.limits.tpm,
+                    *headers.as_script_args(),
+                    int(told is not None) if sent else -1,
+                    c.LIMITER_LEARNED_TTL_MS,
+                    -1 if charged_tokens is None else charged_tokens,
+                    int(self.limits.learn),
+                ],
+            )
         if told is not None and not (told.limit_requests or told.limit_tokens):
             verdict = self._verdicts.get(permit.scope.tag)
             if verdict is not None and not verdict.unlimited:
@@ -401,17 +415,18 @@ class RedisLimiter:
         by `decrease`. Returns (pause until, unix s; factor now)."""
         self._verdicts.pop(scope.tag, None)  # this process's next call waits the pause out
         k = keys(scope)
-        until_ms, factor = self._pause(
-            keys=[k[4], k[5]],
-            args=[
-                max(1, int(seconds * 1000)),
-                decrease if cut else 1,
-                self.min_factor,
-                self.recovery_ms,
-                c.AIMD_COOLDOWN_MS,
-                c.LIMITER_KEY_TTL_EXTRA_MS,
-            ],
-        )
+        with progress.blocking():
+            until_ms, factor = self._pause(
+                keys=[k[4], k[5]],
+                args=[
+                    max(1, int(seconds * 1000)),
+                    decrease if cut else 1,
+                    self.min_factor,
+                    self.recovery_ms,
+                    c.AIMD_COOLDOWN_MS,
+                    c.LIMITER_KEY_TTL_EXTRA_MS,
+                ],
+            )
         return int(until_ms) / 1000, int(factor) / 1e6
 
     def view(self, scope: Scope) -> ScopeView:
