@@ -44,13 +44,14 @@ from pipeline.llm.batch import (
     parse_custom_id,
 )
 from pipeline.llm.client import CallRecord, Completion
+from pipeline.llm.prompts import Message
 from pipeline.llm.ratelimit import Scope
 from pipeline.llm.tokens import estimate_prompt
 from pipeline.runs.mode import SAFETY, sync_estimate_s, work_estimate
 from pipeline.storage import batches as repo
 from pipeline.storage import documents, llm_calls
 from pipeline.storage.db import session_scope
-from pipeline.storage.models import LLMBatch, Run, aware, utcnow
+from pipeline.storage.models import Chunk, Document, LLMBatch, Run, aware, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -375,7 +376,8 @@ def _create(ctx: Context, api: BatchAPI, row: LLMBatch, run: Run, *, look_first:
 def _ingest(ctx: Context, api: BatchAPI, run: Run, row: LLMBatch, state: BatchState, version: str) -> int:
     """Store the answers of an ended batch's output and error files, line by line, resuming
     after the lines a crashed ingestion committed (a file's lines come in the same order each
-    time it is read)."""
+    time it is read). Lines that need no call commit in groups; a line that needs a
+    synchronous call commits alone, right after its call (`_store_settled`)."""
     stored = 0
     schema = _schema(run)
     for file_id, done_column in (
@@ -392,13 +394,18 @@ def _ingest(ctx: Context, api: BatchAPI, run: Run, row: LLMBatch, state: BatchSt
             if position <= skip:
                 continue
             read = _Line.of(line, schema)
-            group.append(read)
-            # A line that needs a synchronous call (repair, rest) commits alone, right after it.
-            if len(group) >= LINES_PER_TRANSACTION or not read.plain:
-                stored += _store_group(ctx, run, row, group, version, schema, done_column, position)
+            if read.plain:
+                group.append(read)
+                if len(group) >= LINES_PER_TRANSACTION:
+                    stored += _store_group(ctx, run, row, group, version, done_column, position)
+                    group = []
+                continue
+            if group:  # the lines before it first: what a file's reader stored is a position
+                stored += _store_group(ctx, run, row, group, version, done_column, position - 1)
                 group = []
+            stored += _store_settled(ctx, run, row, read, version, schema, done_column, position)
         if group:
-            stored += _store_group(ctx, run, row, group, version, schema, done_column, position)
+            stored += _store_group(ctx, run, row, group, version, done_column, position)
     return stored
 
 
@@ -428,45 +435,100 @@ class _Line:
         )
 
 
+@dataclass(frozen=True)
+class _Target:
+    """The chunk of the run a line answers, and the line's own call (at batch prices)."""
+
+    chunk: Chunk
+    document: Document
+    model: str
+    record: CallRecord
+
+
+_UNREADABLE = (ValueError, TypeError, KeyError, AttributeError, errors.PipelineError)
+"""What a line that cannot be read raises: it is skipped (its chunk is asked again). A database
+error is not among them: it fails the poll, which tries again."""
+
+
 def _store_group(
     ctx: Context,
     run: Run,
     row: LLMBatch,
     group: list[_Line],
     version: str,
-    schema: type[BaseModel],
     done_column: str,
     position: int,
 ) -> int:
+    """Store lines that need no call, and the file's position after them, in one transaction."""
     stored = 0
     with session_scope(ctx.engine) as session:
         for read in group:
             try:
-                stored += _store_line(ctx, session, run, read, version, schema)
-            except (ValueError, TypeError, KeyError, AttributeError, errors.PipelineError) as exc:
-                # A line that cannot be read is skipped (its chunk is asked again); a database
-                # error fails the group, and the poll tries again.
-                log.warning("run %s: a batch line was not stored (%s: %s)", run.id, type(exc).__name__, exc)
+                stored += _store_plain(ctx, session, run, read, version)
+            except _UNREADABLE as exc:
+                _skipped(run, exc)
         repo.update_row(session, row.id, **{done_column: position}, failures=0)  # lines stored: it moves
     return stored
 
 
-def _store_line(
-    ctx: Context, session: Session, run: Run, read: _Line, version: str, schema: type[BaseModel]
+def _store_settled(
+    ctx: Context,
+    run: Run,
+    row: LLMBatch,
+    read: _Line,
+    version: str,
+    schema: type[BaseModel],
+    done_column: str,
+    position: int,
 ) -> int:
-    line, content, finish = read.line, read.content, read.finish
+    """Store a line whose answer needs a synchronous call (a repair, the rest of a cut-off
+    answer). The call is made outside any transaction: a limiter wait plus the call can outlast
+    the database's idle-in-transaction timeout, which would end the session, lose the line's
+    progress and have every poll pay for the call again. Its answer, its calls and the file's
+    position are stored together as soon as it is paid for."""
+    with session_scope(ctx.engine) as session:
+        try:
+            found = _settle_input(ctx, session, run, read, version)
+        except _UNREADABLE as exc:
+            _skipped(run, exc)
+            found = None
+        if found is None:
+            repo.update_row(session, row.id, **{done_column: position}, failures=0)
+            return 0
+    target, messages = found
+    calls: list[CallRecord] = []
+    try:
+        answer = _settle(ctx, run, target, read, messages, schema, calls)
+    except _UNREADABLE as exc:
+        _skipped(run, exc)
+        answer = None
+    with session_scope(ctx.engine) as session:
+        stored = _save(ctx, session, run, target, version, answer, calls)
+        repo.update_row(session, row.id, **{done_column: position}, failures=0)
+    return stored
+
+
+def _skipped(run: Run, exc: BaseException) -> None:
+    log.warning("run %s: a batch line was not stored (%s: %s)", run.id, type(exc).__name__, exc)
+
+
+def _target(ctx: Context, session: Session, run: Run, read: _Line, version: str) -> _Target | None:
+    """The chunk of the run the line answers, still unanswered. None when there is nothing to
+    store: a line naming no chunk of ours, an error line or an answer to an older prompt (the
+    chunk is asked again), a chunk answered meanwhile by the synchronous path (the line's call
+    is recorded: it was paid for all the same)."""
+    line = read.line
     named = parse_custom_id(line.custom_id)
     if named is None:
         log.warning("run %s: a batch line names no chunk of ours: %r", run.id, line.custom_id[:80])
-        return 0
+        return None
     chunk_id, line_version, model = named
     if line_version != version or not line.answered or line.body is None:
-        return 0  # an error line, or an answer to an older prompt: the chunk is asked again
+        return None
     found = repo.chunk_owner(session, chunk_id)
     if found is None or found[1].run_id != run.id:
-        return 0
+        return None
     chunk, doc = found
-    already = chunk.result is not None and chunk.prompt_version == version
     usage = line.body.get("usage") or {}
     prompt_tokens, completion_tokens = (
         int(usage.get("prompt_tokens") or 0),
@@ -481,41 +543,94 @@ def _store_line(
         cost_usd=call_cost(ctx.settings.batch_prices(), model, prompt_tokens, completion_tokens),
         mode="batch",
     )
-    if already:  # answered meanwhile (the synchronous path): the line was paid for all the same
+    if chunk.result is not None and chunk.prompt_version == version:
         llm_calls.insert_calls(session, run.id, [_call_row(ctx, run.id, doc.id, chunk.idx, record)])
+        return None
+    return _Target(chunk, doc, model, record)
+
+
+def _store_plain(ctx: Context, session: Session, run: Run, read: _Line, version: str) -> int:
+    """Store a line that validates as it is (or holds no answer) with its call."""
+    target = _target(ctx, session, run, read, version)
+    if target is None or (reading := read.valid) is None:
         return 0
     calls: list[CallRecord] = []
-    sink = ctx.llm.spending(run.id, calls.append) if run.budget_usd is not None else calls.append
+    notes = f"mended: {'; '.join(reading.notes)}"[:500] if reading.notes else None
+    _sink(ctx, run, calls)(replace(target.record, error=notes))
+    return _save(ctx, session, run, target, version, reading.value, calls)
 
-    answer: BaseModel | None
+
+def _settle_input(
+    ctx: Context, session: Session, run: Run, read: _Line, version: str
+) -> tuple[_Target, list[Message]] | None:
+    """The line's chunk and the chunk's prompt, which the synchronous call repeats."""
+    target = _target(ctx, session, run, read, version)
+    if target is None:
+        return None
+    text = documents.document_text(session, target.document)
+    messages, _ = chunk_messages(target.chunk, text, target.document.chunk_count, run.schema)
+    return target, messages
+
+
+def _settle(
+    ctx: Context,
+    run: Run,
+    target: _Target,
+    read: _Line,
+    messages: list[Message],
+    schema: type[BaseModel],
+    calls: list[CallRecord],
+) -> BaseModel | None:
+    """The line's answer after the synchronous calls it needs (their records, and the line's,
+    go to `calls`); None when it still fails (its chunk is asked synchronously later). Called
+    with no transaction open."""
+    sink = _sink(ctx, run, calls)
     try:
-        if (reading := read.valid) is not None:
-            answer = reading.value
-            sink(
-                replace(record, error=f"mended: {'; '.join(reading.notes)}"[:500] if reading.notes else None)
-            )
-        else:  # a synchronous call is needed (a repair, the rest of a cut-off answer)
-            if run.budget_usd is not None:
-                _refuse_once_spent(ctx, run.id, record, sink)
-            text = documents.document_text(session, doc)
-            messages, _ = chunk_messages(chunk, text, doc.chunk_count, run.schema)
-            body, asked = ctx.llm.batch_body(messages, schema, model, ctx.settings.extract_max_tokens)
-            done = Completion(content=content, finish_reason=finish, record=record)
-            answer = ctx.llm.settle_structured(
-                done, asked, schema, model, ctx.settings.extract_max_tokens, sink, body.get("response_format")
-            )
+        if run.budget_usd is not None:
+            _refuse_once_spent(ctx, run.id, target.record, sink)
+        body, asked = ctx.llm.batch_body(messages, schema, target.model, ctx.settings.extract_max_tokens)
+        done = Completion(content=read.content, finish_reason=read.finish, record=target.record)
+        return ctx.llm.settle_structured(
+            done,
+            asked,
+            schema,
+            target.model,
+            ctx.settings.extract_max_tokens,
+            sink,
+            body.get("response_format"),
+        )
     except errors.PipelineError as exc:
         log.info(
-            "run %s: chunk %s: its batch answer failed (%s): asked synchronously later", run.id, chunk_id, exc
+            "run %s: chunk %s: its batch answer failed (%s): asked synchronously later",
+            run.id,
+            target.chunk.id,
+            exc,
         )
-        answer = None
-    rows = [_call_row(ctx, run.id, doc.id, chunk.idx, call) for call in calls]
+        return None
+
+
+def _sink(ctx: Context, run: Run, calls: list[CallRecord]) -> Callable[[CallRecord], None]:
+    """Where a line's calls go: `calls`, each cost also counted against a capped run's budget."""
+    return ctx.llm.spending(run.id, calls.append) if run.budget_usd is not None else calls.append
+
+
+def _save(
+    ctx: Context,
+    session: Session,
+    run: Run,
+    target: _Target,
+    version: str,
+    answer: BaseModel | None,
+    calls: list[CallRecord],
+) -> int:
+    """Store the answer on its chunk with the calls it cost; with no answer only the calls (what
+    they cost stands; the chunk stays unanswered)."""
+    rows = [_call_row(ctx, run.id, target.document.id, target.chunk.idx, call) for call in calls]
     if answer is None:
-        llm_calls.insert_calls(session, run.id, rows)  # what it cost stands; the chunk stays unanswered
+        llm_calls.insert_calls(session, run.id, rows)
         return 0
-    return int(
-        repo.store_answer(session, chunk_id, version, answer.model_dump(mode="json"), model, run.id, rows)
-    )
+    result = answer.model_dump(mode="json")
+    return int(repo.store_answer(session, target.chunk.id, version, result, target.model, run.id, rows))
 
 
 def _refuse_once_spent(

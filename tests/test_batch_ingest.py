@@ -1,0 +1,107 @@
+"""Batch ingestion against the simulator's Batch API, one tick at a time in this process (issue
+28, defect 8): a batch line whose answer needs a synchronous call (a repair, the rest of a
+cut-off answer) is paid for once, whatever that call's wait."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, create_engine, delete, select
+
+from pipeline.core.settings import get_settings
+from pipeline.extraction.extract import Context
+from pipeline.ingest.producer import prepare_run
+from pipeline.llm.batch import BatchAPI
+from pipeline.llm.client import LLMClient
+from pipeline.runs import batching
+from pipeline.storage import run_state
+from pipeline.storage.db import session_scope
+from pipeline.storage.models import Chunk, Document, LLMBatch, LLMCall, Run
+from pipeline_dev.sim import SimConfig, SimServer
+from pipeline_dev.synth_filings import write_filings
+
+IDLE_IN_TRANSACTION_TIMEOUT_MS = 1_000
+SYNC_CALL_S = 1.5
+"""Each synchronous call's latency at the simulator: longer than the session's idle timeout."""
+
+
+@pytest.fixture
+def impatient_engine(pipeline_env: dict[str, str]) -> Iterator[Engine]:
+    """The session's database, its sessions ended by the server after 1 s idle in a transaction
+    (production's 30 s, scaled down to the simulator's call)."""
+    url = pipeline_env["PIPELINE_DATABASE_URL"]
+    if not url.startswith("postgresql"):
+        pytest.skip("idle_in_transaction_session_timeout is Postgres's (Postgres under CI)")
+    options = f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_TIMEOUT_MS}"
+    engine = create_engine(url, connect_args={"options": options})
+    yield engine
+    engine.dispose()
+
+
+def _batch_run(engine: Engine, files: Path) -> str:
+    plan = prepare_run(engine, get_settings(), [str(files)])
+    with session_scope(engine) as session:
+        run_state.set_mode(session, plan.run_id, "batch", "test: batch ingestion", None)
+    return plan.run_id
+
+
+def _row(engine: Engine, run_id: str) -> LLMBatch:
+    with session_scope(engine) as session:
+        row = session.scalars(select(LLMBatch).where(LLMBatch.run_id == run_id)).one()
+        session.expunge(row)
+    return row
+
+
+def _wait_until_ended(ctx: Context, run_id: str) -> None:
+    """Until the provider ended the run's batch (its lines are all answered)."""
+    batch_id = _row(ctx.engine, run_id).provider_batch_id
+    assert batch_id, "the first tick created the batch"
+    api = BatchAPI(ctx.settings.llm_base_url or "", ctx.settings.api_key_value(), 10.0)
+    try:
+        deadline = time.monotonic() + 20
+        while not api.retrieve(batch_id).ended:
+            assert time.monotonic() < deadline, "the simulator's batch did not end"
+            time.sleep(0.05)
+    finally:
+        api.close()
+
+
+def test_a_batch_repair_longer_than_the_idle_in_transaction_timeout_is_stored_and_paid_once(
+    impatient_engine: Engine, tmp_path: Path
+) -> None:
+    """The synchronous call a cut-off batch answer needs takes longer than the database keeps a
+    session idle in a transaction: it is made outside any, so the answer and the line's progress
+    are stored after it, and the next poll pays for nothing again."""
+    write_filings(tmp_path, 1, seed=281, sizes=[8_000])
+    (path,) = tmp_path.iterdir()
+    path.write_text(path.read_text() + "\n[[sim:cutoff]]\n")  # the batch answer is cut off
+    run_id = _batch_run(impatient_engine, tmp_path)
+    config = SimConfig(p50_s=SYNC_CALL_S, p95_s=0, seed=8, batch_duration_s=0.1, batch_validate_s=0.05)
+    with SimServer(config) as sim:
+        settings = get_settings().model_copy(update={"llm_base_url": sim.base_url})
+        ctx = Context(settings, impatient_engine, LLMClient(settings, pool_size=1))
+        try:
+            assert batching.tick(ctx, run_id).submitted == 1
+            _wait_until_ended(ctx, run_id)
+            batching.tick(ctx, run_id)  # ingests the line: its synchronous call is made
+            paid = sim.stats()["requests_total"]
+            row = _row(impatient_engine, run_id)
+            batching.tick(ctx, run_id)  # the next poll
+            assert sim.stats()["requests_total"] == paid, "the next poll paid for the line again"
+        finally:
+            ctx.llm.close()
+    assert paid >= 1, "the cut-off answer needed a synchronous call"
+    assert (row.status, row.output_lines_done, row.failures, row.error) == ("ingested", 1, 0, None)
+    with session_scope(impatient_engine) as session:
+        answered = session.scalars(
+            select(Chunk.result)
+            .join(Document, Document.id == Chunk.document_id)
+            .where(Document.run_id == run_id)
+        ).all()
+        modes = session.scalars(select(LLMCall.mode).where(LLMCall.run_id == run_id)).all()
+        session.execute(delete(Run).where(Run.id == run_id))
+    assert answered and all(result is not None for result in answered)
+    assert sorted(modes) == sorted(["batch"] + ["sync"] * paid), "every call recorded once"
