@@ -42,7 +42,6 @@ from pipeline.recovery import deliveries
 from pipeline.recovery.leases import Leases
 from pipeline.storage import batches, clock, documents, run_state
 from pipeline.storage.db import session_scope
-from pipeline.storage.models import utcnow
 
 log = logging.getLogger(__name__)
 
@@ -273,7 +272,7 @@ def restart_batch_polls(
     """`poll` (send the batch tick of) each batch run whose batches nobody polled for `quiet_s`:
     the chain of ticks was lost with a worker or a broker. One worker per run and lease does it."""
     with session_scope(engine) as session:
-        quiet = batches.overdue_runs(session, utcnow(), quiet_s)
+        quiet = batches.overdue_runs(session, quiet_s)
     why = f"nobody polled its batches for {quiet_s:.0f} s: polling them again"
     return _once_per_lease(client, leases, POLLER_PREFIX, quiet, poll, why)
 

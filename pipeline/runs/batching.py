@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel
@@ -49,9 +49,9 @@ from pipeline.llm.ratelimit import Scope
 from pipeline.llm.tokens import estimate_prompt
 from pipeline.runs.mode import SAFETY, sync_estimate_s, work_estimate
 from pipeline.storage import batches as repo
-from pipeline.storage import documents, llm_calls
+from pipeline.storage import clock, documents, llm_calls
 from pipeline.storage.db import session_scope
-from pipeline.storage.models import Chunk, Document, LLMBatch, Run, aware, utcnow
+from pipeline.storage.models import Chunk, Document, LLMBatch, Run, aware
 
 log = logging.getLogger(__name__)
 
@@ -102,9 +102,10 @@ class Tick:
     ingested: int = 0
 
 
-def tick(ctx: Context, run_id: str, now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> Tick:
+def tick(ctx: Context, run_id: str) -> Tick:
     """Advance the run's batches one step: each row to its next state, ended batches ingested,
-    new files submitted while the enqueued-token budget allows, the deadline watched."""
+    new files submitted while the enqueued-token budget allows, the deadline watched (on the
+    database's clock: a cutover one host began, another goes on with)."""
     outcome = Tick()
     with session_scope(ctx.engine) as session:
         run = session.get(Run, run_id)
@@ -131,11 +132,12 @@ def tick(ctx: Context, run_id: str, now: Callable[[], datetime] = lambda: dateti
                 _count_failure(ctx, run, row, f"{type(exc).__name__}: {exc}")
         # Once begun, the cutover goes on: what it ingests shortens the estimate, which must not
         # send the rest in a new batch.
+        now = _now(ctx)
         deadline_due = run.cutover_at is not None or (
-            (cut := cutover_at(ctx, run)) is not None and now() >= cut
+            (cut := cutover_at(ctx, run)) is not None and now >= cut
         )
         if deadline_due:
-            outcome.dispatch = _cut_over(ctx, api, run, now())
+            outcome.dispatch = _cut_over(ctx, api, run, now)
         else:
             outcome.submitted = _submit(ctx, api, run, version)
             with session_scope(ctx.engine) as session:
@@ -147,6 +149,12 @@ def tick(ctx: Context, run_id: str, now: Callable[[], datetime] = lambda: dateti
     if outcome.dispatch:
         log.info("run %s: the batch path is done, the rest goes synchronously", run_id)
     return outcome
+
+
+def _now(ctx: Context) -> datetime:
+    """The one clock (the database's), which a deadline's cutover is begun and timed on."""
+    with session_scope(ctx.engine) as session:
+        return clock.now(session)
 
 
 ROW_FAILURES_MAX = 5
@@ -202,7 +210,7 @@ def _cut_over(ctx: Context, api: BatchAPI, run: Run, now: datetime) -> bool:
                 continue
             log.info("run %s: deadline: batch %s cancelled (%s)", run.id, row.provider_batch_id, state.status)
             with session_scope(ctx.engine) as session:
-                repo.update_row(session, row.id, status=state.status, cancelled_at=utcnow(), failures=0)
+                repo.update_row(session, row.id, status=state.status, stamp=("cancelled_at",), failures=0)
             waiting = waiting or not state.ended
         elif row.status in repo.WAITING:
             waiting = True
@@ -243,7 +251,7 @@ def _advance(ctx: Context, api: BatchAPI, run: Run, row: LLMBatch, version: str)
             output_file_id=state.output_file_id,
             error_file_id=state.error_file_id,
             error=state.errors,
-            **({"ended_at": utcnow()} if state.ended and row.ended_at is None else {}),
+            stamp=("ended_at",) if state.ended and row.ended_at is None else (),
             **({"failures": 0} if (state.status, state.completed) != (row.status, row.completed) else {}),
         )
     if not state.ended:
@@ -368,7 +376,7 @@ def _create(ctx: Context, api: BatchAPI, row: LLMBatch, run: Run, *, look_first:
             row.id,
             provider_batch_id=state.id,
             status=state.status,
-            submitted_at=utcnow(),
+            stamp=("submitted_at",),
             failures=0,
         )
 
@@ -467,7 +475,7 @@ def _store_group(
                 stored += _store_plain(ctx, session, run, read, version)
             except _UNREADABLE as exc:
                 _skipped(run, exc)
-        repo.update_row(session, row.id, **{done_column: position}, failures=0)  # lines stored: it moves
+        repo.lines_done(session, row.id, done_column, position)
     return stored
 
 
@@ -493,7 +501,7 @@ def _store_settled(
             _skipped(run, exc)
             found = None
         if found is None:
-            repo.update_row(session, row.id, **{done_column: position}, failures=0)
+            repo.lines_done(session, row.id, done_column, position)
             return 0
     target, messages = found
     calls: list[CallRecord] = []
@@ -504,7 +512,7 @@ def _store_settled(
         answer = None
     with session_scope(ctx.engine) as session:
         stored = _save(ctx, session, run, target, version, answer, calls)
-        repo.update_row(session, row.id, **{done_column: position}, failures=0)
+        repo.lines_done(session, row.id, done_column, position)
     return stored
 
 

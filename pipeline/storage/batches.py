@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import and_, func, or_, select, update
@@ -28,7 +28,6 @@ from pipeline.storage.models import (
     LLMBatch,
     LLMCall,
     Run,
-    utcnow,
 )
 
 PREPARING = "preparing"
@@ -213,11 +212,24 @@ def enqueued_tokens(session: Session, run_id: str) -> int:
     )
 
 
-def update_row(session: Session, batch_id: int, **values: Any) -> None:
-    """Store what a poll found. The count of failed polls starts again only where the caller
-    says the batch moved on (`failures=0`): a retrieve that finds the same ended batch, whose
-    ingestion then fails again, must count towards the give-up."""
-    session.execute(update(LLMBatch).where(LLMBatch.id == batch_id).values(updated_at=utcnow(), **values))
+def update_row(session: Session, batch_id: int, *, stamp: Sequence[str] = (), **values: Any) -> None:
+    """Store what a poll found, with `updated_at` and the columns named in `stamp` (`ended_at`,
+    `submitted_at`, ...) at the database's clock's now (hosts' clocks may disagree). The count of
+    failed polls starts again only where the caller says the batch moved on (`failures=0`): a
+    retrieve that finds the same ended batch, whose ingestion then fails again, must count
+    towards the give-up."""
+    moment = clock.now(session)
+    stamped = dict.fromkeys(stamp, moment)
+    session.execute(
+        update(LLMBatch).where(LLMBatch.id == batch_id).values(updated_at=moment, **stamped, **values)
+    )
+
+
+def lines_done(session: Session, batch_id: int, column: str, position: int) -> None:
+    """The first `position` lines of the batch's file (`column`: `output_lines_done` or
+    `error_lines_done`) are stored: a new reader starts after them. The batch moved on."""
+    done: dict[str, Any] = {column: position}
+    update_row(session, batch_id, failures=0, **done)
 
 
 def release(session: Session, batch_id: int) -> int:
@@ -231,7 +243,7 @@ def release(session: Session, batch_id: int) -> int:
         .values(batch_id=None)
         .execution_options(synchronize_session=False)
     )
-    update_row(session, batch_id, status=INGESTED, ingested_at=utcnow())
+    update_row(session, batch_id, status=INGESTED, stamp=("ingested_at",))
     return int(getattr(result, "rowcount", 0) or 0)
 
 
@@ -272,7 +284,7 @@ def note_failure(session: Session, batch_id: int, reason: str) -> int:
     session.execute(
         update(LLMBatch)
         .where(LLMBatch.id == batch_id)
-        .values(failures=LLMBatch.failures + 1, error=reason[:2000], updated_at=utcnow())
+        .values(failures=LLMBatch.failures + 1, error=reason[:2000], updated_at=clock.now(session))
     )
     return int(session.scalar(select(LLMBatch.failures).where(LLMBatch.id == batch_id)) or 0)
 
@@ -285,19 +297,25 @@ def out_of_tries(session: Session, chunk_id: int, tries: int) -> None:
 def mark_dispatched(session: Session, run_id: str) -> bool:
     """True once, for the caller that hands the run to the synchronous path (the chord)."""
     result = session.execute(
-        update(Run).where(Run.id == run_id, Run.dispatched_at.is_(None)).values(dispatched_at=utcnow())
+        update(Run)
+        .where(Run.id == run_id, Run.dispatched_at.is_(None))
+        .values(dispatched_at=clock.now(session))
     )
     return bool(getattr(result, "rowcount", 0))
 
 
 def touch_poll(session: Session, run_id: str) -> None:
-    """The run's batches are being polled now (the heartbeat restarts a poll that went quiet)."""
-    session.execute(update(Run).where(Run.id == run_id).values(batch_polled_at=utcnow()))
+    """The run's batches are being polled now (the heartbeat restarts a poll that went quiet),
+    on the database's clock, which `overdue_runs` reads."""
+    session.execute(update(Run).where(Run.id == run_id).values(batch_polled_at=clock.now(session)))
 
 
-def overdue_runs(session: Session, now: datetime, quiet_s: float) -> list[str]:
+def overdue_runs(session: Session, quiet_s: float) -> list[str]:
     """Batch runs not yet handed to the synchronous path whose batches nobody polled for
-    `quiet_s` (the poll's chain of tasks was lost with a worker): the heartbeat restarts it."""
+    `quiet_s` (the poll's chain of tasks was lost with a worker): the heartbeat restarts it.
+    The quiet period is measured on the database's clock, the one `touch_poll` wrote: a host
+    whose clock runs ahead must not restart a poll that is only a moment old."""
+    now = clock.now(session)
     return list(
         session.scalars(
             select(Run.id).where(
