@@ -74,15 +74,31 @@ def _on_child(**_: Any) -> None:
 @signals.task_received.connect
 def _on_received(request: Any = None, **_: Any) -> None:
     """Note an extraction's delivery as it arrives, before any thread starts it: should the
-    process die before its lease is taken, a live worker sends the document again."""
+    process die before its lease is taken, a live worker sends the document again. The request
+    names the receiver for the process that runs the task (under prefork, a child)."""
     if request is None or request.name != "pipeline.extract" or not request.args:
         return
     try:
         retries = int(request.request_dict.get("retries") or 0)
         owner = worker_context().leases.owner
+        request.request_dict[deliveries.RECEIVER_FIELD] = owner
         deliveries.note_received(redis_client(), owner, int(request.args[0]), request.id, retries)
     except Exception as exc:  # Redis is down: the broker's visibility timeout is the last resort
         log.warning("could not note the delivery %s: %s", request.id, exc)
+
+
+@signals.task_postrun.connect
+def _on_ended(task: Any = None, **_: Any) -> None:
+    """An extraction's task ended (its document leased, final, or handed back for a retry): the
+    process's next beat drops the delivery from the set of the process that noted it. Not
+    before the end: a kill before the lease's commit must still find the delivery noted."""
+    if task is None or task.name != "pipeline.extract" or not task.request.args:
+        return
+    request = task.request
+    receiver = getattr(request, deliveries.RECEIVER_FIELD, None)
+    if receiver:  # else nothing noted it
+        done = deliveries.handled(str(receiver), int(request.args[0]), request.id, int(request.retries or 0))
+        worker_context().leases.handled(done)
 
 
 @signals.worker_shutdown.connect

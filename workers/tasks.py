@@ -32,7 +32,6 @@ from pipeline.extraction import extract as extracting
 from pipeline.extraction.extract import CustomResult
 from pipeline.extraction.grounding import GroundedExtraction
 from pipeline.llm.client import CallRecord
-from pipeline.recovery import deliveries
 from pipeline.recovery.steps import StepLease, once_per_lease, step_held
 from pipeline.reporting import compress as compressing
 from pipeline.reporting import streaming
@@ -162,18 +161,15 @@ def extract(self: Task, document_id: int, deferrals: int = 0) -> str:
 
 def _extract(self: Task, document_id: int) -> str:
     ctx, attempt = worker_context(), extracting.Attempt()
-    try:
-        status = _retry_or(
-            self,
-            lambda failed: extracting.extract_document(
-                ctx, document_id, failed, summarize=_summarize, attempt=attempt
-            ),
-            lambda reason: _fail(ctx, document_id, reason, attempt),
-            lambda reason: extracting.note_retry(ctx, document_id, reason),
-            lambda countdown: extracting.retry_due(ctx, document_id, countdown),
-        )
-    finally:  # not before: a kill before the lease's commit must still find the delivery noted
-        ctx.leases.handled(deliveries.delivery(document_id, self.request.id, self.request.retries))
+    status = _retry_or(  # then its delivery is handled (workers.heartbeat, at task_postrun)
+        self,
+        lambda failed: extracting.extract_document(
+            ctx, document_id, failed, summarize=_summarize, attempt=attempt
+        ),
+        lambda reason: _fail(ctx, document_id, reason, attempt),
+        lambda reason: extracting.note_retry(ctx, document_id, reason),
+        lambda countdown: extracting.retry_due(ctx, document_id, countdown),
+    )
     if status == "extracted":
         _claim_partial(document_id)
     if status in ("extracted", "failed") and self.request.chord is None:

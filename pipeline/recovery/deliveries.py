@@ -5,13 +5,16 @@ A document's lease is taken when its task starts. Between the broker handing the
 worker and that moment (a fraction of a second, or a retry's whole countdown) the document is
 only `pending`: no lease names its holder, so the heartbeat's reclaim cannot see it, and a worker
 killed then leaves the message unacknowledged until the broker's visibility timeout (hours),
-with the run's report waiting on it. So each process notes a delivery when it arrives
-(`note_received`, one SADD), and its heartbeat drops those whose task has ended (`keep`).
+with the run's report waiting on it. So the process that receives a message notes its delivery
+(`note_received`, one SADD), and once its task has ended the heartbeat of the process
+that ran it drops it (`keep`) from the receiver's set. The two differ under a prefork pool: the
+parent receives, a child runs, and the receiver's name travels on the request
+(`RECEIVER_FIELD`), so the parent's set holds only the deliveries not yet handled.
 
 Keys:
 - `pipeline:received:<owner>`: a set of `<document id>:<task id>:<retries>`, one per delivery;
   it expires `RECEIVED_TTL_S` after the owner's last beat.
-- `pipeline:receivers`: the owners that have such a set; a live worker takes the set of one
+- `pipeline:receivers`: the owners that may have such a set; a live worker takes the set of one
   whose heartbeat key is gone (`take`: MULTI, so one worker takes each).
 """
 
@@ -26,6 +29,8 @@ RECEIVERS_KEY = "pipeline:receivers"
 RECEIVED_TTL_S = 86_400
 """A dead owner's set outlives it by a day at most (a deployment with no live worker for a day
 leaves the messages to the broker's visibility timeout)."""
+RECEIVER_FIELD = "pipeline_receiver"
+"""The request field (a message header) naming the owner whose set noted the delivery."""
 
 
 def received_key(owner: str) -> str:
@@ -37,18 +42,29 @@ def delivery(document_id: int, task_id: str, retries: int) -> str:
     return f"{document_id}:{task_id}:{retries}"
 
 
+def handled(receiver: str, document_id: int, task_id: str, retries: int) -> str:
+    """What `Leases.handled` is given once a delivery's task ended: the delivery, and the owner
+    whose set noted it (under prefork, the parent: not the child that ran the task)."""
+    return f"{receiver} {delivery(document_id, task_id, retries)}"
+
+
 def note_received(client: redis.Redis, owner: str, document_id: int, task_id: str, retries: int) -> None:
     """`owner` received a delivery of the document (called as the message arrives)."""
     client.sadd(received_key(owner), delivery(document_id, task_id, retries))
 
 
-def keep(client: redis.Redis, owner: str, handled: list[str]) -> None:
-    """At each beat: `owner` has a set, without the deliveries its threads have `handled`
-    (`Leases.handled`: their task ended)."""
+def keep(client: redis.Redis, owner: str, done: list[str]) -> None:
+    """At each beat of `owner`: its set lives on, and the deliveries its threads are `done`
+    with (`Leases.handled`, each from `handled`; a bare delivery is the owner's own) leave the
+    sets that noted them."""
+    noted: dict[str, list[str]] = {}
+    for entry in done:
+        receiver, _, member = entry.rpartition(" ")
+        noted.setdefault(receiver or owner, []).append(member)
     with client.pipeline(transaction=False) as pipe:
         pipe.sadd(RECEIVERS_KEY, owner)
-        if handled:
-            pipe.srem(received_key(owner), *handled)
+        for receiver, members in noted.items():
+            pipe.srem(received_key(receiver), *members)
         pipe.expire(received_key(owner), RECEIVED_TTL_S)
         pipe.execute()
 
