@@ -18,6 +18,8 @@ from celery.schedules import crontab
 from pipeline.core import logs
 from pipeline.core.constants import (
     EXTRACT_QUEUE,
+    REDIS_CLIENT_OPTIONS,
+    REDIS_TIMEOUT_S,
     REPORT_QUEUE,
     TASK_HARD_TIME_LIMIT_S,
     TASK_SOFT_TIME_LIMIT_S,
@@ -65,6 +67,26 @@ def _structured_logs(logger: logging.Logger, **_: Any) -> None:
     logs.install(logger, get_settings().log_format)
 
 
+def redis_timeouts() -> dict[str, Any]:
+    """The broker's and the result backend's connect and read timeouts and TCP keepalive, as
+    every Redis client of ours has (`REDIS_CLIENT_OPTIONS`): a silent peer (a failover, a NAT
+    that dropped the connection) is then an error within seconds, which Celery retries as an
+    outage, not a publish or a chord count blocked for good under a document's lease.
+
+    The broker's socket options are its transport's (`broker_transport_options`). Its BRPOP
+    waits on the server for 1 s (kombu's `polling_interval`, unset here), below the read
+    timeout, so an idle queue never reads as a timeout; kombu's own health check drops a BRPOP
+    connection whose answer is overdue. The backend does not retry a timed-out command: its
+    chord count (RPUSH, INCR) may have run, and run again it would count a part twice."""
+    return {
+        "broker_connection_timeout": REDIS_TIMEOUT_S,
+        "redis_socket_timeout": REDIS_TIMEOUT_S,
+        "redis_socket_connect_timeout": REDIS_TIMEOUT_S,
+        "redis_socket_keepalive": True,
+        "redis_retry_on_timeout": False,
+    }
+
+
 def create_app() -> Celery:
     settings = get_settings()
     redis_url = settings.redis_url or LOCAL_REDIS_URL
@@ -76,6 +98,7 @@ def create_app() -> Celery:
     )
     transport = {"visibility_timeout": VISIBILITY_TIMEOUT_S}
     app.conf.update(
+        **redis_timeouts(),
         task_serializer="json",
         result_serializer="json",
         accept_content=["json"],
@@ -95,7 +118,7 @@ def create_app() -> Celery:
         worker_soft_shutdown_timeout=SOFT_SHUTDOWN_S,
         worker_enable_soft_shutdown_on_idle=True,
         broker_transport="workers.broker:Transport",
-        broker_transport_options=transport,
+        broker_transport_options={**transport, **REDIS_CLIENT_OPTIONS},
         result_backend_transport_options=transport,
         result_expires=RESULT_EXPIRES_S,
         result_extended=False,

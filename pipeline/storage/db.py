@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, inspect, text
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
@@ -31,6 +31,20 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 
 IDLE_IN_TRANSACTION_TIMEOUT_MS = 30_000
 """Postgres ends a session idle inside a transaction this long (its locks go with it)."""
+
+CONNECT_TIMEOUT_S = 5
+"""Connecting to Postgres (TCP, TLS, authentication) gives up after this long: a server that
+accepts and never answers is an error, retried as any outage, not a thread waiting for good."""
+KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_COUNT = 10, 5, 3
+"""TCP keepalive: a connection whose server went silent (a failover, a NAT or firewall that
+dropped it) is found dead 10 + 3 x 5 = 25 s after its last packet, while a statement waits."""
+TCP_USER_TIMEOUT_MS = 30_000
+"""A statement sent and never acknowledged (the peer gone mid-write) fails after this long;
+keepalive only probes an idle connection."""
+STATEMENT_TIMEOUT_MS = 300_000
+"""The server ends a statement running this long: none of ours comes near it (the longest, a
+report's reads, take seconds; a lock wait ends with the idle-in-transaction timeout of the
+session holding it), so it bounds only a statement stuck for good. Migrations have none."""
 
 POOL_RECYCLE_S = 1800
 """A pooled Postgres connection older than this is replaced at its next checkout, before a
@@ -76,18 +90,35 @@ def _create_engine(url: str, pool_size: int) -> Engine:
         engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    # A process frozen inside a transaction (SIGSTOP, a stalled VM) keeps its row locks, and a live
-    # worker's reclaim of that very document would wait on them: the server ends such a session.
-    # No transaction of ours waits between its statements (LLM calls happen outside them).
-    options = f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_TIMEOUT_MS}"
     return create_engine(
         url,
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_pre_ping=_ping_before_checkout,
         pool_recycle=POOL_RECYCLE_S,
-        connect_args={"options": options},
+        connect_args=postgres_connect_args(),
     )
+
+
+def postgres_connect_args() -> dict[str, Any]:
+    """libpq's connection parameters: the session's timeouts, and the connect and keepalive
+    timeouts that make a silent server an error within seconds."""
+    # A process frozen inside a transaction (SIGSTOP, a stalled VM) keeps its row locks, and a live
+    # worker's reclaim of that very document would wait on them: the server ends such a session.
+    # No transaction of ours waits between its statements (LLM calls happen outside them).
+    options = (
+        f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_TIMEOUT_MS}"
+        f" -c statement_timeout={STATEMENT_TIMEOUT_MS}"
+    )
+    return {
+        "options": options,
+        "connect_timeout": CONNECT_TIMEOUT_S,
+        "keepalives": 1,
+        "keepalives_idle": KEEPALIVE_IDLE_S,
+        "keepalives_interval": KEEPALIVE_INTERVAL_S,
+        "keepalives_count": KEEPALIVE_COUNT,
+        "tcp_user_timeout": TCP_USER_TIMEOUT_MS,
+    }
 
 
 def _use_wal(path: str) -> None:
@@ -152,8 +183,15 @@ def upgrade(url: str, revision: str = "head") -> None:
     cfg = alembic_config(url)
     engine = get_engine(url)
     with _migration_lock(engine), engine.begin() as connection:
+        _no_statement_timeout(connection)  # an index on a large table takes what it takes
         cfg.attributes["connection"] = connection
         command.upgrade(cfg, revision)
+
+
+def _no_statement_timeout(connection: Connection) -> None:
+    """The rest of the connection's transaction runs without `STATEMENT_TIMEOUT_MS`."""
+    if connection.dialect.name == "postgresql":
+        connection.execute(text("SET LOCAL statement_timeout = 0"))
 
 
 MIGRATION_LOCK_KEY = 7_202_611_290
@@ -165,6 +203,7 @@ def _migration_lock(engine: Engine) -> Iterator[None]:
     """Serialise migrations: workers starting together must not each create the tables."""
     if engine.dialect.name == "postgresql":
         with engine.connect() as conn:
+            _no_statement_timeout(conn)  # the lock waits while another process migrates
             conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
             try:
                 yield
