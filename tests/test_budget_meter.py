@@ -14,8 +14,9 @@ from redis.retry import Retry
 from sqlalchemy import Engine, update
 
 from pipeline.core.errors import BudgetSpent
+from pipeline.core.keys import BUDGET
 from pipeline.llm.ratelimit import SpendMeter
-from pipeline.llm.ratelimit.budget import KEY_PREFIX, keys
+from pipeline.llm.ratelimit.budget import keys
 from pipeline.storage import intake, llm_calls
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Run
@@ -117,7 +118,7 @@ def test_every_key_is_prefixed_and_expires(client: redis.Redis, engine: Engine, 
     meter.check(run_id, Recorded(engine, run_id))
     meter.add(run_id, 0.01)
     present = [k for k in keys(run_id) if client.exists(k)]
-    assert present and all(k.startswith(f"{KEY_PREFIX}:{{") for k in present)
+    assert present and all(k.startswith(f"{BUDGET.prefix}{{") for k in present)
     assert all(client.pttl(k) > 0 for k in present)
 
 

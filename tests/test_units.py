@@ -227,3 +227,26 @@ def test_hedged_copies_that_all_fail_raise_the_failure() -> None:
     with pytest.raises(ValueError, match="provider down"):
         first_answer(call, 3)
     assert first_answer(lambda: "only", 1) == "only"
+
+
+def test_every_redis_key_is_declared_once_and_no_prefix_is_anothers() -> None:
+    """`pipeline.core.keys` is the one place a Redis key is named: no prefix starts another
+    (a scan of one would also match the other's keys), and no module spells a key of its own."""
+    from pathlib import Path
+
+    from pipeline.core import keys
+
+    prefixes = [key.prefix for key in keys.ALL]
+    assert len(set(prefixes)) == len(prefixes)
+    for a, b in itertools.permutations(prefixes, 2):
+        assert not b.startswith(a), f"{b!r} starts with {a!r}"
+    root = Path(__file__).resolve().parents[1]
+    spelt = [
+        f"{path.relative_to(root)}:{number}"
+        for folder in ("pipeline", "workers")
+        for path in sorted((root / folder).rglob("*.py"))
+        if path.name != "keys.py"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if any(f"{quote}pipeline:" in line for quote in ('"', "'"))
+    ]
+    assert not spelt, f"Redis keys spelt outside pipeline.core.keys: {spelt}"

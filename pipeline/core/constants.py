@@ -54,7 +54,6 @@ LIMITER_PROBE_MS = 3_000
 """With no limits configured or learned, the first call of a scope goes alone for this long at
 most, waiting for an answer's x-ratelimit-* headers: a worker killed mid-probe (or a slow
 answer) then holds the others back 3 s, not the probe's whole in-flight lease."""
-LIMITER_KEY_PREFIX = "pipeline:rl"
 REDIS_TIMEOUT_S = 5.0
 """Connect and read timeout of every Redis client of ours (the limiter, heartbeats, locks), with
 TCP keepalive: no command of ours blocks on the server, so a silent peer (a failover, a NAT that

@@ -18,11 +18,10 @@ from contextlib import contextmanager
 
 import redis
 
-from pipeline.core import progress
+from pipeline.core import keys, progress
 from pipeline.llm.prompts import STRUCTURED_MODES
 
 log = logging.getLogger(__name__)
-KEY_PREFIX = "pipeline:structured"
 TTL_S = 7 * 24 * 3600
 """A week: a server that gains json_schema support is tried again after that."""
 
@@ -40,7 +39,7 @@ return ARGV[1]
 
 def key(endpoint: str, model: str) -> str:
     tag = hashlib.sha256(f"{endpoint}|{model}".encode()).hexdigest()[:16]
-    return f"{KEY_PREFIX}:{tag}"
+    return keys.STRUCTURED.of(tag)
 
 
 class ModeStore:

@@ -24,8 +24,10 @@ from collections.abc import Callable, Iterable
 
 import redis
 
-RECEIVED_PREFIX = "pipeline:received:"
-RECEIVERS_KEY = "pipeline:receivers"
+from pipeline.core import keys
+
+RECEIVED_PREFIX = keys.RECEIVED.prefix
+RECEIVERS_KEY = keys.RECEIVERS.prefix
 RECEIVED_TTL_S = 86_400
 """A dead owner's set outlives it by a day at most (a deployment with no live worker for a day
 leaves the messages to the broker's visibility timeout)."""

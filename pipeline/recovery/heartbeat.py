@@ -28,7 +28,6 @@ import logging
 import os
 import socket
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,17 +36,15 @@ from typing import Any
 import redis
 from sqlalchemy import Engine
 
-from pipeline.core.errors import LeaseLost
-from pipeline.recovery import deliveries
+from pipeline.core import keys
+from pipeline.core.constants import REDIS_CLIENT_OPTIONS
+from pipeline.recovery import deliveries, steps
 from pipeline.recovery.leases import Leases
 from pipeline.storage import batches, clock, documents, run_state
 from pipeline.storage.db import session_scope
 
 log = logging.getLogger(__name__)
 
-KEY_PREFIX = "pipeline:worker:"
-FINISHER_PREFIX = "pipeline:finisher:"
-SCOPE_KEY = "pipeline:deployment"
 STALE_AFTER_S = 3600.0
 """A lease that ran out this long ago is reclaimed whatever deployment it names (no live worker
 lets its leases lapse for an hour: its deployment's id changed with a Redis that lost its data)."""
@@ -56,15 +53,15 @@ RECLAIM_DOUBLINGS_MAX = 7
 
 
 def worker_key(owner: str) -> str:
-    return f"{KEY_PREFIX}{owner}"
+    return keys.WORKER.of(owner)
 
 
 def scope_of(client: redis.Redis) -> str:
     """The deployment's id, kept in its Redis (made by the first worker to ask): every worker of
     one broker has the same, however its URL is spelt. Leases carry it, so that workers judge
     alive or dead only owners whose heartbeats they can see."""
-    client.set(SCOPE_KEY, uuid.uuid4().hex[:16], nx=True)
-    found: Any = client.get(SCOPE_KEY)
+    client.set(keys.DEPLOYMENT.prefix, uuid.uuid4().hex[:16], nx=True)
+    found: Any = client.get(keys.DEPLOYMENT.prefix)
     return found.decode() if isinstance(found, bytes) else str(found)
 
 
@@ -83,11 +80,17 @@ class LiveWorker:
     """Whether that host reads it: unset, missing, unreadable or readable (`inbox_state`)."""
 
 
+def redis_time(client: redis.Redis) -> float:
+    """Redis's clock, in seconds: a beat's `at` and its age are read on it, not on the hosts'."""
+    seconds, micros = client.time()  # type: ignore[misc]
+    return float(seconds) + float(micros) / 1e6
+
+
 def live_workers(client: redis.Redis) -> list[LiveWorker]:
     """The worker processes whose heartbeat has not run out, from Redis."""
     found: list[LiveWorker] = []
-    now = time.time()
-    for key in client.scan_iter(match=f"{KEY_PREFIX}*", count=500):
+    now = redis_time(client)
+    for key in client.scan_iter(match=f"{keys.WORKER.prefix}*", count=500):
         raw: Any = client.get(key)
         if raw is None:
             continue
@@ -98,7 +101,7 @@ def live_workers(client: redis.Redis) -> list[LiveWorker]:
         owner = key.decode() if isinstance(key, bytes) else str(key)
         found.append(
             LiveWorker(
-                owner=owner.removeprefix(KEY_PREFIX),
+                owner=owner.removeprefix(keys.WORKER.prefix),
                 name=str(beat.get("name") or ""),
                 held=int(beat.get("held") or 0),
                 seconds_ago=max(0.0, now - float(beat.get("at") or now)),
@@ -112,7 +115,7 @@ def live_workers(client: redis.Redis) -> list[LiveWorker]:
 
 def live_workers_at(redis_url: str) -> list[LiveWorker] | None:
     """`live_workers` of the Redis at `redis_url`; None when it does not answer."""
-    client = redis.Redis.from_url(redis_url, socket_connect_timeout=2)
+    client = redis.Redis.from_url(redis_url, **REDIS_CLIENT_OPTIONS)
     try:
         return live_workers(client)
     except redis.RedisError:
@@ -209,31 +212,6 @@ def redelivery_grace_s(lease_s: float, reclaims: int) -> float:
     return float(lease_s * 2 ** min(reclaims, RECLAIM_DOUBLINGS_MAX))
 
 
-def first_this_lease(client: redis.Redis, leases: Leases, key: str) -> bool:
-    """True for the first caller, of every worker, to ask for `key` within a lease."""
-    return bool(client.set(key, leases.owner, nx=True, px=leases.lease_ms))
-
-
-POLLER_PREFIX = "pipeline:finalize-poller:"
-"""`pipeline:finalize-poller:<run>`: the id of the one finalize task that waits for the run's
-documents (the chord's, or the first resent one), renewed at each of its polls."""
-
-
-def sole_poller(client: redis.Redis, run_id: str, task_id: str, ttl_s: float) -> bool:
-    """Whether the finalize task `task_id` is the run's one poller (taking the place when it is
-    free). Every reclaim and resume sends a finalize of its own; without this, each kept polling
-    every few seconds until the run ended. A poller that dies frees its place after `ttl_s`;
-    a run whose documents end meanwhile is finalized by the heartbeats (`finish_stranded`)."""
-    key, ttl_ms = f"{POLLER_PREFIX}{run_id}", int(ttl_s * 1000)
-    if client.set(key, task_id, nx=True, px=ttl_ms):
-        return True
-    holder: Any = client.get(key)
-    if isinstance(holder, bytes) and holder.decode() == task_id:
-        client.pexpire(key, ttl_ms)
-        return True
-    return False
-
-
 def finish_stranded(
     engine: Engine, client: redis.Redis, leases: Leases, finish: Callable[[str], None]
 ) -> list[str]:
@@ -242,28 +220,26 @@ def finish_stranded(
     with session_scope(engine) as session:
         stranded = run_state.stranded_runs(session, quiet_s=leases.lease_s, scope=leases.scope)
     why = "every document is final but no report came: finalizing it"
-    return _once_per_lease(client, leases, FINISHER_PREFIX, stranded, finish, why)
+    return _once_per_lease(client, leases, "stranded", stranded, finish, why)
 
 
 def _once_per_lease(
     client: redis.Redis,
     leases: Leases,
-    prefix: str,
+    step: str,
     run_ids: list[str],
     send: Callable[[str], None],
     why: str,
 ) -> list[str]:
-    """`send` each run, by the first worker to ask within a lease; the runs this one sent."""
+    """`send` each run, by the first worker to ask within a lease (the step lease
+    `<step>:<run>`, left to run out); the runs this one sent."""
     sent = []
     for run_id in run_ids:
-        if first_this_lease(client, leases, f"{prefix}{run_id}"):
+        if steps.once_per_lease(client, leases, f"{step}:{run_id}"):
             log.warning("run %s: %s", run_id, why)
             send(run_id)
             sent.append(run_id)
     return sent
-
-
-POLLER_PREFIX = "pipeline:batch-poller:"
 
 
 def restart_batch_polls(
@@ -274,52 +250,7 @@ def restart_batch_polls(
     with session_scope(engine) as session:
         quiet = batches.overdue_runs(session, quiet_s)
     why = f"nobody polled its batches for {quiet_s:.0f} s: polling them again"
-    return _once_per_lease(client, leases, POLLER_PREFIX, quiet, poll, why)
-
-
-STEP_PREFIX = "pipeline:step:"
-_RENEW = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0"
-_RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
-
-
-def step_held(client: redis.Redis, name: str) -> bool:
-    """Whether some live worker holds the step lease `name` (`StepLease`)."""
-    return bool(client.exists(f"{STEP_PREFIX}{name}"))
-
-
-class StepLease:
-    """A lease on one report step (a run's synthesis, a document's compression in finalize), in
-    Redis: one worker takes it, its process's heartbeat renews it, and the step checks it before
-    it writes. A dead holder's lease runs out within one lease; a woken one's write is refused.
-
-        with StepLease(client, leases, f"synthesize:{run_id}") as step:
-            if step.taken: ... step.check() before writing ...
-    """
-
-    def __init__(self, client: redis.Redis, leases: Leases, name: str) -> None:
-        self.client, self.leases = client, leases
-        self.key = f"{STEP_PREFIX}{name}"
-        self.token = f"{leases.owner}:{uuid.uuid4().hex[:8]}"
-        self.taken = False
-
-    def __enter__(self) -> StepLease:
-        self.taken = bool(self.client.set(self.key, self.token, nx=True, px=self.leases.lease_ms))
-        if self.taken:
-            self.leases.hold_step(self.key, self.token)
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        if self.taken:
-            self.leases.drop_step(self.key)
-            with contextlib.suppress(redis.RedisError):
-                self.client.eval(_RELEASE, 1, self.key, self.token)
-
-    def check(self) -> None:
-        """Raises LeaseLost unless this step's lease is still this holder's."""
-        found: Any = self.client.get(self.key)
-        held = found.decode() if isinstance(found, bytes) else found
-        if held != self.token:
-            raise LeaseLost(f"{self.key} is no longer held by {self.token} (now {held or 'nobody'})")
+    return _once_per_lease(client, leases, "batch-poll", quiet, poll, why)
 
 
 class Heartbeat:
@@ -400,7 +331,7 @@ class Heartbeat:
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "held": len(self.leases.held()),
-            "at": time.time(),
+            "at": redis_time(self.client),
         }
         try:
             body.update(self.published() if self.published else {})
@@ -413,8 +344,7 @@ class Heartbeat:
         except redis.RedisError:
             self.leases.restore_handled(handled)
             raise
-        for key, token in self.leases.held_steps().items():
-            self.client.eval(_RENEW, 1, key, token, self.leases.lease_ms)
+        steps.renew_held(self.client, self.leases)
 
     def renew(self) -> None:
         """The leases this process's threads work under, extended by one lease, or less: no

@@ -169,7 +169,7 @@ class Leases:
             return dict(self._held)
 
     def hold_step(self, key: str, token: str) -> None:
-        """A step lease (`pipeline.recovery.heartbeat.StepLease`) the heartbeat renews from now on."""
+        """A step lease (`pipeline.recovery.steps.StepLease`) the heartbeat renews from now on."""
         with self._lock:
             self._steps[key] = token
 

@@ -18,11 +18,11 @@ from importlib import resources
 
 import redis
 
+from pipeline.core import keys as redis_keys
 from pipeline.core import progress
 from pipeline.core.errors import BudgetSpent
 
 log = logging.getLogger(__name__)
-KEY_PREFIX = "pipeline:budget"
 NANO_USD_PER_USD = 1_000_000_000
 SPEND_KEY_TTL_S = 24 * 3600
 """A day after the run's last call, its count goes (Postgres keeps the record)."""
@@ -35,7 +35,7 @@ Recorded = Callable[[], tuple[float | None, float] | None]
 
 def keys(run_id: str) -> tuple[str, str]:
     """The run's spend hash and its reconcile marker (one hash tag: a cluster keeps them together)."""
-    spend = f"{KEY_PREFIX}:{{{run_id}}}"
+    spend = redis_keys.BUDGET.of(f"{{{run_id}}}")
     return spend, f"{spend}:reconciled"
 
 

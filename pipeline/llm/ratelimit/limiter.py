@@ -31,6 +31,7 @@ from typing import Any
 import redis
 
 from pipeline.core import constants as c
+from pipeline.core import keys as redis_keys
 from pipeline.core import progress
 from pipeline.core.errors import ConfigError, Deferred, RequestTooLarge
 from pipeline.core.settings import Settings
@@ -135,7 +136,7 @@ class ScopeView:
 
 def keys(scope: Scope) -> list[str]:
     """Every Redis key of a scope: one prefix, and a hash tag so a cluster keeps them together."""
-    return [f"{c.LIMITER_KEY_PREFIX}:{{{scope.tag}}}:{field}" for field in _FIELDS]
+    return [redis_keys.LIMITER.of(f"{{{scope.tag}}}:{field}") for field in _FIELDS]
 
 
 def _script(name: str) -> str:
