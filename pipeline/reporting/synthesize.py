@@ -21,9 +21,9 @@ from pipeline.reporting import render
 from pipeline.reporting.compress import fallback_summary
 from pipeline.reporting.reduce import hedge, reduce_to_one
 from pipeline.runs.status import RunStatusView, run_status
-from pipeline.storage import llm_calls, partials, reports
+from pipeline.storage import clock, llm_calls, partials, reports
 from pipeline.storage.db import session_scope
-from pipeline.storage.models import Document, Extraction, RiskFactor, Run, RunStatus, aware, utcnow
+from pipeline.storage.models import Document, Extraction, RiskFactor, Run, RunStatus, aware
 
 PROMPT_OVERHEAD_TOKENS = 400
 PARTIAL_GRACE_S = 5.0
@@ -108,13 +108,14 @@ def _await_partials(ctx: Context, run_id: str, answering: Callable[[int], bool] 
     `answering`, one made more than a lease ago that no live worker answers (its worker died
     holding it, or its task has not started in a lease): the final synthesis reads its
     summaries."""
-    made_after = utcnow() - timedelta(seconds=ctx.settings.llm_timeout_s + PARTIAL_GRACE_S)
+    with session_scope(ctx.engine) as session:  # partials are made on the database's clock
+        made_after = clock.now(session) - timedelta(seconds=ctx.settings.llm_timeout_s + PARTIAL_GRACE_S)
     deadline = time.monotonic() + ctx.settings.llm_timeout_s + PARTIAL_GRACE_S
     while time.monotonic() < deadline:
         with session_scope(ctx.engine) as session:
             waiting = partials.pending(session, run_id, made_after)
+            unstarted = clock.now(session) - timedelta(seconds=ctx.settings.lease_s)
         if answering is not None:
-            unstarted = utcnow() - timedelta(seconds=ctx.settings.lease_s)
             waiting = [(pid, made) for pid, made in waiting if aware(made) > unstarted or answering(pid)]
         if not waiting:
             return

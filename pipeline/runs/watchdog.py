@@ -22,11 +22,11 @@ from sqlalchemy.orm import Session
 
 from pipeline.core.settings import Settings
 from pipeline.runs.resume import ResumePlan, plan_resume
-from pipeline.storage import run_state
+from pipeline.storage import clock, run_state
 from pipeline.storage.db import session_scope
-from pipeline.storage.models import Chunk, Document, LLMCall, Run, RunStatus, aware, utcnow
+from pipeline.storage.models import Chunk, Document, LLMCall, Run, RunStatus, aware
 
-WATCHED_STATUSES = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.REPORTING)
+WATCHED_STATUSES = (RunStatus.PENDING, RunStatus.RUNNING)
 
 
 @dataclass
@@ -64,10 +64,10 @@ def check(
     caller enqueues the plans) and what was marked stalled. `workers_alive`: the worker
     processes with a live heartbeat (None: not known); with none, an idle run is stalled at
     once, since a resume would only fill queues nobody reads."""
-    now = utcnow()
     idle_limit = timedelta(seconds=settings.watchdog_idle_s)
     verdicts: list[Verdict] = []
     with session_scope(engine) as session:
+        now = clock.now(session)  # the clock every activity below was written on
         stmt = select(Run).where(Run.status.in_(list(WATCHED_STATUSES)))
         if run_ids is not None:
             stmt = stmt.where(Run.id.in_(list(run_ids)))
@@ -96,8 +96,9 @@ def check(
             )
         if reason is not None:
             with session_scope(engine) as session:
-                run_state.set_run_status(session, run.id, RunStatus.STALLED, reason)
-            verdicts.append(Verdict(run.id, "stalled", idle_s))
+                stalled = run_state.move_run(session, run.id, "stall", error=reason)
+            if stalled:  # not when it ended meanwhile
+                verdicts.append(Verdict(run.id, "stalled", idle_s))
             continue
         plan = plan_resume(engine, run.id, stale_after_s=settings.watchdog_idle_s)
         _set_resumes(engine, run.id, run.resumes + 1, resumed_at=now)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import delete, insert, select
 from sqlalchemy.orm import Session
 
+from pipeline.storage import clock
 from pipeline.storage.models import (
     TERMINAL_DOC_STATUSES,
     Chunk,
@@ -17,7 +18,6 @@ from pipeline.storage.models import (
     Run,
     RunStatus,
     table_of,
-    utcnow,
 )
 from pipeline.storage.upsert import upsert
 
@@ -49,6 +49,7 @@ def create_run(
         budget_usd=budget_usd,
         schema=schema,
         status=RunStatus.PENDING,
+        created_at=clock.now(session),
     )
     session.add(run)
     session.flush()
@@ -98,7 +99,7 @@ def add_document(
             "error": error,
             "note": note,
             "chunk_count": len(spans),
-            "finished_at": utcnow() if status in TERMINAL_DOC_STATUSES else None,
+            "finished_at": clock.now(session) if status in TERMINAL_DOC_STATUSES else None,
             "injection_flag": injection_excerpt is not None,
             "injection_excerpt": injection_excerpt,
         },

@@ -10,6 +10,7 @@ from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from pipeline.core.errors import BudgetSpent
+from pipeline.storage import clock
 from pipeline.storage.models import LLMCall, Run, table_of
 
 if TYPE_CHECKING:
@@ -40,7 +41,8 @@ def insert_calls(session: Session, run_id: str, rows: Sequence[dict[str, Any]]) 
     statements, not ORM objects: a row per call attempt on every document's hot path."""
     if not rows:
         return
-    session.execute(insert(_CALLS), list(rows))
+    at = clock.now(session)  # the watchdog's idle time is read on this clock
+    session.execute(insert(_CALLS), [{**row, "created_at": at} for row in rows])
     spent = sum(row["cost_usd"] or 0.0 for row in rows)
     if spent:
         session.execute(_ADD_COST, {"cost_of": run_id, "spent": spent})

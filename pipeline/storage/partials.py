@@ -15,6 +15,7 @@ from sqlalchemy import Row, delete, func, select, update
 from sqlalchemy.orm import Session
 
 from pipeline.core.constants import CHARS_PER_TOKEN
+from pipeline.storage import clock
 from pipeline.storage.fit import fitted
 from pipeline.storage.models import Extraction, Report, Run, SynthesisPartial
 
@@ -47,7 +48,7 @@ def claim_batch(session: Session, document_id: int, min_tokens: int, max_tokens:
     ids = _batch(rows, min_tokens, max_tokens)
     if ids is None:
         return None
-    partial = SynthesisPartial(run_id=rows[0].run_id, documents=len(ids))
+    partial = SynthesisPartial(run_id=rows[0].run_id, documents=len(ids), created_at=clock.now(session))
     session.add(partial)
     session.flush()
     taken = session.execute(
@@ -119,7 +120,9 @@ def close(session: Session, run_id: str) -> int:
     as pending, a retry's included): a partial claimed by the
     run's last documents after the final synthesis read the summaries would otherwise put
     those summaries in the report twice. Returns that partial's id."""
-    closing = SynthesisPartial(run_id=run_id, documents=0, text="")  # answered by none, waited for by none
+    closing = SynthesisPartial(
+        run_id=run_id, documents=0, text="", created_at=clock.now(session)
+    )  # answered by none, waited for by none
     session.add(closing)
     session.flush()
     closing.documents = session.execute(
