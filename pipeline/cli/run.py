@@ -200,12 +200,11 @@ def _abandon(engine: Engine, run_id: str, why: str) -> None:
     marked cancelled with `why` otherwise (its first documents may be with workers already)."""
     from pipeline.storage import intake, run_state
     from pipeline.storage.db import session_scope
-    from pipeline.storage.models import RunStatus
 
     with session_scope(engine) as session:
         stored = sum(run_state.status_counts(session, run_id).values())
         if stored:
-            run_state.set_run_status(session, run_id, RunStatus.CANCELLED, error=f"{why} ({stored} stored)")
+            run_state.move_run(session, run_id, "cancel", error=f"{why} ({stored} stored)")
         else:
             intake.delete_run(session, run_id)
 
@@ -378,7 +377,6 @@ def _cancel(settings: Settings, run_id: str, how: str) -> None:
     from pipeline.runs.status import run_status
     from pipeline.storage import run_state
     from pipeline.storage.db import session_scope
-    from pipeline.storage.models import RunStatus
 
     engine = open_engine(settings)
     view = run_status(engine, run_id)
@@ -388,7 +386,7 @@ def _cancel(settings: Settings, run_id: str, how: str) -> None:
         "run the same command again: what was extracted is reused"
     )
     with session_scope(engine) as session:
-        run_state.set_run_status(session, run_id, RunStatus.CANCELLED, error=reason)
+        run_state.move_run(session, run_id, "cancel", error=reason)
     console.print(f"[bold red]run {run_id} cancelled:[/] {escape(reason)}")
 
 

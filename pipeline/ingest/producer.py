@@ -21,7 +21,7 @@ from pipeline.core.settings import Settings
 from pipeline.ingest import chunking, injection, inputs, sections
 from pipeline.storage import intake, run_state
 from pipeline.storage.db import session_scope
-from pipeline.storage.models import DocStatus, RunStatus
+from pipeline.storage.models import DocStatus
 
 COMMIT_EVERY_DOCUMENTS = 200
 """Documents per transaction: bounds memory (text is held until commit) and lock time."""
@@ -126,16 +126,16 @@ def prepare_run(
         if plan.early_ids:
             return plan  # running since the early start
         if plan.document_ids:
-            run_state.set_run_status(session, plan.run_id, RunStatus.RUNNING)
+            run_state.move_run(session, plan.run_id, "start")
         else:
-            run_state.set_run_status(session, plan.run_id, RunStatus.FAILED, error="no usable document")
+            run_state.move_run(session, plan.run_id, "refuse", error="no usable document")
     return plan
 
 
 def _start_early(engine: Engine, plan: SubmitPlan, on_early: Callable[[list[int]], None]) -> None:
     """The run is `running` from here: hand the documents stored so far to `on_early`."""
     with session_scope(engine) as session:
-        run_state.set_run_status(session, plan.run_id, RunStatus.RUNNING)
+        run_state.move_run(session, plan.run_id, "start")
     plan.early_ids, plan.document_ids = plan.document_ids, []
     on_early(plan.early_ids)
 

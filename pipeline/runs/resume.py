@@ -40,7 +40,7 @@ def plan_resume(engine: Engine, run_id: str, stale_after_s: float = DEFAULT_STAL
         if run is not None and run.mode == "batch" and run.dispatched_at is None:
             plan.batch_polls = True
             if run.status != RunStatus.RUNNING:
-                run_state.set_run_status(session, run_id, RunStatus.RUNNING)
+                run_state.move_run(session, run_id, "resume")
             return plan
         last_answer = (
             select(Chunk.document_id, func.max(Chunk.completed_at).label("at"))
@@ -68,5 +68,5 @@ def plan_resume(engine: Engine, run_id: str, stale_after_s: float = DEFAULT_STAL
         plan.left_running = int(running or 0) - sum(1 for row in rows if row.status == DocStatus.RUNNING)
         run = session.get(Run, run_id)
         if run is not None and run.status != RunStatus.RUNNING:
-            run_state.set_run_status(session, run_id, RunStatus.RUNNING)
+            run_state.move_run(session, run_id, "resume")
     return plan

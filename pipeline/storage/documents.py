@@ -181,9 +181,9 @@ _DOCUMENTS = table_of(Document)
 _HELD = (
     _DOCUMENTS.c.id == bindparam("held_id"),
     _DOCUMENTS.c.fence == bindparam("held_fence"),
-    _DOCUMENTS.c.status.not_in(TERMINAL_DOC_STATUSES),
+    _DOCUMENTS.c.status == DocStatus.RUNNING,
 )
-"""The document is not final and lease `held_fence` holds it."""
+"""The document is running under lease `held_fence` (`lifecycle`: the holder's moves)."""
 _HOLD = update(_DOCUMENTS).where(*_HELD).values(fence=_DOCUMENTS.c.fence)
 """`hold`'s statement, built once: it runs before every write a lease makes."""
 _FINAL: dict[str, Any] = {
@@ -215,7 +215,7 @@ def release_lease(session: Session, document_id: int, fence: int, grace_s: float
     retry was lost with the broker, say), a live worker reclaims it."""
     session.execute(
         update(Document)
-        .where(Document.id == document_id, Document.fence == fence)
+        .where(Document.id == document_id, Document.fence == fence, Document.status == DocStatus.RUNNING)
         .values(**_released(clock.now(session), grace_s))
     )
 
@@ -347,7 +347,12 @@ def hand_back_attempt(session: Session, document_id: int, fence: int, grace_s: f
     released for the retry's delivery (see `release_lease`)."""
     session.execute(
         update(Document)
-        .where(Document.id == document_id, Document.fence == fence, Document.attempts > 0)
+        .where(
+            Document.id == document_id,
+            Document.fence == fence,
+            Document.status == DocStatus.RUNNING,
+            Document.attempts > 0,
+        )
         .values(attempts=Document.attempts - 1, **_released(clock.now(session), grace_s))
     )
 
@@ -540,7 +545,11 @@ def fail_document(session: Session, document_id: int, reason: str, fence: int | 
     lease or a reclaim moved the fence on since (the attempt's verdict is then stale: its
     document is someone else's now). `fence` None: the delivery never leased the document, which
     is failed only if nobody has started it either."""
-    held = Document.status == DocStatus.PENDING if fence is None else Document.fence == fence
+    held = (
+        Document.status == DocStatus.PENDING
+        if fence is None
+        else and_(Document.fence == fence, Document.status == DocStatus.RUNNING)
+    )
     _finish_document(session, document_id, DocStatus.FAILED, reason, held)
 
 

@@ -42,7 +42,6 @@ def aware(moment: datetime) -> datetime:
 class RunStatus(enum.StrEnum):
     PENDING = "pending"
     RUNNING = "running"
-    REPORTING = "reporting"
     COMPLETED = "completed"
     FAILED = "failed"
     STALLED = "stalled"

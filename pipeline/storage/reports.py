@@ -14,7 +14,7 @@ from pipeline.storage.models import (
     RunStatus,
     utcnow,
 )
-from pipeline.storage.run_state import set_run_status
+from pipeline.storage.run_state import move_run
 from pipeline.storage.upsert import upsert
 
 
@@ -33,7 +33,7 @@ def save_report(
 ) -> None:
     row = fitted(Report, {"run_id": run_id, "markdown": markdown, "json": data, "created_at": utcnow()})
     upsert(session, Report, [row], ["run_id"], ["markdown", "json", "created_at"])
-    set_run_status(session, run_id, status, error)
+    move_run(session, run_id, "report", status, error)
 
 
 def amend_report(session: Session, run_id: str, markdown: str, data: dict[str, Any]) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import exists, func, select, update
 from sqlalchemy.orm import Session
 
-from pipeline.storage import clock
+from pipeline.storage import clock, lifecycle
 from pipeline.storage.models import (
     TERMINAL_DOC_STATUSES,
     Document,
@@ -16,19 +16,30 @@ from pipeline.storage.models import (
     Report,
     Run,
     RunStatus,
-    utcnow,
 )
 
 
-def set_run_status(session: Session, run_id: str, status: RunStatus, error: str | None = None) -> None:
-    values: dict[str, Any] = {"status": status}
-    if status == RunStatus.RUNNING:
-        values["started_at"] = utcnow()
-    if status in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED):
-        values["finished_at"] = utcnow()
+def move_run(
+    session: Session, run_id: str, name: str, status: RunStatus | None = None, error: str | None = None
+) -> bool:
+    """Make the run's move `name` of the lifecycle table (to `status`, where the move has more
+    than one target), only from one of its sources; whether it moved. A late writer (a stall
+    decided before a report landed, a cancel after it) changes nothing."""
+    step = lifecycle.move(lifecycle.RUN_MOVES, name)
+    target = status or step.targets[0]
+    if target not in step.targets:
+        raise ValueError(f"the move {name!r} goes to {', '.join(step.targets)}, not {target}")
+    values: dict[str, Any] = {"status": target}
+    if target == RunStatus.RUNNING:
+        values["started_at"] = clock.now(session)
+    if target in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED):
+        values["finished_at"] = clock.now(session)
     if error is not None:
         values["error"] = error
-    session.execute(update(Run).where(Run.id == run_id).values(**values))
+    moved = session.execute(
+        update(Run).where(Run.id == run_id, Run.status.in_(step.sources)).values(**values)
+    )
+    return bool(moved.rowcount)  # type: ignore[attr-defined]
 
 
 def status_counts(session: Session, run_id: str) -> dict[str, int]:
@@ -66,7 +77,7 @@ def run_of_document(session: Session, document_id: int) -> str | None:
 
 
 def mark_stored(session: Session, run_id: str) -> None:
-    session.execute(update(Run).where(Run.id == run_id).values(stored_at=utcnow()))
+    session.execute(update(Run).where(Run.id == run_id).values(stored_at=clock.now(session)))
 
 
 def is_stored(session: Session, run_id: str) -> bool:
@@ -79,7 +90,9 @@ def revive(session: Session, run_id: str) -> None:
     watchdog had seen no activity, e.g. through a provider's long pause). A no-op otherwise,
     and no row lock unless the run is stalled."""
     session.execute(
-        update(Run).where(Run.id == run_id, Run.status == RunStatus.STALLED).values(status=RunStatus.RUNNING)
+        update(Run)
+        .where(Run.id == run_id, Run.status.in_(lifecycle.move(lifecycle.RUN_MOVES, "revive").sources))
+        .values(status=RunStatus.RUNNING)
     )
 
 

@@ -1,0 +1,230 @@
+"""The lifecycle table (`pipeline.storage.lifecycle`) is what the code does: every document
+writer, driven from every state on the database, moves the document only as its move allows;
+run moves never start from a state the table does not list; the docs draw the table."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, select, update
+from sqlalchemy.orm import Session
+
+from pipeline.core.errors import LeaseLost
+from pipeline.core.settings import get_settings
+from pipeline.ingest.producer import prepare_run
+from pipeline.storage import clock, lifecycle, run_state
+from pipeline.storage import documents as repo
+from pipeline.storage.db import get_engine, session_scope
+from pipeline.storage.models import DocStatus, Document, Run, RunStatus
+from pipeline_dev.synth_filings import write_filings
+
+FENCE = 5
+
+STATES: dict[str, dict[str, Any]] = {
+    "pending": {"status": DocStatus.PENDING, "lease_owner": None, "expires_in": None, "attempts": 1},
+    "running, live lease": {
+        "status": DocStatus.RUNNING,
+        "lease_owner": "owner-a",
+        "expires_in": 60,
+        "attempts": 1,
+    },
+    "running, lease ran out": {
+        "status": DocStatus.RUNNING,
+        "lease_owner": "owner-a",
+        "expires_in": -60,
+        "attempts": 1,
+    },
+    "running, released": {"status": DocStatus.RUNNING, "lease_owner": None, "expires_in": -60, "attempts": 1},
+    "extracted": {"status": DocStatus.EXTRACTED, "lease_owner": None, "expires_in": None, "attempts": 1},
+    "failed": {"status": DocStatus.FAILED, "lease_owner": None, "expires_in": None, "attempts": 1},
+    "skipped": {"status": DocStatus.SKIPPED, "lease_owner": None, "expires_in": None, "attempts": 0},
+}
+
+
+def _quiet(write: Callable[[Session, int], object]) -> Callable[[Session, int], object]:
+    def run(session: Session, doc_id: int) -> object:
+        try:
+            return write(session, doc_id)
+        except LeaseLost:
+            return None
+
+    return run
+
+
+# Each writer of a document's state, as the holder of lease FENCE (owner-a) or as another
+# (owner-b), with the states it must change the row from: the rest must leave it as it was.
+WRITERS: list[tuple[str, str, Callable[[Session, int], object], set[str]]] = [
+    (
+        "lease",
+        "another delivery",
+        lambda s, d: repo.start_document(s, d, 3, "owner-b", 30, scope="s"),
+        {"pending", "running, lease ran out", "running, released"},
+    ),
+    (
+        "renew",
+        "the holder",
+        lambda s, d: repo.renew_leases(s, {d: FENCE}, 30),
+        {"running, live lease", "running, lease ran out", "running, released"},
+    ),
+    (
+        "release",
+        "the holder",
+        lambda s, d: repo.release_lease(s, d, FENCE, grace_s=30),
+        {"running, live lease", "running, lease ran out", "running, released"},
+    ),
+    (
+        "release",
+        "the holder's retry",
+        lambda s, d: repo.hand_back_attempt(s, d, FENCE, grace_s=30),
+        {"running, live lease", "running, lease ran out", "running, released"},
+    ),
+    (
+        "reclaim",
+        "a heartbeat",
+        lambda s, d: repo.take_back(s, d, "owner-a", FENCE, grace_s=30),
+        {"running, lease ran out"},
+    ),
+    (
+        "reclaim delivery",
+        "a heartbeat",
+        lambda s, d: repo.take_back_deliveries(s, [d], "owner-a", grace_s=30, scope="s"),
+        {"pending"},
+    ),
+    (
+        "extract",
+        "the holder",
+        _quiet(lambda s, d: repo.mark_extracted(s, d, FENCE)),
+        {"running, live lease", "running, lease ran out", "running, released"},
+    ),
+    (
+        "fail",
+        "the holder's last attempt",
+        lambda s, d: repo.fail_document(s, d, "gave up", FENCE),
+        {"running, live lease", "running, lease ran out", "running, released"},
+    ),
+    (
+        "fail unstarted",
+        "a delivery that never leased it",
+        lambda s, d: repo.fail_document(s, d, "refused", None),
+        {"pending"},
+    ),
+    (
+        "give up",
+        "a delivery with no attempts left",
+        lambda s, d: repo.start_document(s, d, 1, "owner-b", 30, scope="s"),
+        {"pending", "running, lease ran out", "running, released"},
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def engine(pipeline_env: dict[str, str]) -> Engine:
+    return get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
+
+
+@pytest.fixture(scope="module")
+def document(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> int:
+    folder = tmp_path_factory.mktemp("lifecycle")
+    write_filings(folder, 1, seed=13, sizes=[21_000])
+    (doc_id,) = prepare_run(engine, get_settings(), [str(folder)]).document_ids
+    return doc_id
+
+
+def _put(engine: Engine, doc_id: int, state: str) -> tuple[object, ...]:
+    values = dict(STATES[state])
+    expires_in = values.pop("expires_in")
+    with session_scope(engine) as session:
+        now = clock.now(session)
+        session.execute(
+            update(Document)
+            .where(Document.id == doc_id)
+            .values(
+                **values,
+                fence=FENCE,
+                lease_scope="s",
+                lease_expires_at=None if expires_in is None else now + timedelta(seconds=expires_in),
+                finished_at=now
+                if values["status"] in (DocStatus.EXTRACTED, DocStatus.FAILED, DocStatus.SKIPPED)
+                else None,
+            )
+        )
+    return _row(engine, doc_id)
+
+
+def _row(engine: Engine, doc_id: int) -> tuple[object, ...]:
+    with session_scope(engine) as session:
+        row = session.execute(
+            select(
+                Document.status,
+                Document.fence,
+                Document.lease_owner,
+                Document.lease_expires_at,
+                Document.attempts,
+            ).where(Document.id == doc_id)
+        ).one()
+    return tuple(row)
+
+
+@pytest.mark.parametrize(
+    ("name", "who", "write", "moves_from"), WRITERS, ids=[f"{w[0]} by {w[1]}" for w in WRITERS]
+)
+def test_each_document_writer_moves_only_as_the_table_allows(
+    engine: Engine,
+    document: int,
+    name: str,
+    who: str,
+    write: Callable[[Session, int], object],
+    moves_from: set[str],
+) -> None:
+    step = lifecycle.move(lifecycle.DOCUMENT_MOVES, name)
+    moved: set[str] = set()
+    for state in STATES:
+        before = _put(engine, document, state)
+        with session_scope(engine) as session:
+            write(session, document)
+        after = _row(engine, document)
+        if after == before:
+            continue
+        moved.add(state)
+        assert before[0] in step.sources, f"{name} by {who} moved a document that was {state}"
+        assert after[0] in step.targets, f"{name} by {who} made a {state} document {after[0]}"
+    assert moved == moves_from
+
+
+def test_no_document_move_starts_from_a_final_state_and_every_state_is_reached() -> None:
+    final = {DocStatus.EXTRACTED, DocStatus.FAILED, DocStatus.SKIPPED}
+    assert not any(set(m.sources) & final for m in lifecycle.DOCUMENT_MOVES)
+    reached = {t for m in lifecycle.DOCUMENT_MOVES for t in m.targets}
+    assert reached == set(DocStatus)
+    assert {t for m in lifecycle.RUN_MOVES for t in m.targets} == set(RunStatus)
+
+
+@pytest.fixture
+def run_id(engine: Engine, tmp_path: Path) -> str:
+    write_filings(tmp_path, 1, seed=17, sizes=[21_000])
+    return prepare_run(engine, get_settings(), [str(tmp_path)]).run_id
+
+
+@pytest.mark.parametrize("source", list(RunStatus))
+def test_each_run_move_starts_only_from_its_sources(engine: Engine, run_id: str, source: RunStatus) -> None:
+    """A late writer changes nothing: the watchdog's stall, decided before the report landed,
+    or a Ctrl-C's cancel after it, leave a completed run completed."""
+    for step in lifecycle.RUN_MOVES:
+        for target in step.targets:
+            if not step.sources:
+                continue
+            with session_scope(engine) as session:
+                session.execute(update(Run).where(Run.id == run_id).values(status=source))
+                moved = run_state.move_run(session, run_id, step.name, target)
+                now = session.scalar(select(Run.status).where(Run.id == run_id))
+            assert moved == (source in step.sources), f"{step.name} from {source}"
+            assert now == (target if moved else source)
+
+
+def test_the_docs_draw_the_table() -> None:
+    page = (Path(__file__).resolve().parents[1] / "docs" / "lifecycle.md").read_text()
+    assert lifecycle.diagram() in page, "docs/lifecycle.md: paste lifecycle.diagram() again"
