@@ -28,6 +28,7 @@ from pipeline.recovery.heartbeat import (
 )
 from pipeline.recovery.leases import Leases
 from pipeline.recovery.steps import StepLease
+from pipeline.storage import clock
 from pipeline.storage import documents as repo
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Document
@@ -457,3 +458,22 @@ def test_a_dead_workers_received_set_past_postgres_parameter_limit_is_taken_back
     with session_scope(engine) as session:
         taken = repo.take_back_deliveries(session, received, "host:9:dead", grace_s=30, scope="")
     assert [document_id for document_id, _ in taken] == [unstarted]
+
+
+def test_a_live_owners_lease_that_ran_out_more_than_a_lease_ago_is_taken_back(
+    engine: Engine, client: redis.Redis, tmp_path: Path
+) -> None:
+    """A worker that beats but neither renews nor takes back its own lease (its reclaim job
+    failing, say) holds the document no longer than two leases: the others take it then."""
+    (doc_id,) = _documents(engine, tmp_path, 1)
+    holder, other = Leases(owner="host:31:beats", lease_s=30), Leases(owner="host:32:b", lease_s=30)
+    with session_scope(engine) as session:
+        assert repo.start_document(session, doc_id, 3, holder.owner, lease_s=30) is not None
+    client.set(worker_key(holder.owner), "{}", ex=600)  # alive all along
+    sent: list[list[Reclaimed]] = []
+    with clock.moved(45):  # ran out 15 s ago: its owner may still renew it
+        assert doc_id not in [i.document_id for i in reclaim(engine, client, other, sent.append)]
+    with clock.moved(61):  # ran out more than a lease ago
+        taken = [i for i in reclaim(engine, client, other, sent.append) if i.document_id == doc_id]
+    assert [i.owner for i in taken] == [holder.owner]
+    assert _doc(engine, doc_id).fence == 2, "the holder's late writes are refused"

@@ -143,16 +143,18 @@ def reclaim(
     them again; returns them. The caller's own leftovers (leases of its process that no thread
     works under) count as dead, and so do its own leases whose thread is stuck (its renewals
     stopped at the bound of a blocking call: `Leases.renewals`); the stuck thread's writes are
-    refused from then on (the fence moved)."""
+    refused from then on (the fence moved). So does a live owner's lease that ran out more
+    than a lease ago: its heartbeat, which renews every third of a lease, neither renewed nor
+    took it back (its reclaim failing, say), so it is not being worked on."""
     with session_scope(engine) as session:
-        expired = documents.expired_leases(session, leases.scope, stale_s=stale_s)
+        expired = documents.expired_leases(session, leases.scope, stale_s=stale_s, overdue_s=leases.lease_s)
     if not expired:
         return []
-    others = {owner for _, _, owner, _, _ in expired if owner is not None and owner != leases.owner}
+    others = {row[2] for row in expired if row[2] is not None and row[2] != leases.owner}
     alive = {owner for owner in others if client.exists(worker_key(owner))}
     taken: list[Reclaimed] = []
-    for document_id, run_id, owner, fence, reclaims in expired:
-        if owner in alive or (owner == leases.owner and leases.working(document_id)):
+    for document_id, run_id, owner, fence, reclaims, overdue in expired:
+        if (owner in alive and not overdue) or (owner == leases.owner and leases.working(document_id)):
             continue
         with session_scope(engine) as session:
             if documents.take_back(

@@ -251,16 +251,23 @@ def renew_leases(session: Session, held: dict[int, int], lease_s: float) -> None
 
 
 def expired_leases(
-    session: Session, scope: str, stale_s: float, limit: int = 500
-) -> list[tuple[int, str, str | None, int, int]]:
+    session: Session, scope: str, stale_s: float, limit: int = 500, overdue_s: float | None = None
+) -> list[tuple[int, str, str | None, int, int, bool]]:
     """Running documents of the deployment `scope` whose lease ran out: (id, run id, owner,
-    fence, reclaims so far). The owner is None for one released or reclaimed whose next delivery has not started
-    it in time. Another deployment's (another broker's) workers are not seen alive from here,
+    fence, reclaims so far, overdue: it ran out more than `overdue_s` ago). The owner is None
+    for one released or reclaimed whose next delivery has not started it in time. Another deployment's (another broker's) workers are not seen alive from here,
     so their documents are left to them, unless their lease ran out `stale_s` ago (no live
     worker lets that happen: the deployment's id changed with a Redis that lost its data, say)."""
     now = clock.now(session)
     rows = session.execute(
-        select(Document.id, Document.run_id, Document.lease_owner, Document.fence, Document.reclaims)
+        select(
+            Document.id,
+            Document.run_id,
+            Document.lease_owner,
+            Document.fence,
+            Document.reclaims,
+            Document.lease_expires_at,
+        )
         .where(
             Document.status == DocStatus.RUNNING,
             or_(
@@ -271,7 +278,11 @@ def expired_leases(
         .order_by(Document.lease_expires_at)
         .limit(limit)
     )
-    return [(int(i), str(run), owner, int(fence), int(n)) for i, run, owner, fence, n in rows.tuples()]
+    late = None if overdue_s is None else now - timedelta(seconds=overdue_s)
+    return [
+        (int(i), str(run), owner, int(fence), int(n), bool(late and expires and aware(expires) < late))
+        for i, run, owner, fence, n, expires in rows.tuples()
+    ]
 
 
 def take_back(session: Session, document_id: int, owner: str | None, fence: int, grace_s: float) -> bool:
