@@ -3,7 +3,6 @@ writes fenced by the lease's token, and reclaim of a dead owner's documents by a
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -203,7 +202,7 @@ def test_what_a_dead_worker_received_but_never_started_is_sent_again_once(
     client.set(worker_key(live.owner), "{}", ex=60)  # the live one beats; the dead one's key ran out
 
     sent: list[list[Reclaimed]] = []
-    first, second = Leases(lease_s=0.5, owner="host:23:a"), Leases(lease_s=0.5, owner="host:24:b")
+    first, second = Leases(lease_s=30, owner="host:23:a"), Leases(lease_s=30, owner="host:24:b")
     taken = reclaim_deliveries(engine, client, first, sent.append)
     assert [(item.document_id, item.owner) for item in taken] == [(unstarted, dead.owner)]
     assert sent == [taken]
@@ -213,8 +212,9 @@ def test_what_a_dead_worker_received_but_never_started_is_sent_again_once(
     doc = _doc(engine, unstarted)
     assert (doc.status, doc.lease_owner, doc.reclaims, doc.reclaimed_from) == ("running", None, 1, dead.owner)
     assert _doc(engine, leased).reclaims == 0, "a leased document is the lease reclaim's"
-    time.sleep(0.6)  # no new delivery started it within its grace: the deployment's reclaim sees it
-    assert unstarted in [item.document_id for item in reclaim(engine, client, second, lambda _: None)]
+    assert unstarted not in [item.document_id for item in reclaim(engine, client, second, lambda _: None)]
+    with clock.moved(31):  # no new delivery started it within its grace: the deployment's reclaim sees it
+        assert unstarted in [item.document_id for item in reclaim(engine, client, second, lambda _: None)]
     with session_scope(engine) as session:  # the new delivery starts it
         assert repo.start_document(session, unstarted, 3, first.owner, lease_s=60) is not None
     deliveries.forget(client, live.owner)
@@ -254,18 +254,17 @@ def test_a_document_whose_redelivery_waits_in_the_queue_is_sent_again_later_each
     (doc_id,) = _documents(engine, tmp_path, 1)
     with session_scope(engine) as session:
         assert repo.start_document(session, doc_id, 3, "host:11:dead", lease_s=0) is not None
-    leases = Leases(lease_s=0.5, owner="host:12:live")
+    leases = Leases(lease_s=30, owner="host:12:live")
 
-    def reclaimed() -> bool:
-        return doc_id in [item.document_id for item in reclaim(engine, client, leases, lambda t: None)]
+    def reclaimed(after_s: float) -> bool:
+        with clock.moved(after_s):
+            return doc_id in [item.document_id for item in reclaim(engine, client, leases, lambda t: None)]
 
-    assert reclaimed(), "the dead owner's document"
-    time.sleep(0.6)
-    assert reclaimed(), "its delivery did not start it within a lease"
-    time.sleep(0.6)
-    assert not reclaimed(), "the second wait is twice as long"
-    time.sleep(0.5)
-    assert reclaimed()
+    assert reclaimed(0), "the dead owner's document"
+    assert not reclaimed(29), "its delivery has a lease to start it"
+    assert reclaimed(31), "its delivery did not start it within a lease"
+    assert not reclaimed(31 + 59), "the second wait is twice as long"
+    assert reclaimed(31 + 61)
     assert _doc(engine, doc_id).reclaims == 3
     assert [redelivery_grace_s(30, n) for n in (0, 1, 2, 7, 50)] == [30, 60, 120, 3840, 3840]
 

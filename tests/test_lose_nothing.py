@@ -11,6 +11,7 @@ from pipeline.core.settings import get_settings
 from pipeline.ingest.producer import prepare_run
 from pipeline.runs import watchdog
 from pipeline.runtime.embedded import Child
+from pipeline.storage import clock
 from pipeline.storage import documents as repo
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Chunk, Document, LLMCall, Run
@@ -87,26 +88,25 @@ def test_the_watchdog_resumes_an_idle_run_then_marks_it_stalled(
     write_filings(tmp_path, 2, seed=65, sizes=[21_000] * 2)
     engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
     plan = prepare_run(engine, get_settings(), [str(tmp_path)])  # stored, never enqueued
-    settings = get_settings().model_copy(update={"watchdog_idle_s": 0.3, "watchdog_max_resumes": 2})
+    settings = get_settings().model_copy(update={"watchdog_idle_s": 600, "watchdog_max_resumes": 2})
 
-    def verdicts() -> list[watchdog.Verdict]:
-        return watchdog.check(engine, settings, [plan.run_id])
+    def verdicts(after_s: float) -> list[watchdog.Verdict]:
+        with clock.moved(after_s):  # the watchdog's clock, set through its seam
+            return watchdog.check(engine, settings, [plan.run_id])
 
-    assert verdicts() == []  # not idle long enough yet
-    time.sleep(0.4)
-    (first,) = verdicts()
+    assert verdicts(0) == []  # not idle long enough yet
+    assert verdicts(590) == []
+    (first,) = verdicts(610)
     assert first.action == "resume" and first.plan is not None
     assert sorted(first.plan.document_ids) == sorted(plan.document_ids)
-    assert verdicts() == []  # resumed just now: it gets time
-    time.sleep(0.4)
-    assert [v.action for v in verdicts()] == ["resume"]
-    time.sleep(0.4)
-    assert [v.action for v in verdicts()] == ["stalled"]
+    assert verdicts(620) == []  # resumed just now: it gets time
+    assert [v.action for v in verdicts(1220)] == ["resume"]
+    assert [v.action for v in verdicts(1830)] == ["stalled"]
     with session_scope(engine) as session:
         run = session.get(Run, plan.run_id)
         assert run is not None and run.status == "stalled" and run.resumes == 2
         assert run.error is not None and "no activity" in run.error
-    assert verdicts() == []  # a stalled run waits for an operator
+    assert verdicts(2500) == []  # a stalled run waits for an operator
 
 
 def test_the_watchdog_stalls_an_idle_run_at_once_when_no_worker_is_alive(
@@ -115,9 +115,10 @@ def test_the_watchdog_stalls_an_idle_run_at_once_when_no_worker_is_alive(
     write_filings(tmp_path, 1, seed=66, sizes=[21_000])
     engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
     plan = prepare_run(engine, get_settings(), [str(tmp_path)])
-    settings = get_settings().model_copy(update={"watchdog_idle_s": 0.2})
-    time.sleep(0.3)
-    (verdict,) = watchdog.check(engine, settings, [plan.run_id], workers_alive=0)
+    settings = get_settings().model_copy(update={"watchdog_idle_s": 600})
+    assert watchdog.check(engine, settings, [plan.run_id], workers_alive=0) == []
+    with clock.moved(601):
+        (verdict,) = watchdog.check(engine, settings, [plan.run_id], workers_alive=0)
     assert verdict.action == "stalled"
     with session_scope(engine) as session:
         run = session.get(Run, plan.run_id)
