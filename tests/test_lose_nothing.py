@@ -109,6 +109,27 @@ def test_the_watchdog_resumes_an_idle_run_then_marks_it_stalled(
     assert verdicts(2500) == []  # a stalled run waits for an operator
 
 
+def test_a_run_whose_calls_the_limiter_defers_for_an_hour_is_not_idle(
+    pipeline_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Issue 28, defect 3: a provider's long pause (a daily quota) defers every call, records
+    none, and the watchdog resumed, then stalled, a healthy run. A deferred document's lease
+    waits for its retry, and the watchdog counts it as activity until it runs out."""
+    write_filings(tmp_path, 1, seed=68, sizes=[21_000])
+    engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
+    plan = prepare_run(engine, get_settings(), [str(tmp_path)])
+    (doc_id,) = plan.document_ids
+    with session_scope(engine) as session:
+        assert repo.start_document(session, doc_id, 5, "host:1:w", lease_s=30) is not None
+        repo.release_lease(session, doc_id, 1, grace_s=30)  # deferred: its retry is queued ...
+        repo.expect_retry(session, doc_id, grace_s=90 * 60)  # ... with a countdown to the quota's reset
+    settings = get_settings().model_copy(update={"watchdog_idle_s": 1800})
+    with clock.moved(60 * 60):  # an hour of the pause: no call, no write
+        assert watchdog.check(engine, settings, [plan.run_id]) == []
+    with clock.moved(90 * 60 + 1800 + 1):  # its retry never came, and nothing happened for 30 min
+        assert [v.action for v in watchdog.check(engine, settings, [plan.run_id])] == ["resume"]
+
+
 def test_the_watchdog_stalls_an_idle_run_at_once_when_no_worker_is_alive(
     pipeline_env: dict[str, str], tmp_path: Path
 ) -> None:

@@ -3,7 +3,9 @@
 Beat runs it every `PIPELINE_WATCHDOG_INTERVAL_S` (`pipeline watchdog` runs it once, for
 cron). Activity is anything a worker writes for the run: a document finished, a chunk
 answered, an LLM call recorded (even a failed one: a run that is retrying through a provider
-outage is alive, and resuming it would only add duplicate tasks).
+outage is alive, and resuming it would only add duplicate tasks), and a document's lease
+until it runs out (a lease is renewed only while its work makes progress; a deferred
+document's waits for its retry). All of it is read on the database's clock.
 
 A run idle for `watchdog_idle_s` is resumed (what `pipeline resume` does). When it stays
 idle after `watchdog_max_resumes` resumes, resuming is not helping (no worker consumes the
@@ -24,7 +26,7 @@ from pipeline.core.settings import Settings
 from pipeline.runs.resume import ResumePlan, plan_resume
 from pipeline.storage import clock, run_state
 from pipeline.storage.db import session_scope
-from pipeline.storage.models import Chunk, Document, LLMCall, Run, RunStatus, aware
+from pipeline.storage.models import Chunk, DocStatus, Document, LLMCall, Run, RunStatus, aware
 
 WATCHED_STATUSES = (RunStatus.PENDING, RunStatus.RUNNING)
 
@@ -39,8 +41,16 @@ class Verdict:
 
 
 def last_activity(session: Session, run: Run) -> datetime:
-    """When a worker last wrote anything for the run (its start when nothing yet)."""
+    """When a worker last wrote anything for the run (its start when nothing yet), or until
+    when one of its documents is leased, which is later: a lease is renewed only while its work
+    makes progress, and a deferred document's lease waits for its retry (a provider's long
+    pause, a daily quota: the limiter defers its calls, and no call is recorded meanwhile)."""
     moments = [
+        session.scalar(
+            select(func.max(Document.lease_expires_at)).where(
+                Document.run_id == run.id, Document.status == DocStatus.RUNNING
+            )
+        ),
         session.scalar(select(func.max(Document.finished_at)).where(Document.run_id == run.id)),
         session.scalar(
             select(func.max(Chunk.completed_at))
