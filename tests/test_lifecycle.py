@@ -228,3 +228,21 @@ def test_each_run_move_starts_only_from_its_sources(engine: Engine, run_id: str,
 def test_the_docs_draw_the_table() -> None:
     page = (Path(__file__).resolve().parents[1] / "docs" / "lifecycle.md").read_text()
     assert lifecycle.diagram() in page, "docs/lifecycle.md: paste lifecycle.diagram() again"
+
+
+def test_statuses_are_written_only_by_the_tables_writers() -> None:
+    """Every status write is a move of the table: no module but the writers it names updates a
+    document's or a run's status."""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    writers = {"pipeline/storage/documents.py", "pipeline/storage/run_state.py"}
+    found = []
+    for folder in ("pipeline", "workers"):
+        for path in sorted((root / folder).rglob("*.py")):
+            text = path.read_text()
+            for hit in re.finditer(r"update\((Document|Run|_DOCUMENTS)\)", text):
+                statement = text[hit.start() : hit.start() + 600].split("\n\n")[0]
+                if re.search(r"\bstatus\b\s*=|\"status\"", statement.split(".values(", 1)[-1]):
+                    found.append(str(path.relative_to(root)))
+    assert set(found) <= writers and writers <= set(found), found
