@@ -19,6 +19,7 @@ from pipeline.recovery import deliveries
 from pipeline.recovery.heartbeat import (
     Heartbeat,
     Reclaimed,
+    finish_stranded,
     live_workers,
     reclaim,
     reclaim_deliveries,
@@ -476,3 +477,46 @@ def test_a_live_owners_lease_that_ran_out_more_than_a_lease_ago_is_taken_back(
         taken = [i for i in reclaim(engine, client, other, sent.append) if i.document_id == doc_id]
     assert [i.owner for i in taken] == [holder.owner]
     assert _doc(engine, doc_id).fence == 2, "the holder's late writes are refused"
+
+
+def test_the_stranded_run_finisher_sends_each_quiet_run_once_a_lease(
+    engine: Engine, client: redis.Redis, tmp_path: Path
+) -> None:
+    """A heartbeat job alone: a run whose documents all ended, quiet for a lease, with no
+    report, is finalized by one worker of the deployment per lease; not before it is quiet."""
+    doc_ids = _documents(engine, tmp_path, 2)
+    first, second = (
+        Leases(owner="host:41:a", lease_s=30, scope="fin"),
+        Leases(owner="host:42:b", lease_s=30, scope="fin"),
+    )
+    with session_scope(engine) as session:
+        for doc_id in doc_ids:
+            doc = repo.start_document(session, doc_id, 3, first.owner, lease_s=30, scope="fin")
+            assert doc is not None
+            repo.mark_extracted(session, doc_id, doc.fence)
+        run_id = doc.run_id
+    sent: list[str] = []
+    assert run_id not in finish_stranded(engine, client, first, sent.append), "not quiet yet"
+    with clock.moved(31):
+        assert finish_stranded(engine, client, first, sent.append) == [run_id]
+        assert finish_stranded(engine, client, second, sent.append) == [], "the first sent it"
+    assert sent == [run_id]
+
+
+def test_a_lease_its_thread_could_not_release_is_released_by_the_heartbeat(
+    engine: Engine, client: redis.Redis, tmp_path: Path
+) -> None:
+    """A heartbeat job alone: the release a thread could not make (the database was down) is
+    made at the next beat, with no grace, so a reclaim sends the document again at once."""
+    (doc_id,) = _documents(engine, tmp_path, 1)
+    leases = Leases(owner="host:43:r", lease_s=30)
+    with session_scope(engine) as session:
+        doc = repo.start_document(session, doc_id, 3, leases.owner, lease_s=30)
+        assert doc is not None
+    leases.release_later(doc_id, doc.fence)
+    beat = Heartbeat(engine, client, leases, lambda taken: None, lambda run_id: None)
+    beat.release_leftovers()
+    assert leases.unreleased() == {}
+    assert _doc(engine, doc_id).lease_owner is None
+    taken = reclaim(engine, client, Leases(owner="host:44:o"), lambda _: None)
+    assert doc_id in [item.document_id for item in taken]
