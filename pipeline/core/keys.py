@@ -77,4 +77,11 @@ STRUCTURED = RedisKey(
     "<endpoint tag>: whether an endpoint takes structured output (json_schema) or not",
 )
 
-ALL = (WORKER, DEPLOYMENT, RECEIVED, RECEIVERS, STEP, LIMITER, BUDGET, STRUCTURED)
+CIRCUIT = RedisKey(
+    "pipeline:circuit:",
+    "while the endpoint fails, and a while after (pipeline.llm.circuit's constants)",
+    "pipeline.llm.circuit",
+    "{<endpoint tag>}: an endpoint's circuit breaker (its failures, open-until and the probe's holder)",
+)
+
+ALL = (WORKER, DEPLOYMENT, RECEIVED, RECEIVERS, STEP, LIMITER, BUDGET, STRUCTURED, CIRCUIT)

@@ -95,6 +95,18 @@ class Settings(BaseSettings):
         gt=0,
         description="a run with no activity for this long is resumed by the watchdog",
     )
+    outage_tolerance_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="a provider outage (the circuit open) shorter than this fails no document: its "
+        "calls wait instead; unset: until the run's deadline, else 2 hours",
+    )
+    retention_days: float | None = Field(
+        default=None,
+        gt=0,
+        description="beat prunes runs older than this nightly (their filing texts, chunks and call "
+        "rows; extractions, risk factors and reports stay); unset: nothing is deleted",
+    )
     watchdog_max_resumes: int = Field(
         default=2, ge=0, description="resumes without progress before the watchdog marks a run stalled"
     )

@@ -1,0 +1,3 @@
+"""Retention: `pipeline prune` (old runs' filing texts, chunks and call rows)."""
+
+from __future__ import annotations
