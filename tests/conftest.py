@@ -26,10 +26,11 @@ from pathlib import Path
 
 import pytest
 import redis
-from sqlalchemy import create_engine, text
+from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
 from pipeline.runtime import embedded
+from pipeline.storage.db import get_engine
 
 pytest_plugins = ("celery.contrib.pytest",)
 
@@ -186,6 +187,12 @@ def client(redis_url: str) -> Iterator[redis.Redis]:
     conn: redis.Redis = redis.Redis.from_url(redis_url)
     yield conn
     conn.close()
+
+
+@pytest.fixture
+def engine(pipeline_env: dict[str, str]) -> Engine:
+    """The session's database (Postgres under CI)."""
+    return get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
 
 
 @pytest.fixture(scope="session")

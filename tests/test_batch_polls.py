@@ -16,16 +16,11 @@ from pipeline.ingest.producer import prepare_run
 from pipeline.recovery.heartbeat import restart_batch_polls
 from pipeline.recovery.leases import Leases
 from pipeline.storage import batches, clock, run_state
-from pipeline.storage.db import get_engine, session_scope
+from pipeline.storage.db import session_scope
 from pipeline.storage.models import Run, RunStatus
 from pipeline_dev.synth_filings import write_filings
 
 QUIET_S = 60.0
-
-
-@pytest.fixture
-def engine(pipeline_env: dict[str, str]) -> Engine:
-    return get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
 
 
 @pytest.fixture

@@ -18,13 +18,8 @@ from pipeline.core.keys import BUDGET
 from pipeline.llm.ratelimit import SpendMeter
 from pipeline.llm.ratelimit.budget import keys
 from pipeline.storage import intake, llm_calls
-from pipeline.storage.db import get_engine, session_scope
+from pipeline.storage.db import session_scope
 from pipeline.storage.models import Run
-
-
-@pytest.fixture
-def engine(pipeline_env: dict[str, str]) -> Engine:
-    return get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ from pipeline.recovery.leases import Leases
 from pipeline.recovery.steps import StepLease
 from pipeline.storage import clock
 from pipeline.storage import documents as repo
-from pipeline.storage.db import get_engine, session_scope
+from pipeline.storage.db import session_scope
 from pipeline.storage.models import Document
 from pipeline_dev.synth_filings import write_filings
 from tests.conftest import claimed_redis_db
@@ -38,11 +38,6 @@ from tests.conftest import claimed_redis_db
 ANSWER = FilingExtraction(
     company="A", fiscal_year=2024, revenue_usd=None, revenue_quote=None, risk_factors=[]
 )
-
-
-@pytest.fixture
-def engine(pipeline_env: dict[str, str]) -> Engine:
-    return get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
 
 
 @pytest.fixture

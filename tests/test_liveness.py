@@ -42,11 +42,6 @@ ANSWER = FilingExtraction(
 
 
 @pytest.fixture
-def engine(pipeline_env: dict[str, str]) -> Engine:
-    return get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
-
-
-@pytest.fixture
 def client(redis_base: str) -> Iterator[redis.Redis]:
     with claimed_redis_db(redis_base) as url:
         made = redis.Redis.from_url(url)

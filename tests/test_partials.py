@@ -7,22 +7,16 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import pytest
 from sqlalchemy import Engine, select
 
 from pipeline.core.settings import get_settings
 from pipeline.ingest.producer import prepare_run
 from pipeline.storage import partials
-from pipeline.storage.db import get_engine, session_scope
+from pipeline.storage.db import session_scope
 from pipeline.storage.models import Extraction
 
 SUMMARY_TOKENS = 10
 """Each test summary is 40 characters: 10 tokens by the estimate."""
-
-
-@pytest.fixture
-def engine(pipeline_env: dict[str, str]) -> Engine:
-    return get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
 
 
 def _summarized(engine: Engine, tmp_path: Path, count: int) -> list[int]:

@@ -14,16 +14,11 @@ from pipeline.core.settings import get_settings
 from pipeline.ingest.producer import prepare_run
 from pipeline.runs import finalize
 from pipeline.storage import run_state
-from pipeline.storage.db import get_engine, session_scope
+from pipeline.storage.db import session_scope
 from pipeline.storage.models import DocStatus, Document, Run, RunStatus, utcnow
 from pipeline_dev.synth_filings import write_filings
 
 SCOPE = "test-lifecycle"
-
-
-@pytest.fixture
-def engine(pipeline_env: dict[str, str]) -> Engine:
-    return get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
 
 
 @pytest.fixture
