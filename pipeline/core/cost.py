@@ -1,9 +1,10 @@
 """What LLM calls cost: a price table per model, in USD per million tokens.
 
-Prices change and differ by contract, so the table is configuration
+The list prices of common models ship (`pipeline.core.prices`); prices change and differ by
+contract, so configuration overrides them per model
 (`PIPELINE_LLM_PRICES="gpt-4o-mini:0.15/0.60,gpt-4o:2.50/10.00"`: input/output USD per
-million tokens). A model missing from the table has an unknown cost: its calls are stored
-with `cost_usd` NULL, and `pipeline status` says so instead of showing a wrong total.
+million tokens). A model missing from both has an unknown cost: its calls are stored with
+`cost_usd` NULL, and `pipeline status` says so instead of showing a wrong total.
 """
 
 from __future__ import annotations
@@ -49,9 +50,18 @@ def parse_prices(spec: str | None) -> dict[str, Price]:
     return prices
 
 
+def price_of(prices: dict[str, Price], model: str) -> Price | None:
+    """`model`'s price; a gateway's `provider/model` name (openai/gpt-4o-mini,
+    models/gemini-2.5-flash) falls back to the model's own name."""
+    price = prices.get(model)
+    if price is None and "/" in model:
+        price = prices.get(model.rpartition("/")[2])
+    return price
+
+
 def call_cost(
     prices: dict[str, Price], model: str, prompt_tokens: int, completion_tokens: int
 ) -> float | None:
     """The call's cost in USD, or None when the model has no price."""
-    price = prices.get(model)
+    price = price_of(prices, model)
     return None if price is None else price.of(prompt_tokens, completion_tokens)

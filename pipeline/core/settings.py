@@ -13,6 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from pipeline.core import constants as c
 from pipeline.core.cost import Price, parse_prices
 from pipeline.core.deadline import parse_deadline
+from pipeline.core.prices import list_prices
 
 
 class Settings(BaseSettings):
@@ -181,7 +182,8 @@ class Settings(BaseSettings):
     # Cost: prices per model, a budget per run, size caps.
     llm_prices: str | None = Field(
         default=None,
-        description="USD per million input/output tokens, e.g. 'gpt-4o-mini:0.15/0.60,gpt-4o:2.50/10'",
+        description="USD per million input/output tokens, e.g. 'gpt-4o-mini:0.15/0.60,gpt-4o:2.50/10'; "
+        "unset: the shipped list prices (pipeline/core/prices.py), which these override per model",
     )
     run_budget_usd: float | None = Field(
         default=None,
@@ -205,7 +207,8 @@ class Settings(BaseSettings):
         default=None, description="when the report must be there: a time of day (06:00) or an ISO timestamp"
     )
     llm_batch_prices: str | None = Field(
-        default=None, description="batch prices like PIPELINE_LLM_PRICES; unset: sync prices x the discount"
+        default=None,
+        description="batch prices like PIPELINE_LLM_PRICES, per model; others: sync prices x the discount",
     )
     llm_batch_discount: float = Field(
         default=0.5, gt=0, le=1, description="batch price / sync price where no batch price is set"
@@ -361,14 +364,17 @@ class Settings(BaseSettings):
         return [self.api_key_value()]
 
     def prices(self) -> dict[str, Price]:
-        return parse_prices(self.llm_prices)
+        """Sync prices: the shipped list prices, PIPELINE_LLM_PRICES over them per model."""
+        return {**list_prices(), **parse_prices(self.llm_prices)}
 
     def batch_prices(self) -> dict[str, Price]:
-        """Batch API prices: PIPELINE_LLM_BATCH_PRICES where set, else the sync prices x the discount."""
-        if self.llm_batch_prices:
-            return parse_prices(self.llm_batch_prices)
+        """Batch API prices: the sync prices x the discount, PIPELINE_LLM_BATCH_PRICES over them
+        per model."""
         k = self.llm_batch_discount
-        return {m: Price(p.input_usd_per_m * k, p.output_usd_per_m * k) for m, p in self.prices().items()}
+        discounted = {
+            m: Price(p.input_usd_per_m * k, p.output_usd_per_m * k) for m, p in self.prices().items()
+        }
+        return {**discounted, **parse_prices(self.llm_batch_prices)}
 
     def extract_models(self) -> list[tuple[str, float]]:
         """(model, weight) pairs for the extract stage; the configured model alone by default."""

@@ -1,0 +1,98 @@
+"""The shipped list prices: common models are priced out of the box, settings override them per
+model, and batch prices follow the providers' documented discount. A real run priced by this
+table: tests/test_readme_sql.py (`pipeline run` on the simulator with the default model)."""
+
+from __future__ import annotations
+
+from datetime import date
+from urllib.parse import urlsplit
+
+import pytest
+
+from pipeline.core import constants, prices
+from pipeline.core.cost import Price, call_cost
+from pipeline.core.settings import Settings
+
+COMMON_MODELS = {
+    "OpenAI": ["gpt-4o-mini", "gpt-4o", "gpt-4.1", "gpt-4.1-mini", "gpt-4.1-nano", "o3-mini", "o4-mini"],
+    "Anthropic": [
+        "claude-3-5-sonnet-20241022",
+        "claude-3-7-sonnet-20250219",
+        "claude-3-5-haiku-20241022",
+        "claude-sonnet-4-20250514",
+        "claude-opus-4-20250514",
+        "claude-sonnet-4-5",
+        "claude-haiku-4-5",
+    ],
+    "Google (Gemini API)": [
+        "gemini-1.5-flash",
+        "gemini-1.5-pro",
+        "gemini-2.0-flash",
+        "gemini-2.5-flash",
+        "gemini-2.5-pro",
+    ],
+}
+
+
+def _settings(**values: object) -> Settings:
+    """Settings with no price configured but `values` (the environment's ignored)."""
+    return Settings(_env_file=None, **{"llm_prices": None, "llm_batch_prices": None, **values})  # type: ignore[arg-type]
+
+
+def test_each_provider_lists_its_common_models_with_where_and_when_they_were_read() -> None:
+    date.fromisoformat(prices.READ_ON)
+    by_provider = {listing.provider: listing for listing in prices.LISTINGS}
+    for provider, models in COMMON_MODELS.items():
+        listing = by_provider[provider]
+        assert urlsplit(listing.source_url).scheme == "https", provider
+        table = listing.table()
+        for model in models:
+            assert model in table, f"{provider} lists no {model}"
+            price = table[model]
+            assert 0 < price.input_usd_per_m <= price.output_usd_per_m, model
+
+
+def test_the_default_model_has_its_list_price_with_nothing_configured() -> None:
+    settings = _settings()
+    assert settings.llm_model == constants.DEFAULT_MODEL
+    assert settings.prices()[constants.DEFAULT_MODEL] == Price(0.15, 0.60)
+    # 1M prompt tokens and 100k completion tokens of gpt-4o-mini: $0.15 + $0.06.
+    assert call_cost(settings.prices(), constants.DEFAULT_MODEL, 1_000_000, 100_000) == pytest.approx(0.21)
+
+
+def test_a_model_name_is_unique_across_providers() -> None:
+    seen: dict[str, str] = {}
+    for listing in prices.LISTINGS:
+        for model in listing.table():
+            assert model not in seen, f"{model} in {seen.get(model)} and {listing.provider}"
+            seen[model] = listing.provider
+
+
+def test_the_setting_overrides_a_shipped_price_per_model_and_adds_others() -> None:
+    settings = _settings(llm_prices="gpt-4o-mini:0.10/0.40,sim-1:1/2")
+    table = settings.prices()
+    assert table["gpt-4o-mini"] == Price(0.10, 0.40)  # a contract's price wins
+    assert table["sim-1"] == Price(1.0, 2.0)
+    assert table["gpt-4o"] == Price(2.50, 10.00)  # the others keep their list prices
+    assert "sim-1" not in _settings().prices()  # the simulator's model has no list price
+
+
+def test_batch_prices_are_half_unless_set_per_model() -> None:
+    assert all(listing.batch_discount == 0.5 for listing in prices.LISTINGS)
+    assert Settings.model_fields["llm_batch_discount"].default == 0.5  # what the providers document
+    settings = _settings(llm_batch_prices="gpt-4o:1/4")
+    batch = settings.batch_prices()
+    assert batch["gpt-4o"] == Price(1.0, 4.0)
+    assert batch["gpt-4o-mini"] == Price(0.075, 0.30)  # setting one batch price keeps the others
+    contract = _settings(llm_batch_discount=0.6).batch_prices()["gpt-4.1"]
+    assert (contract.input_usd_per_m, contract.output_usd_per_m) == pytest.approx((1.2, 4.8))
+
+
+def test_a_gateways_provider_prefix_finds_the_models_price() -> None:
+    table = _settings().prices()
+    assert call_cost(table, "openai/gpt-4o-mini", 1_000_000, 0) == pytest.approx(0.15)
+    assert call_cost(table, "models/gemini-2.5-flash", 0, 1_000_000) == pytest.approx(2.50)
+    assert call_cost(table, "vendor/no-such-model", 10, 10) is None
+    # A price set for the prefixed name is the one used.
+    own = _settings(llm_prices="openai/gpt-4o-mini:1/1").prices()
+    assert call_cost(own, "openai/gpt-4o-mini", 1_000_000, 0) == pytest.approx(1.0)
