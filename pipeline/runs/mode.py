@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from sqlalchemy import Engine
 
 from pipeline.core.deadline import parse_deadline
-from pipeline.core.settings import Settings
+from pipeline.core.settings import Settings, get_settings
 from pipeline.ingest.producer import SubmitPlan
 from pipeline.storage import run_state
 from pipeline.storage.db import session_scope
@@ -38,10 +38,8 @@ def choose_mode(
     """What `--mode auto` sends: batch when the deadline leaves room for a batch beyond what the
     synchronous path needs, sync otherwise. `sync`/`batch` are taken as asked."""
     asked = settings.llm_mode
-    if asked == "sync":
-        return ModeChoice("sync", "asked for: --mode sync")
-    if asked == "batch":
-        return ModeChoice("batch", "asked for: --mode batch")
+    if asked in ("sync", "batch"):
+        return ModeChoice(asked, _taken_as_asked(settings))
     if deadline is None:
         return ModeChoice("batch", "auto: no deadline, so the price decides (batch costs half)")
     room = (deadline - now).total_seconds() - sync_estimate_s * SAFETY - settings.batch_deadline_margin_s
@@ -57,6 +55,19 @@ def choose_mode(
         f"auto: the deadline leaves {_duration(max(0.0, room))} beyond the {_duration(sync_estimate_s)} "
         f"the synchronous path needs, less than the {_duration(need)} a batch needs",
     )
+
+
+def _taken_as_asked(settings: Settings) -> str:
+    """Why a sync or batch mode was taken: the default, or who asked for it. A setting read from
+    the environment or .env is among the fields the process's own settings were built with;
+    `--mode` is applied on a copy of them (`pipeline.cli.run.with_mode`)."""
+    mode = settings.llm_mode
+    if "llm_mode" not in settings.model_fields_set:
+        return "default: neither --mode nor PIPELINE_LLM_MODE was given"
+    from_environment = get_settings()
+    if "llm_mode" in from_environment.model_fields_set and from_environment.llm_mode == mode:
+        return f"asked for: PIPELINE_LLM_MODE={mode}"
+    return f"asked for: --mode {mode}"
 
 
 def sync_estimate_s(calls: int, tokens: int, rpm: int, tpm: int) -> float:
