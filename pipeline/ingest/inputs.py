@@ -178,6 +178,13 @@ def load_bytes(path: str, data: bytes) -> LoadedFile:
     return LoadedFile(path, len(data), sha256=digest, text=text, note=note)
 
 
+def stored_path(path: str) -> str:
+    """`path` as `documents.path` keeps it: absolute (a relative path means nothing once the
+    submitting shell's directory is gone, and the nightly's paths are absolute), normalised but
+    with symlinks kept, so the name is the one the user gave."""
+    return printable(os.path.abspath(path))
+
+
 def printable(path: str) -> str:
     """`path` as it can be stored and shown: bytes of a file name that are not UTF-8 (which
     Python keeps as lone surrogates, and no database column takes) become U+FFFD."""

@@ -204,12 +204,13 @@ def _add_file(
         )
         tokens = sum(s.token_estimate for s in spans)
         problem = _over_token_caps(settings, plan, tokens)
+    stored = inputs.stored_path(loaded.path)  # what is shown (plan.rejected) stays as typed
     if problem or loaded.text is None or loaded.sha256 is None:
         reason = problem or "unusable"
         intake.add_document(
             session,
             plan.run_id,
-            loaded.path,
+            stored,
             sha256=None,
             size_bytes=loaded.size_bytes,
             status=DocStatus.SKIPPED,
@@ -224,7 +225,7 @@ def _add_file(
     document_id = intake.add_document(
         session,
         plan.run_id,
-        loaded.path,
+        stored,
         sha256=loaded.sha256,
         size_bytes=loaded.size_bytes,
         note=loaded.note,
