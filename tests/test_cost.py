@@ -1,10 +1,9 @@
-"""Cost per call, document and run from the price table; a run's budget; size caps; the
-README's SQL against a finished run."""
+"""Cost per call, document and run from the price table; a run's budget; size caps. The
+README's SQL: tests/test_readme_sql.py."""
 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -18,9 +17,6 @@ from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Document, LLMCall, Run
 from pipeline_dev.synth_filings import write_filings
 from tests.conftest import PRICES, run_cli
-
-README = Path(__file__).resolve().parents[1] / "README.md"
-
 
 THREADS = 2 * 4
 """The session stack's worker threads (tests/conftest.py)."""
@@ -113,28 +109,3 @@ def test_token_caps_skip_documents_with_the_reason(pipeline_env: dict[str, str],
     assert len(plan.document_ids) == 1 and 0 < plan.tokens <= 8_000
     assert any("over the 12,000-token document cap" in r for r in reasons)
     assert any("the run's 8,000-token cap is reached" in r for r in reasons)
-
-
-def readme_queries() -> list[str]:
-    blocks = re.findall(r"```sql\n(.*?)```", README.read_text(), flags=re.S)
-    return [q.strip() for block in blocks for q in block.split(";") if q.strip()]
-
-
-def test_the_readme_has_at_least_five_queries() -> None:
-    assert len(readme_queries()) >= 5
-
-
-def test_every_readme_query_runs_against_a_finished_run(priced: dict[str, str], tmp_path: Path) -> None:
-    write_filings(tmp_path, 2, seed=87, sizes=[25_000] * 2)
-    (tmp_path / "empty.txt").write_text("  \n")  # one skipped document for the failures query
-    result = run_cli("submit", str(tmp_path), "--wait", env=priced)
-    assert result.returncode == 0, result.stderr
-    run_id = result.stdout.strip().splitlines()[-1]
-    engine = get_engine(priced["PIPELINE_DATABASE_URL"])
-    empty = []
-    with engine.connect() as conn:
-        for query in readme_queries():
-            if not conn.execute(text(query), {"run": run_id} if ":run" in query else {}).all():
-                empty.append(query)
-    # The session's simulator invents no quote, so only the ungrounded-quote queries are empty.
-    assert all("not r.grounded" in q or "revenue_grounded = false" in q for q in empty), empty
