@@ -95,3 +95,17 @@ filings takes, and storing fewer first starts the calls sooner."""
 DEFAULT_LEASE_S = 30.0
 """A running document's lease: its worker's heartbeat renews it every third of this, and a live
 worker reclaims it within about a third more after the lease ran out (under 60 s in all)."""
+
+DEFAULT_CIRCUIT_FAILURES = 5
+"""Consecutive connection failures or 5xx answers of an endpoint, counted over every worker,
+that open its circuit breaker. An answer (any but a 429) resets the count, so a stray 5xx
+amid answers never opens it, while a provider down for everyone is left alone after a handful
+of calls instead of one round of retries per thread."""
+DEFAULT_CIRCUIT_PROBE_S = 2.0
+DEFAULT_CIRCUIT_PROBE_MAX_S = 30.0
+"""An open circuit's probes: the first this long after it opened, the spacing doubling after
+each failed probe up to DEFAULT_CIRCUIT_PROBE_MAX_S (2, 4, 8, 16, 30, 30 ... s: a 5 minute
+outage is probed 13 times, and work resumes within 30 s of the provider's return)."""
+DEFAULT_OUTAGE_TOLERANCE_S = 2 * 60 * 60
+"""With PIPELINE_OUTAGE_TOLERANCE_S unset and no run deadline: an outage this long fails the
+documents still waiting for it (a provider's bad hour is waited out, a dead endpoint is not)."""

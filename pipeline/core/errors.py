@@ -7,7 +7,7 @@
     │   ├── RateLimited             the provider said 429 (retry_after_s when it told us)
     │   ├── UpstreamUnavailable     5xx, dropped connection, timeout
     │   ├── MalformedAnswer         not even JSON, twice: a garbled answer, asked again later
-    │   ├── Deferred                our own limiter asks to come back later (not a failure)
+    │   ├── Deferred                our own limiter (or an open circuit) asks to come back later
     │   └── UnknownToDatabase       a message names a document or run this worker's database lacks
     ├── LeaseLost                   another worker took the document over: stop, write nothing
     └── PermanentError              trying again will not help
@@ -15,7 +15,8 @@
         ├── ProviderRejected        4xx other than 429 (bad request, auth, content policy)
         │   ├── FormatRejected      the endpoint rejects the request's shape (response_format)
         │   └── BatchRefused        the Batch API refused a file or batch (not a chunk's fault)
-        └── RequestTooLarge         one call needs more tokens than the quota allows per window
+        ├── RequestTooLarge         one call needs more tokens than the quota allows per window
+        └── OutageOutlasted         the endpoint's circuit stayed open past the outage tolerance
 
 Tasks decide by class: retry a RetryableError with backoff, record a PermanentError
 as the document's failure reason.
@@ -95,9 +96,16 @@ class RequestTooLarge(PermanentError):
     """One call needs more tokens than the TPM quota allows in a whole window."""
 
 
+class OutageOutlasted(PermanentError):
+    """The endpoint's circuit breaker has been open (every call refused or failing) for longer
+    than PIPELINE_OUTAGE_TOLERANCE_S, or past the run's deadline: the documents still waiting
+    fail, with the endpoint and the setting named."""
+
+
 class Deferred(RetryableError):
     """The document goes back to the queue on purpose: the global limiter has no room for
-    longer than a worker should wait in place, or the task used up its time budget.
+    longer than a worker should wait in place, the endpoint's circuit is open for longer than
+    that (its next probe is the countdown), or the task used up its time budget.
 
     The task goes back to the queue with `retry_after_s` as countdown; this is not a
     failed attempt and does not count towards the document's retries.

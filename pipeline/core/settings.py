@@ -102,6 +102,24 @@ class Settings(BaseSettings):
         description="a provider outage (the circuit open) shorter than this fails no document: its "
         "calls wait instead; unset: until the run's deadline, else 2 hours",
     )
+    circuit_failures: int = Field(
+        default=c.DEFAULT_CIRCUIT_FAILURES,
+        ge=1,
+        description="consecutive connection failures or 5xx answers of the LLM endpoint (over every "
+        "worker) that open its circuit breaker: calls then wait, and one probe at a time tries again",
+    )
+    circuit_probe_s: float = Field(
+        default=c.DEFAULT_CIRCUIT_PROBE_S,
+        gt=0,
+        description="an open circuit's first probe goes this long after it opened; the spacing "
+        "doubles after each failed probe",
+    )
+    circuit_probe_max_s: float = Field(
+        default=c.DEFAULT_CIRCUIT_PROBE_MAX_S,
+        gt=0,
+        description="the longest spacing between an open circuit's probes: work resumes within it "
+        "of the provider's return",
+    )
     retention_days: float | None = Field(
         default=None,
         gt=0,

@@ -1,0 +1,398 @@
+"""The circuit breaker: one per LLM endpoint, shared by every worker in Redis.
+
+    closed ──(PIPELINE_CIRCUIT_FAILURES consecutive failures, any worker's)──► open
+    open ──(the probe is due: one call takes the probe's lease and goes)──► answered: closed
+                                                                      └──► failed: open, the
+                                                                           next probe later
+
+A failure is a connection failure, a timeout or a 5xx; any other answer (a 4xx included: the
+endpoint is up) resets the count, and a 429 neither counts nor resets (pacing is the rate
+limiter's business). While the circuit is open no call is sent: each waits for the next probe,
+in place for up to PIPELINE_LIMITER_MAX_WAIT_S (the wait told to the lease's watcher, so the
+document keeps its lease), else the task goes back to the queue with the probe as countdown
+(`Deferred`: no retry spent). The probes are spaced PIPELINE_CIRCUIT_PROBE_S, doubling after
+each failed one, at most PIPELINE_CIRCUIT_PROBE_MAX_S: work resumes within that of the
+provider's return. An outage longer than PIPELINE_OUTAGE_TOLERANCE_S (unset: until the run's
+deadline, else 2 hours) fails the calls still waiting (`OutageOutlasted`).
+
+Every decision reads Redis's clock (TIME in the scripts; `moved` is the tests' seam), never a
+host's: hosts' clocks may be minutes apart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from importlib import resources
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import redis
+
+from pipeline.core import constants as c
+from pipeline.core import keys as redis_keys
+from pipeline.core import progress
+from pipeline.core.settings import Settings
+
+log = logging.getLogger(__name__)
+Verdict = Literal["closed", "probe", "open"]
+_VERDICTS: tuple[Verdict, ...] = ("closed", "probe", "open")
+
+POLL_S = 0.5
+"""How soon a held call looks again while another call's probe is out (a probe under a 503
+answers in milliseconds; one under a silent endpoint takes its HTTP timeout)."""
+PROBE_LEASE_EXTRA_S = 5.0
+"""The probe's lease outlives its limiter wait and HTTP timeout by this: a worker killed
+mid-probe holds the others back that long at most."""
+TTL_S = 24 * 60 * 60
+"""The state outlives its last outcome by this: `state` still tells of the last outage."""
+JITTER = 0.05
+"""Held calls look again up to 5 % later than told, so that they do not all ask at once."""
+MAX_ERROR_CHARS = 300
+
+_shift_ms = 0
+DeadlineOf = Callable[[], datetime | None]
+"""Looks up the run's deadline (None: it has none): asked only once an outage holds a call."""
+_deadline_of: ContextVar[DeadlineOf | None] = ContextVar("pipeline_circuit_deadline", default=None)
+
+
+@dataclass(frozen=True)
+class Gate:
+    """Whether a call may go: what `Circuit.admit` found, on Redis's clock."""
+
+    verdict: Verdict
+    token: str
+    """The call's own: the probe's lease holds it."""
+    wait_s: float
+    """open: until the next probe is due (or a poll, while a probe is out)."""
+    opened_at_s: float
+    """Unix seconds the circuit opened (0: closed)."""
+    now_s: float
+    probes: int
+    """Probes that failed since it opened."""
+    failures: int
+    last_error: str
+
+    @property
+    def outage_s(self) -> float:
+        return self.now_s - self.opened_at_s if self.opened_at_s else 0.0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The circuit after a call's outcome was told."""
+
+    open: bool
+    changed: bool
+    """This outcome opened the circuit, or closed it."""
+    opened_at_s: float
+    """Of the outage (of the one that ended, when it closed)."""
+    probes: int
+    now_s: float
+    probe_at_s: float
+    failures: int
+
+    @property
+    def outage_s(self) -> float:
+        return self.now_s - self.opened_at_s if self.opened_at_s else 0.0
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How long an outage is waited out: `seconds` from its start, or until `deadline_s`."""
+
+    seconds: float | None
+    deadline_s: float | None
+    """Unix seconds (the run's deadline), when `seconds` is None."""
+
+    def left_s(self, gate: Gate) -> float:
+        """How long the outage `gate` saw may still last before the waiting calls fail."""
+        if self.seconds is not None:
+            return self.seconds - gate.outage_s
+        assert self.deadline_s is not None
+        return self.deadline_s - gate.now_s
+
+    def outlasted(self, gate: Gate, endpoint: str) -> str | None:
+        """Why the waiting call fails now (the endpoint and the setting named), or None."""
+        if gate.verdict != "open" or self.left_s(gate) > 0:
+            return None
+        if self.seconds is not None:
+            limit = f"PIPELINE_OUTAGE_TOLERANCE_S={self.seconds:g}"
+        else:
+            assert self.deadline_s is not None
+            limit = (
+                f"the run's deadline {_iso(self.deadline_s)} (PIPELINE_OUTAGE_TOLERANCE_S is unset: an "
+                "outage is waited out until the run's deadline)"
+            )
+        return f"{describe(gate, endpoint)}: waited past {limit}"
+
+
+@dataclass(frozen=True)
+class CircuitState:
+    """What `pipeline status` and the report show of an endpoint's circuit."""
+
+    endpoint: str
+    state: Literal["closed", "open", "probing"]
+    failures: int
+    """Consecutive failures counted while closed."""
+    opened_at: str | None
+    """ISO time the current outage began (Redis's clock)."""
+    open_for_s: float
+    probes: int
+    """Probes that failed in the current outage."""
+    next_probe_in_s: float | None
+    last_error: str | None
+    last_outage_s: float | None
+    """How long the last outage that ended lasted."""
+    last_closed_at: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def tag(endpoint: str) -> str:
+    return hashlib.sha256(endpoint.encode()).hexdigest()[:16]
+
+
+def keys(endpoint: str) -> list[str]:
+    """The endpoint's state and probe keys: one prefix, one hash tag (a cluster keeps them together)."""
+    base = redis_keys.CIRCUIT.of(f"{{{tag(endpoint)}}}")
+    return [base, f"{base}:probe"]
+
+
+def endpoint_label(url: str) -> str:
+    """The endpoint as messages show it: scheme, host, port and path, never a user or password."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}{parts.path}"
+
+
+def spacing_s(failed_probes: int, first_s: float, max_s: float) -> float:
+    """The wait before the next probe after `failed_probes` failed (what circuit_outcome.lua does)."""
+    return float(min(max_s, first_s * 2.0**failed_probes))
+
+
+def describe(gate: Gate, endpoint: str) -> str:
+    """The outage in one phrase: the endpoint, since when, the probes, the last error."""
+    last = f"; last: {gate.last_error}" if gate.last_error else ""
+    return (
+        f"the LLM endpoint {endpoint_label(endpoint)} has been unavailable for {gate.outage_s:.0f} s "
+        f"(circuit open since {_iso(gate.opened_at_s)}, {gate.probes} probes failed{last})"
+    )
+
+
+@contextmanager
+def run_deadline(deadline_of: DeadlineOf) -> Iterator[None]:
+    """While the block runs, this thread's calls (and those it hands to a pool with a copied
+    context) wait out an outage until the run's deadline, looked up with `deadline_of` once an
+    outage holds one, when PIPELINE_OUTAGE_TOLERANCE_S is unset."""
+    token = _deadline_of.set(deadline_of)
+    try:
+        yield
+    finally:
+        _deadline_of.reset(token)
+
+
+def tolerance(settings: Settings) -> Tolerance:
+    """PIPELINE_OUTAGE_TOLERANCE_S; unset: until the run's deadline (`run_deadline`), else 2 hours."""
+    if settings.outage_tolerance_s is not None:
+        return Tolerance(settings.outage_tolerance_s, None)
+    deadline_of = _deadline_of.get()
+    deadline = None
+    if deadline_of is not None:
+        try:
+            deadline = deadline_of()
+        except Exception as exc:  # the database: the default tolerance holds meanwhile
+            log.warning("the run's deadline could not be read (%s): waiting out the outage 2 hours", exc)
+    if deadline is not None:
+        moment = deadline if deadline.tzinfo else deadline.replace(tzinfo=UTC)
+        return Tolerance(None, moment.timestamp())
+    return Tolerance(float(c.DEFAULT_OUTAGE_TOLERANCE_S), None)
+
+
+@contextmanager
+def moved(seconds: float) -> Iterator[None]:
+    """Tests: while the block runs, this process's circuit decisions see Redis's clock
+    `seconds` later (a probe falls due, a tolerance runs out) without waiting for it."""
+    global _shift_ms
+    before = _shift_ms
+    _shift_ms = before + int(seconds * 1000)
+    try:
+        yield
+    finally:
+        _shift_ms = before
+
+
+def _script(name: str) -> str:
+    return resources.files("pipeline.llm").joinpath(name).read_text(encoding="utf-8")
+
+
+class Circuit:
+    """One endpoint's breaker; every call asks `admit` first and tells its outcome after."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        endpoint: str,
+        *,
+        failures: int = c.DEFAULT_CIRCUIT_FAILURES,
+        probe_s: float = c.DEFAULT_CIRCUIT_PROBE_S,
+        probe_max_s: float = c.DEFAULT_CIRCUIT_PROBE_MAX_S,
+        probe_lease_s: float = c.DEFAULT_LIMITER_MAX_WAIT_S + c.DEFAULT_LLM_TIMEOUT_S + PROBE_LEASE_EXTRA_S,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.client = client
+        self.endpoint = endpoint
+        self.failures = failures
+        self.probe_s = probe_s
+        self.probe_max_s = probe_max_s
+        self.probe_lease_ms = max(1, int(probe_lease_s * 1000))
+        self._sleep = sleep
+        self._keys = keys(endpoint)
+        self._admit = client.register_script(_script("circuit_admit.lua"))
+        self._outcome = client.register_script(_script("circuit_outcome.lua"))
+
+    @classmethod
+    def from_settings(cls, settings: Settings, client: redis.Redis, endpoint: str) -> Circuit:
+        """The endpoint's breaker on `client` (the limiter's Redis, whose clients carry
+        REDIS_CLIENT_OPTIONS' timeouts), with the settings' thresholds."""
+        return cls(
+            client,
+            endpoint,
+            failures=settings.circuit_failures,
+            probe_s=settings.circuit_probe_s,
+            probe_max_s=settings.circuit_probe_max_s,
+            probe_lease_s=settings.limiter_max_wait_s + settings.llm_timeout_s + PROBE_LEASE_EXTRA_S,
+        )
+
+    def admit(self) -> Gate:
+        """One atomic look: the call may go (closed), goes as the probe, or must wait."""
+        token = uuid.uuid4().hex
+        with progress.blocking():
+            verdict, wait_ms, opened_ms, now_ms, probes, failures, last_error = self._admit(
+                keys=self._keys, args=[token, self.probe_lease_ms, int(POLL_S * 1000), _shift_ms]
+            )
+        return Gate(
+            verdict=_VERDICTS[int(verdict)],
+            token=token,
+            wait_s=int(wait_ms) / 1000,
+            opened_at_s=int(opened_ms) / 1000,
+            now_s=int(now_ms) / 1000,
+            probes=int(probes),
+            failures=int(failures),
+            last_error=_text(last_error),
+        )
+
+    def answered(self, gate: Gate) -> Outcome:
+        """The endpoint answered the call (anything but a 5xx or a 429): the circuit closes."""
+        outcome = self._tell("answered", gate)
+        if outcome.changed:
+            log.warning(
+                "the circuit of %s closed: the endpoint answered after an outage of %.0f s (%d probes failed)",
+                endpoint_label(self.endpoint),
+                outcome.outage_s,
+                outcome.probes,
+            )
+        return outcome
+
+    def failed(self, gate: Gate, error: str) -> Outcome:
+        """The call got no answer or a 5xx: counted, and the probe's failure spaces the next one."""
+        outcome = self._tell("failed", gate, error)
+        if outcome.changed:
+            log.warning(
+                "the circuit of %s opened after %d consecutive failures (last: %s): calls wait, "
+                "one probe at a time tries again",
+                endpoint_label(self.endpoint),
+                outcome.failures,
+                error[:MAX_ERROR_CHARS],
+            )
+        return outcome
+
+    def abandoned(self, gate: Gate) -> Outcome:
+        """The call never reached the endpoint (the limiter deferred it) or got a 429: a probe
+        hands its turn to the next call, and nothing is counted."""
+        return self._tell("abandoned", gate)
+
+    def _tell(self, outcome: str, gate: Gate, error: str = "") -> Outcome:
+        with progress.blocking():
+            is_open, opened_ms, probes, now_ms, probe_at_ms, failures, changed = self._outcome(
+                keys=self._keys,
+                args=[
+                    outcome,
+                    gate.token,
+                    self.failures,
+                    int(self.probe_s * 1000),
+                    int(self.probe_max_s * 1000),
+                    TTL_S * 1000,
+                    error[:MAX_ERROR_CHARS],
+                    _shift_ms,
+                ],
+            )
+        return Outcome(
+            open=bool(is_open),
+            changed=bool(changed),
+            opened_at_s=int(opened_ms) / 1000,
+            probes=int(probes),
+            now_s=int(now_ms) / 1000,
+            probe_at_s=int(probe_at_ms) / 1000,
+            failures=int(failures),
+        )
+
+    def hold(self, seconds: float) -> None:
+        """Wait `seconds` for the next probe: a blocking call as long as the wait (the lease's
+        watcher keeps the document's lease for it)."""
+        with progress.blocking(seconds):
+            self._sleep(seconds)
+
+
+def next_look_s(gate: Gate, tolerance: Tolerance) -> float:
+    """How long a held call waits before it asks again: until the probe (jittered), and no
+    later than the tolerance's end, when it fails."""
+    wait = gate.wait_s * (1 + random.random() * JITTER)
+    return max(0.001, min(wait, tolerance.left_s(gate)))
+
+
+def state(client: redis.Redis, endpoint: str) -> CircuitState:
+    """The endpoint's circuit now, read without changing it (on Redis's clock)."""
+    base, probe = keys(endpoint)
+    with client.pipeline(transaction=False) as pipe:
+        pipe.time()
+        pipe.hgetall(base)
+        pipe.pttl(probe)
+        (seconds, micros), raw, probe_ttl_ms = pipe.execute()
+    now_s = int(seconds) + int(micros) / 1e6 + _shift_ms / 1000
+    fields = {_text(k): _text(v) for k, v in raw.items()}
+    opened_s = int(fields.get("opened_ms", 0)) / 1000
+    closed_s = int(fields.get("closed_ms", 0)) / 1000
+    last_opened_s = int(fields.get("last_opened_ms", 0)) / 1000
+    probe_at_s = int(fields.get("probe_at_ms", 0)) / 1000
+    probing = opened_s > 0 and int(probe_ttl_ms) > 0
+    return CircuitState(
+        endpoint=endpoint_label(endpoint),
+        state="probing" if probing else ("open" if opened_s else "closed"),
+        failures=int(fields.get("failures", 0)),
+        opened_at=_iso(opened_s) if opened_s else None,
+        open_for_s=round(now_s - opened_s, 1) if opened_s else 0.0,
+        probes=int(fields.get("probes", 0)),
+        next_probe_in_s=round(max(0.0, probe_at_s - now_s), 1) if opened_s else None,
+        last_error=fields.get("last_error") or None,
+        last_outage_s=round(closed_s - last_opened_s, 1) if closed_s and last_opened_s else None,
+        last_closed_at=_iso(closed_s) if closed_s else None,
+    )
+
+
+def _iso(unix_s: float) -> str:
+    return datetime.fromtimestamp(unix_s, UTC).isoformat(timespec="seconds")
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,75 @@
+-- circuit_outcome.lua: what became of a call the circuit let through.
+-- Time unit: milliseconds, from Redis TIME.
+--
+-- KEYS[1] state  HASH   (as in circuit_admit.lua) and, once an outage ended: closed_ms,
+--                       last_opened_ms, last_probes
+-- KEYS[2] probe  STRING the probing call's token
+--
+-- ARGV[1] outcome: answered | failed | abandoned
+--         answered: the endpoint answered (anything but a 5xx or a 429): the circuit closes
+--         failed: no answer (connection failure, timeout) or a 5xx: counted while closed, the
+--                 probe's failure spaces the next probe further
+--         abandoned: the call never reached the endpoint, or a 429 (the limiter's business):
+--                 a probe gives its turn to the next call, nothing is counted
+-- ARGV[2] token            ARGV[3] failures that open it
+-- ARGV[4] first probe spacing (ms)   ARGV[5] longest probe spacing (ms)
+-- ARGV[6] key TTL (ms), from the last outcome   ARGV[7] the error, in words
+-- ARGV[8] shift (ms) added to TIME: 0 but in tests
+--
+-- Returns {open (0/1), opened_ms, probes, now_ms, probe_at_ms, failures, changed}
+--   changed 1: this outcome opened (or closed) the circuit; opened_ms and probes of a circuit
+--   it closed are those of the outage that ended
+
+local outcome, token = ARGV[1], ARGV[2]
+local threshold, base_ms, max_ms = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local ttl_ms, error_text, shift_ms = tonumber(ARGV[6]), ARGV[7], tonumber(ARGV[8])
+
+if redis.replicate_commands then redis.replicate_commands() end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + shift_ms
+
+local held = redis.call('GET', KEYS[2]) == token
+local s = redis.call('HMGET', KEYS[1], 'opened_ms', 'probe_at_ms', 'probes', 'failures')
+local opened, probe_at = tonumber(s[1] or '0'), tonumber(s[2] or '0')
+local probes, failures = tonumber(s[3] or '0'), tonumber(s[4] or '0')
+
+if outcome == 'abandoned' then
+  if held then redis.call('DEL', KEYS[2]) end
+  return {opened > 0 and 1 or 0, opened, probes, now, probe_at, failures, 0}
+end
+
+if outcome == 'answered' then
+  local changed = 0
+  if opened > 0 then
+    redis.call('HSET', KEYS[1], 'closed_ms', now, 'last_opened_ms', opened, 'last_probes', probes)
+    redis.call('HDEL', KEYS[1], 'opened_ms', 'probe_at_ms', 'probes')
+    changed = 1
+  end
+  if failures > 0 or changed == 1 then
+    redis.call('HSET', KEYS[1], 'failures', 0)
+    redis.call('PEXPIRE', KEYS[1], ttl_ms)
+  end
+  redis.call('DEL', KEYS[2])
+  return {0, opened, probes, now, 0, 0, changed}
+end
+
+-- failed
+redis.call('HSET', KEYS[1], 'last_error', error_text, 'last_error_ms', now)
+redis.call('PEXPIRE', KEYS[1], ttl_ms)
+if opened > 0 then
+  if held then
+    probes = probes + 1
+    probe_at = now + math.floor(math.min(max_ms, base_ms * 2 ^ probes))
+    redis.call('HSET', KEYS[1], 'probes', probes, 'probe_at_ms', probe_at)
+    redis.call('DEL', KEYS[2])
+  end
+  return {1, opened, probes, now, probe_at, failures, 0}
+end
+failures = redis.call('HINCRBY', KEYS[1], 'failures', 1)
+if failures < threshold then
+  return {0, 0, 0, now, 0, failures, 0}
+end
+probe_at = now + math.min(max_ms, base_ms)
+redis.call('HSET', KEYS[1], 'opened_ms', now, 'probe_at_ms', probe_at, 'probes', 0)
+redis.call('DEL', KEYS[2])
+return {1, now, 0, now, probe_at, failures, 1}
