@@ -234,6 +234,83 @@ def test_beat_gets_the_pipeline_settings_and_waits_for_the_migration(
     assert beat["restart"] == "unless-stopped"
 
 
+def mounts(svc: dict[str, Any]) -> dict[str, str]:
+    """A service's volumes as {target: source} (short syntax: source:target[:mode])."""
+    return {v.split(":")[1]: v.split(":")[0] for v in svc.get("volumes", [])}
+
+
+def image_owned_dirs() -> set[str]:
+    """Directories the Dockerfile creates owned by its pipeline user (`install -d -o pipeline`)."""
+    owned: set[str] = set()
+    for _, args in dockerfile_instructions():
+        for m in re.finditer(r"install -d -o pipeline -g pipeline ((?:/\S+ ?)+)", args):
+            owned.update(m[1].split())
+    return owned
+
+
+def image_data_dir() -> str:
+    env = " ".join(args for ins, args in dockerfile_instructions() if ins == "ENV")
+    found = re.search(r"PIPELINE_DATA_DIR=(\S+)", env)
+    assert found, "the image sets no PIPELINE_DATA_DIR"
+    return found[1]
+
+
+def documented(command: str) -> list[str]:
+    """The arguments after `command` in compose's header comment (up to its own comment)."""
+    found = re.search(rf"^#\s+{re.escape(command)} (.*?)(?:\s+#.*)?$", COMPOSE.read_text(), re.M)
+    assert found, f"docker-compose.yml documents no `{command} …`"
+    return shlex.split(found[1])
+
+
+def test_a_report_written_by_a_run_container_stays_in_the_reports_volume(compose: dict[str, Any]) -> None:
+    worker = compose["services"]["worker"]
+    source = mounts(worker).get("/reports")
+    assert source in compose["volumes"], (
+        "/reports is no named volume: a `run --rm` container's report is lost"
+    )
+    assert "/reports" in image_owned_dirs()  # a new volume takes its mount point's owner: writable
+    args = documented("docker compose run --rm worker")
+    command, ctx = parse_cli(args)
+    assert command.name == "report" and str(ctx.params["output"]).startswith("/reports/")
+    # ... and copied out of a running worker, which mounts the same volume.
+    assert documented("docker compose cp") == [f"worker:{ctx.params['output']}", "."]
+
+
+def test_beats_schedule_state_is_on_a_volume(compose: dict[str, Any]) -> None:
+    beat = compose["services"]["beat"]
+    data_dir = image_data_dir()
+    assert mounts(beat).get(data_dir) in compose["volumes"], f"beat's {data_dir} is not on a volume"
+    assert data_dir in image_owned_dirs()
+    assert "PIPELINE_DATA_DIR" not in beat["environment"]  # the schedule stays where the volume is
+    # `pipeline beat` keeps its schedule in the data directory.
+    operate = (ROOT / "pipeline" / "cli" / "operate.py").read_text()
+    assert 'settings.data_dir / "celerybeat-schedule"' in operate
+
+
+def test_the_documented_psql_line_reaches_composes_postgres(compose: dict[str, Any]) -> None:
+    pg = compose["services"]["postgres"]
+    expected = [
+        "-U",
+        interpolate(pg["environment"]["POSTGRES_USER"]),
+        "-d",
+        interpolate(pg["environment"]["POSTGRES_DB"]),
+    ]
+    assert documented("docker compose exec postgres psql") == expected
+    readme = (ROOT / "README.md").read_text()
+    line = re.search(r"^docker compose exec postgres psql (.*)$", readme, re.M)
+    assert line, "the README shows no `docker compose exec postgres psql` line"
+    assert shlex.split(line[1])[:4] == expected
+
+
+def test_no_deployment_file_speaks_of_work_in_progress() -> None:
+    # ops/pipeline-beat.service once said `pipeline beat` "is being written in parallel (issue 6)".
+    for path in [COMPOSE, ENV_EXAMPLE, *sorted((ROOT / "ops").rglob("*")), CRONTAB]:
+        if path.is_file():
+            text = path.read_text()
+            for stale in (r"being written", r"in parallel", r"\(issue \d+\)", r"once it has landed"):
+                assert not re.search(stale, text, re.I), f"{path.relative_to(ROOT)}: {stale}"
+
+
 def test_flower_needs_a_login_and_is_published_on_loopback_only(compose: dict[str, Any]) -> None:
     flower = compose["services"]["flower"]
     # Listens on every interface inside its container, so that the published port reaches it ...
