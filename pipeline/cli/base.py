@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine
 
     from pipeline.runs.status import RunStatusView
+    from pipeline.runs.failures import FailureGroup
 
 console = Console(stderr=True, soft_wrap=True)
 
@@ -185,27 +186,31 @@ def _setting_problem(loc: tuple[int | str, ...], message: str) -> str:
     return message if message.startswith(name) else f"{name}: {message}"
 
 
-def outcome(view: RunStatusView) -> int:
-    """Print how a followed run ended; its exit code: 0 only for a completed run with its report."""
-    print_status(view)
+def outcome(view: RunStatusView, failures: list[FailureGroup]) -> int:
+    """Print how a followed run ended: `pipeline status`'s summary line, its calls and cost,
+    why documents were not extracted (grouped and counted) and the run's error; its exit code:
+    0 only for a completed run with its report."""
+    from pipeline.cli.status_view import (
+        FAILURE_ROWS,
+        cost_line,
+        example_paths,
+        failure_line,
+        summary_line,
+    )
+
+    tokens = view.prompt_tokens + view.completion_tokens
+    failed = f" ({view.llm_calls_failed:,} failed)" if view.llm_calls_failed else ""
+    console.print(f"[bold]{escape(summary_line(view))}[/]", highlight=False)
+    console.print(
+        f"{view.llm_calls:,} LLM calls{failed}, {tokens:,} tokens, {escape(cost_line(view))}",
+        highlight=False,
+    )
+    for group in failures[:FAILURE_ROWS]:
+        console.print(
+            f"  {escape(failure_line(group))} (e.g. {escape(example_paths(group))})", highlight=False
+        )
+    if len(failures) > FAILURE_ROWS:
+        console.print(f"  … and {len(failures) - FAILURE_ROWS} other reasons: pipeline status {view.run_id}")
     if view.error:
         console.print(f"[bold red]run failed:[/] {escape(view.error)}")
     return 0 if view.has_report and view.status == "completed" else 1
-
-
-def print_status(view: RunStatusView) -> None:
-    docs = ", ".join(f"{n} {s}" for s, n in sorted(view.documents.items())) or "no documents"
-    console.print(
-        f"run {view.run_id} [bold]{view.status}[/]{' (simulated)' if view.simulated else ''}: {docs}; "
-        f"{view.llm_calls} LLM calls, {view.prompt_tokens + view.completion_tokens:,} tokens, "
-        f"{cost_text(view)}, {view.elapsed_s:.1f} s"
-    )
-
-
-def cost_text(view: RunStatusView) -> str:
-    cost = "cost unknown" if view.cost_usd is None else f"${view.cost_usd:,.4f}"
-    if view.cost_usd is not None and view.unpriced_calls:
-        cost += f" (+{view.unpriced_calls} calls without a price)"
-    if view.budget_usd is not None:
-        cost += f" of a ${view.budget_usd:,.2f} budget"
-    return cost

@@ -4,27 +4,43 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from pipeline.cli.base import console, cost_text, fail, main, open_engine
+from pipeline.cli.base import console, fail, main, open_engine
 from pipeline.core.settings import Settings, get_settings
 
-STATUS_GROUNDING_ROWS = 20
+if TYPE_CHECKING:
+    from pipeline.cli.status_view import StatusPage
 
 
 @main.command()
 @click.argument("run", required=False)
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (its shape: docs/status.md).")
 def status(run: str | None, as_json: bool) -> None:
-    """Documents by status, tokens and elapsed time of RUN (default: the newest), and the
-    global limiter's state."""
-    from dataclasses import asdict
+    """Where RUN (default: the newest) stands, at a glance.
 
+    A one-line summary, then the run's documents, calls, cost, mode, model and workers, why
+    documents were not extracted (grouped and counted), the documents whose quotes were not all
+    found, and the global limiter. Fits 80 columns; --json for scripts."""
+    from pipeline.cli.status_view import render, status_json
+
+    page = status_page(run)
+    if as_json:
+        click.echo(json.dumps(status_json(page), indent=2))
+        return
+    Console().print(render(page))
+
+
+def status_page(run: str | None) -> StatusPage:
+    """Gather what `pipeline status` shows: the run from the database, workers and the limiter
+    from Redis (left out, with the reason, when it does not answer)."""
+    from pipeline.cli.status_view import StatusPage
+    from pipeline.runs.failures import run_failures
     from pipeline.runs.status import (
         UnknownRun,
         document_grounding,
@@ -43,96 +59,16 @@ def status(run: str | None, as_json: bool) -> None:
         fail(str(exc))
     workers = worker_views(settings)
     broker_down = bool(settings.redis_url) and workers is None
-    limiter = None if broker_down else limiter_views(settings)  # the rest is in the database
-    inbox_warning = inbox_mismatch(settings, workers)
-    grounding = document_grounding(engine, view.run_id)
-    if as_json:
-        documents = [asdict(d) for d in grounding]
-        found = {
-            **view.as_dict(),
-            "grounding": documents,
-            "limiter": limiter,
-            "workers": workers,
-            "inbox_warning": inbox_warning,
-            "broker_problem": broker_problem(settings) if broker_down else None,
-        }
-        click.echo(json.dumps(found, indent=2))
-        return
-    out = Console()
-    table = Table(title=f"run {view.run_id}", show_header=False)
-    for key, value in view.as_dict().items():
-        if key in (
-            "cost_usd",
-            "unpriced_calls",
-            "budget_usd",
-            "batches",
-            "batch_cost_usd",
-            "batch_saved_usd",
-        ):
-            continue
-        table.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
-    table.add_row("cost", cost_text(view))
-    if view.batch_calls:
-        table.add_row(
-            "batch",
-            f"{view.batch_calls} answers at batch prices: ${view.batch_cost_usd:.4f}, "
-            f"saved ${view.batch_saved_usd:.4f} against sync prices",
-        )
-    if workers is not None:
-        names = ", ".join(f"{w['name'] or w['owner']} ({w['held']} held)" for w in workers)
-        table.add_row(
-            "live workers", f"{len(workers)}: {escape(names)}" if workers else "none (no heartbeat)"
-        )
-    if broker_down:
-        table.add_row("broker", f"[yellow]{escape(broker_problem(settings))}[/]")
-    if inbox_warning:
-        table.add_row("nightly inbox", f"[yellow]{escape(inbox_warning)}[/]")
-    out.print(table)
-    if view.batches:
-        listed = Table("batch", "status", "requests", "completed", "failed", title="provider batches")
-        for item in view.batches:
-            listed.add_row(
-                *(escape(str(item[c])) for c in ("batch", "status", "requests", "completed", "failed"))
-            )
-        out.print(listed)
-    if grounding:
-        shown = grounding[:STATUS_GROUNDING_ROWS]
-        title = f"quotes found in the filing, per document (lowest {len(shown)} of {len(grounding)})"
-        rows = Table("quotes", "found", "rate", "revenue quote", "injection", title=title)
-        rows.add_column("document", overflow="fold")
-        for d in shown:
-            revenue = {True: "found", False: "NOT FOUND", None: ""}[d.revenue_grounded]
-            share = "" if d.grounding_rate is None else f"{d.grounding_rate:.0%}"
-            rows.add_row(
-                str(d.quotes_total),
-                str(d.quotes_grounded),
-                share,
-                revenue,
-                "FLAGGED" if d.injection_flag else "",
-                escape(d.path),
-            )
-        out.print(rows)
-    if limiter:
-        columns = [
-            "model",
-            "structured_output",
-            "key_slot",
-            "limits_from",
-            "rpm",
-            "learned_rpm",
-            "effective_rpm",
-            "tpm",
-            "learned_tpm",
-            "effective_tpm",
-            "requests_in_window",
-            "tokens_in_window",
-            "inflight",
-            "paused_for_s",
-        ]
-        limits = Table(*columns, title=f"global limiter (window {settings.rate_limit_window_s:g} s)")
-        for scope in limiter:
-            limits.add_row(*(str(scope[c]) for c in columns))
-        out.print(limits)
+    return StatusPage(
+        view=view,
+        failures=run_failures(engine, view.run_id),
+        grounding=document_grounding(engine, view.run_id),
+        limiter=None if broker_down else limiter_views(settings),  # the rest is in the database
+        workers=workers,
+        broker_problem=broker_problem(settings) if broker_down else None,
+        inbox_warning=inbox_mismatch(settings, workers),
+        window_s=settings.rate_limit_window_s,
+    )
 
 
 def broker_problem(settings: Settings) -> str:

@@ -77,7 +77,10 @@ def submit(
     mode: str | None,
     deadline: str | None,
 ) -> None:
-    """Submit files (paths, globs, directories) as one run; prints the run id."""
+    """Submit files (paths, globs, directories) as one run.
+
+    Prints the run id on stdout. With --wait, follows the run and ends with its summary, why
+    documents were not extracted, and the report's path (under PIPELINE_DATA_DIR/reports)."""
     settings = with_mode(deployment_settings("submit"), mode, deadline)
     if wait:
         stop_on_sigterm()
@@ -239,7 +242,12 @@ def follow(engine: Engine, run_id: str, check: Callable[[], str | None] | None =
             raise RunInterrupted(run_id, stopped_by(exc)) from None
         console.print(f"stopped waiting ({stopped_by(exc)}); the run goes on: pipeline status {run_id}")
         return exits.INTERRUPTED
-    return outcome(view)
+    from pipeline.runs.failures import run_failures
+
+    code = outcome(view, run_failures(engine, run_id))
+    if check is None and view.has_report:  # `pipeline run` writes its own, with its embedded parts
+        _write_report_files(get_settings(), run_id)
+    return code
 
 
 @main.command()
@@ -391,8 +399,10 @@ def _cancel(settings: Settings, run_id: str, how: str) -> None:
 
 
 def _write_report_files(settings: Settings, run_id: str) -> None:
-    """The report as `.md`, `.json` and `.html` under the data directory (while the embedded
-    Redis still runs: the page shows the limits the run learned from the provider)."""
+    """The report as `.md`, `.json` and `.html` under the data directory's `reports/`, and the
+    line naming them (while `pipeline run`'s embedded Redis still runs: the page shows the
+    limits the run learned from the provider). A directory that cannot be written is named,
+    with the command that prints the report instead."""
     from sqlalchemy import select
 
     from pipeline.reporting.html import render_page
@@ -405,15 +415,23 @@ def _write_report_files(settings: Settings, run_id: str) -> None:
         row = session.scalar(select(Report).where(Report.run_id == run_id))
         if row is None:
             return
-        out = settings.data_dir.resolve() / "reports"
-        out.mkdir(parents=True, exist_ok=True)
-        (out / f"{run_id}.md").write_text(row.markdown, encoding="utf-8")
-        (out / f"{run_id}.json").write_text(json.dumps(row.json, indent=2), encoding="utf-8")
+        markdown, data = row.markdown, row.json
     try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"{run_id}.md").write_text(markdown, encoding="utf-8")
+        (out / f"{run_id}.json").write_text(json.dumps(data, indent=2), encoding="utf-8")
+    except OSError as exc:
+        console.print(
+            f"[yellow]the report could not be written to {escape(str(out))}:[/] {escape(exc.strerror or str(exc))} "
+            f"(PIPELINE_DATA_DIR); print it with `pipeline report {run_id}`"
+        )
+        return
+    try:
+    out = settings.data_dir.resolve() / "reports"
         page = render_page(load_page(engine, run_id, settings))
     except Exception as exc:  # the run is done and its report written: say so, and go on
         console.print(f"[yellow]the HTML page could not be written:[/] {escape(repr(exc))}")
         console.print(f"report: {out / f'{run_id}.md'} (and .json)")
         return
-    (out / f"{run_id}.html").write_text(page, encoding="utf-8")
     console.print(f"report: {out / f'{run_id}.md'} (and .json, .html)")
+        (out / f"{run_id}.html").write_text(page, encoding="utf-8")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, func, select
 
@@ -26,6 +26,9 @@ from pipeline.storage.models import (
     utcnow,
 )
 
+if TYPE_CHECKING:
+    from pipeline.llm.structured import ModeStore
+
 
 @dataclass
 class RunStatusView:
@@ -42,6 +45,8 @@ class RunStatusView:
     documents_total: int = 0
     documents_done: int = 0
     llm_calls: int = 0
+    llm_calls_failed: int = 0
+    """Calls that brought no usable answer (counted in llm_calls)."""
     prompt_tokens: int = 0
     completion_tokens: int = 0
     has_report: bool = False
@@ -147,6 +152,7 @@ def run_status(engine: Engine, run_id: str) -> RunStatusView:
         documents_total=sum(counts.values()),
         documents_done=sum(n for s, n in counts.items() if s in TERMINAL_DOC_STATUSES),
         llm_calls=calls.calls,
+        llm_calls_failed=calls.failed_calls,
         prompt_tokens=calls.prompt_tokens,
         completion_tokens=calls.completion_tokens,
         has_report=has_report,
@@ -287,6 +293,45 @@ def longest_pause_s(settings: Settings) -> float | None:
         limiter.client.close()
 
 
+@dataclass(frozen=True)
+class StructuredOutputInUse:
+    mode: str
+    """The structured-output mode a call to the model sends now."""
+    label: str
+    """Two or three words: configured, found by auto, auto: never refused."""
+    how: str
+    """How it was found, in a sentence."""
+
+
+def structured_output_in_use(modes: ModeStore, endpoint: str, model: str) -> StructuredOutputInUse:
+    """The mode calls to `model` at `endpoint` use and how it came to be: configured, or under
+    `auto` the mode stored in Redis for the endpoint and model when it refused a higher one
+    (kept a week), else the first mode, which it has never refused (`auto` stores nothing
+    while the first mode is answered)."""
+    from pipeline.llm.prompts import STRUCTURED_MODES
+    from pipeline.llm.structured import TTL_S
+
+    if not modes.auto:
+        return StructuredOutputInUse(
+            modes.configured, "configured", "configured: PIPELINE_LLM_STRUCTURED_OUTPUT"
+        )
+    found = modes.found(endpoint, model)
+    first = STRUCTURED_MODES[0]
+    if found is None or found == first:
+        return StructuredOutputInUse(
+            first,
+            "auto: never refused",
+            f"auto: {first}, the first mode, has not been refused by this endpoint",
+        )
+    refused = ", ".join(STRUCTURED_MODES[: STRUCTURED_MODES.index(found)])
+    return StructuredOutputInUse(
+        found,
+        "found by auto",
+        f"found by auto: the endpoint refused {refused}; every worker uses {found} "
+        f"(stored in Redis for {TTL_S // 86_400} days)",
+    )
+
+
 def limiter_views(settings: Settings) -> list[dict[str, Any]]:
     """The global limiter's state for every scope these settings call: configured and
     effective rates, use of the current window, calls in flight, any shared pause."""
@@ -300,18 +345,15 @@ def limiter_views(settings: Settings) -> list[dict[str, Any]]:
     modes = ModeStore(settings.llm_structured_output, limiter.client)
     try:
         for model in _called_models(settings):
-            if not modes.auto:
-                structured_output = f"{modes.configured} (configured)"
-            elif found := modes.found(settings.llm_base_url, model):
-                structured_output = f"{found} (found by auto)"
-            else:
-                structured_output = "auto: nothing tried yet"
+            in_use = structured_output_in_use(modes, settings.llm_base_url, model)
             for slot in range(len(settings.api_keys())):
                 view = limiter.view(Scope(settings.llm_base_url, model, slot))
                 views.append(
                     {
                         "model": model,
-                        "structured_output": structured_output,
+                        "structured_output": f"{in_use.mode} ({in_use.label})",
+                        "structured_output_mode": in_use.mode,
+                        "structured_output_how": in_use.how,
                         "key_slot": slot,
                         "rpm": settings.rate_limit_rpm,
                         "tpm": settings.rate_limit_tpm,

@@ -1,0 +1,226 @@
+"""Every default agrees: each PIPELINE_* value that .env.example, docker-compose.yml, the image,
+the systemd units and the README's configuration table state is the code's default (Settings),
+unless it is listed in DIFFERENT with the reason a deployment file sets another value.
+
+Values are compared after parsing by Settings itself, so `0.10` and `0.1`, `true` and `True`
+agree, and a name that is no setting (a typo) fails as well."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from pipeline.core.settings import Settings
+from tests.test_deploy_files import (
+    COMPOSE,
+    DOCKERFILE,
+    ENV_EXAMPLE,
+    ROOT,
+    dockerfile_instructions,
+    interpolate,
+)
+
+README = ROOT / "README.md"
+UNITS = sorted((ROOT / "ops" / "systemd").glob("*.service"))
+
+NOT_SETTINGS = {
+    "PIPELINE_IMAGE_TAG": "the tag of the image compose builds",
+    "PIPELINE_DB_WAIT_TRIES": "ops/prestart.sh's own",
+    "PIPELINE_DB_WAIT_DELAY_S": "ops/prestart.sh's own",
+}
+DIFFERENT = {
+    "PIPELINE_DATABASE_URL": "a deployment's service URL (unset: the SQLite file of `pipeline run`)",
+    "PIPELINE_REDIS_URL": "a deployment's service URL (unset: the embedded Redis of `pipeline run`)",
+    "PIPELINE_LLM_BASE_URL": "a deployment talks to a real endpoint (unset: the simulator, `pipeline run` only)",
+    "PIPELINE_WORKER_CONCURRENCY": "a worker container or host of its own: 16 threads (the code's 8 suits a laptop)",
+    "PIPELINE_INBOX": "compose mounts the host's INBOX_DIR on the workers at /data/inbox",
+    "PIPELINE_TASK_EVENTS": "compose runs Flower, which lists task events",
+    "PIPELINE_DATA_DIR": "the image keeps its state in /var/lib/pipeline (beat's schedule: a volume)",
+    "PIPELINE_FLOWER_USER": "a login has no default: `pipeline flower` refuses to start without one",
+    "PIPELINE_FLOWER_PASSWORD": "a login has no default: .env.example's is the placeholder change-me",
+}
+"""Names whose deployment value differs from the code's default, and why."""
+
+
+def env_names() -> dict[str, str]:
+    """PIPELINE_* environment name → Settings field."""
+    return {f"PIPELINE_{name.upper()}": name for name in Settings.model_fields}
+
+
+def parsed(name: str, value: str) -> Any:
+    """`value` of the environment variable `name` as Settings reads it ('' is unset)."""
+    field = env_names()[name]
+    if value == "":
+        return None
+    return getattr(Settings(_env_file=None, **{field: value}), field)  # type: ignore[arg-type]
+
+
+def default(name: str) -> Any:
+    return Settings.model_fields[env_names()[name]].get_default(call_default_factory=True)
+
+
+def disagreements(where: str, values: dict[str, str]) -> list[str]:
+    wrong = []
+    for name, value in values.items():
+        if name in NOT_SETTINGS:
+            continue
+        if name not in env_names():
+            wrong.append(f"{where}: {name} is not a setting")
+        elif name not in DIFFERENT and parsed(name, value) != default(name):
+            wrong.append(f"{where}: {name}={value!r}, the code's default is {default(name)!r}")
+    return wrong
+
+
+# -- the sources ----------------------------------------------------------------------------
+
+
+def env_example_values() -> dict[str, str]:
+    """PIPELINE_*=value lines of .env.example, commented-out ones (# KEY=value) included."""
+    found = {}
+    for line in ENV_EXAMPLE.read_text().splitlines():
+        m = re.match(r"^#?\s*(PIPELINE_[A-Z0-9_]*)=(.*)$", line.strip())
+        if m:
+            found[m[1]] = m[2].strip()
+    return found
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    yaml = pytest.importorskip("yaml")
+    data = yaml.safe_load(COMPOSE.read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def compose_values(compose: dict[str, Any]) -> dict[str, str]:
+    """PIPELINE_* values compose passes with nothing in .env: each ${VAR:-default}'s default;
+    required ones (${VAR:?…}) come from .env and are left out."""
+    found = {}
+    environments = [compose["x-pipeline-env"]] + [
+        s.get("environment") or {} for s in compose["services"].values()
+    ]
+    for environment in environments:
+        for name, raw in environment.items():
+            value = interpolate(str(raw))
+            if name.startswith("PIPELINE_") and not re.search(r"<[A-Z_]+>", value):
+                found[name] = value
+    return found
+
+
+def unit_values() -> dict[str, str]:
+    """Environment=PIPELINE_…=value lines of the systemd units."""
+    found = {}
+    for unit in UNITS:
+        for m in re.finditer(r"^Environment=\"?(PIPELINE_[A-Z0-9_]+)=([^\"\n]*)", unit.read_text(), re.M):
+            found[m[1]] = m[2]
+    return found
+
+
+def image_values() -> dict[str, str]:
+    """PIPELINE_* ENV of the image."""
+    env = " ".join(args for ins, args in dockerfile_instructions() if ins == "ENV")
+    return dict(re.findall(r"(PIPELINE_[A-Z0-9_]+)=(\S+)", env))
+
+
+def comment_values() -> dict[str, str]:
+    """What the deployment files' comments say of a default: `(PIPELINE_X, 60 s by default)`."""
+    found = {}
+    for path in [COMPOSE, ENV_EXAMPLE, *UNITS, DOCKERFILE]:
+        text = re.sub(r"\n\s*#\s*", " ", path.read_text())  # comments wrapped over lines
+        for m in re.finditer(r"(PIPELINE_[A-Z0-9_]+)[,:]? (\S+?)(?: s)? by default", text):
+            found[m[1]] = m[2]
+    return found
+
+
+def readme_defaults() -> dict[str, str]:
+    """The configuration table's `default` cells that are one literal (`60`, `true`) or `none`;
+    `PIPELINE_A_B` / `_C` rows name PIPELINE_A_C too, each with its part of the cell."""
+    section = README.read_text().split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    found = {}
+    for row in re.findall(r"^\| (`PIPELINE_.*?) \| (.*?) \| .* \|$", section, re.M):
+        names = re.findall(r"`(PIPELINE_[A-Z0-9_]+|_[A-Z0-9_]+)`", row[0])
+        cells = [c.strip() for c in row[1].split(" / ")]
+        if len(cells) != len(names):
+            cells = [row[1].strip()] * len(names)
+        first = names[0]
+        for short, cell in zip(names, cells, strict=True):
+            name = short if short.startswith("PIPELINE_") else _expand(first, short)
+            literal = re.fullmatch(r"`([^`]*)`(?: \(none\))?", cell)
+            if cell == "none" or (literal and literal[1] in env_names()):
+                found[name] = ""  # unset (another setting's value then applies)
+            elif literal:
+                found[name] = literal[1]
+    return found
+
+
+def _expand(first: str, short: str) -> str:
+    """`_TPM` after `PIPELINE_RATE_LIMIT_RPM`: the setting named by replacing the first's
+    trailing parts with it."""
+    parts = first.split("_")
+    for cut in range(len(parts) - 1, 1, -1):
+        name = "_".join(parts[:cut]) + short
+        if name in env_names():
+            return name
+    raise AssertionError(f"the README's {short} after {first} names no setting")
+
+
+# -- the tests ------------------------------------------------------------------------------
+
+
+def test_env_example_states_the_codes_defaults() -> None:
+    values = env_example_values()
+    assert "PIPELINE_LLM_TIMEOUT_S" in values and len(values) >= 20
+    assert disagreements(".env.example", values) == []
+
+
+def test_compose_passes_the_codes_defaults(compose: dict[str, Any]) -> None:
+    values = compose_values(compose)
+    assert "PIPELINE_LLM_MODEL" in values
+    assert disagreements("docker-compose.yml", values) == []
+    # The worker's thread count: one figure for compose and .env.example.
+    worker = " ".join(str(a) for a in compose["services"]["worker"]["command"])
+    assert interpolate(worker).split()[-1] == env_example_values()["PIPELINE_WORKER_CONCURRENCY"]
+
+
+def test_the_image_and_the_systemd_units_set_the_codes_defaults() -> None:
+    assert "PIPELINE_DATA_DIR" in image_values()
+    assert disagreements(str(DOCKERFILE.relative_to(ROOT)), image_values()) == []
+    assert disagreements("ops/systemd", unit_values()) == []
+
+
+def test_the_deployment_files_comments_state_the_codes_defaults() -> None:
+    # The worker's grace period once said "in-flight LLM calls (timeout 120 s)": the code's is 60.
+    values = comment_values()
+    assert "PIPELINE_LLM_TIMEOUT_S" in values
+    assert disagreements("a comment", values) == []
+
+
+def test_the_readmes_configuration_table_states_the_codes_defaults() -> None:
+    values = readme_defaults()
+    for name in ("PIPELINE_LLM_TIMEOUT_S", "PIPELINE_RATE_LIMIT_TPM", "PIPELINE_BATCH_MAX_FILE_BYTES"):
+        assert name in values, name
+    assert disagreements("README's configuration table", values) == []
+
+
+def test_a_changed_default_is_found() -> None:
+    # The check is worth something only if it fails: the timeout 120 these files once said.
+    assert disagreements("x", {"PIPELINE_LLM_TIMEOUT_S": "120"}) == [
+        "x: PIPELINE_LLM_TIMEOUT_S='120', the code's default is 60.0"
+    ]
+    assert disagreements("x", {"PIPELINE_LLM_TIMEOUT": "60"}) == ["x: PIPELINE_LLM_TIMEOUT is not a setting"]
+    assert parsed("PIPELINE_RUN_FAILURE_THRESHOLD", "0.10") == default("PIPELINE_RUN_FAILURE_THRESHOLD")
+
+
+def test_every_difference_is_still_one() -> None:
+    """A name in DIFFERENT that agrees everywhere no longer needs its reason."""
+    stated: dict[str, set[str]] = {}
+    yaml = pytest.importorskip("yaml")
+    sources = [env_example_values(), compose_values(yaml.safe_load(COMPOSE.read_text())), image_values()]
+    for values in [*sources, unit_values(), readme_defaults()]:
+        for name, value in values.items():
+            stated.setdefault(name, set()).add(value)
+    for name in DIFFERENT:
+        assert name in stated, f"{name}: no file states it; drop it from DIFFERENT"
+        assert any(v == "" or parsed(name, v) != default(name) for v in stated[name]), name
