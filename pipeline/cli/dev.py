@@ -101,6 +101,28 @@ from pipeline.core.settings import get_settings
     show_default=True,
     help="Enqueued-token limit: prompt + max_tokens of unfinished batches' lines (0: none).",
 )
+@click.option(
+    "--outage-after",
+    "outage_after_s",
+    default=0.0,
+    show_default=True,
+    help="Seconds after the start that an outage (--outage-for) begins.",
+)
+@click.option(
+    "--outage-for",
+    "outage_for_s",
+    default=0.0,
+    show_default=True,
+    help="An outage this many seconds long: every chat completion refused (0: none; POST "
+    '/sim/outage {"seconds": N} starts one while the simulator runs).',
+)
+@click.option(
+    "--outage-kind",
+    type=click.Choice(["503", "500", "reset"]),
+    default="503",
+    show_default=True,
+    help="How the outage refuses: 503 (overloaded), 500, or reset (the connection dropped).",
+)
 def sim(
     host: str,
     port: int,
@@ -130,6 +152,9 @@ def sim(
     batch_fail_rate: float,
     batch_expire_after_s: float,
     batch_enqueued_tokens: int,
+    outage_after_s: float,
+    outage_for_s: float,
+    outage_kind: str,
 ) -> None:
     """Run the OpenAI-compatible LLM simulator (tests, dry runs, benchmarks)."""
     from pipeline_dev.sim import SimConfig, serve
@@ -161,6 +186,9 @@ def sim(
         batch_fail_rate=batch_fail_rate,
         batch_expire_after_s=batch_expire_after_s,
         batch_enqueued_tokens=batch_enqueued_tokens,
+        outage_after_s=outage_after_s,
+        outage_for_s=outage_for_s,
+        outage_kind=outage_kind,
     )
     serve(host, port, config)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pipeline_dev.sim.outage import kind_of
+
 
 @dataclass(frozen=True)
 class SimConfig:
@@ -58,6 +60,12 @@ class SimConfig:
     batch_enqueued_tokens: int = 0
     """The organization's enqueued-token limit: prompt tokens + max_tokens of the lines of every
     batch not yet finished; a batch that would pass it fails (token_limit_exceeded). 0 = none."""
+    outage_after_s: float = 0.0
+    outage_for_s: float = 0.0
+    """An outage (`pipeline_dev.sim.outage`) this long, beginning this long after the start: every
+    chat completion refused (0: none; POST /sim/outage starts one while the simulator runs)."""
+    outage_kind: str = "503"
+    """How the outage refuses: 503 (overloaded), 500, or reset (the connection dropped)."""
 
     def __post_init__(self) -> None:
         if self.p50_s < 0 or self.p95_s < 0 or self.hang_s < 0:
@@ -70,6 +78,9 @@ class SimConfig:
             raise ValueError("batch_duration_s and batch_validate_s must be >= 0")
         if self.batch_expire_after_s <= 0:
             raise ValueError("batch_expire_after_s must be > 0")
+        if self.outage_after_s < 0 or self.outage_for_s < 0:
+            raise ValueError("outage_after_s and outage_for_s must be >= 0")
+        kind_of(self.outage_kind)
         if self.batch_enqueued_tokens < 0:
             raise ValueError("batch_enqueued_tokens must be >= 0 (0 = no limit)")
         for name in (

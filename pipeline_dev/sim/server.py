@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from pipeline_dev.sim import batches, faults, files
+from pipeline_dev.sim import batches, faults, files, outage
 from pipeline_dev.sim.config import SimConfig
 from pipeline_dev.sim.errors import error_response, key_refusal, request_refusal
 from pipeline_dev.sim.limits import Decision, openai_duration
@@ -116,6 +116,13 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 
 async def _chat(request: web.Request, state: SimState) -> web.StreamResponse:
+    if (window := state.outages.refuse()) is not None:  # before anything: a down provider reads nothing
+        state.counters.outage_refused += 1
+        state.record(None, None, None, f"outage-{window.kind}")
+        if window.kind == "reset":
+            return await _abort(request)
+        message = outage.MESSAGES[window.kind]
+        return error_response(int(window.kind), message, "server_error")
     try:
         chat = parse(await _read_json(request))
     except RequestError as exc:
@@ -291,6 +298,21 @@ async def configure(request: web.Request) -> web.Response:
     return web.json_response(state.stats())
 
 
+async def start_outage(request: web.Request) -> web.Response:
+    """POST /sim/outage {"seconds": N, "kind": "503" | "500" | "reset"}: from now on, every chat
+    completion is refused for N seconds (0 ends the current outage). Answers GET /sim/stats's
+    "outage"."""
+    state = request.app[STATE]
+    try:
+        body = await _read_json(request)
+        if not isinstance(body, dict) or "seconds" not in body:
+            raise RequestError('expected {"seconds": N, "kind": "503" | "500" | "reset"}')
+        state.outages.start(float(body["seconds"]), outage.kind_of(str(body.get("kind", "503"))))
+    except (RequestError, ValueError, TypeError) as exc:
+        return error_response(400, str(exc), "invalid_request_error")
+    return web.json_response(state.outages.stats())
+
+
 def build_app(config: SimConfig) -> web.Application:
     """The simulator as an aiohttp application (state in `app[STATE]`)."""
     app = web.Application(middlewares=[_json_errors], client_max_size=MAX_BODY_BYTES)
@@ -302,6 +324,7 @@ def build_app(config: SimConfig) -> web.Application:
     app.router.add_get("/sim/invented", invented)
     app.router.add_post("/sim/reset", reset)
     app.router.add_post("/sim/config", configure)
+    app.router.add_post("/sim/outage", start_outage)
     batches.setup(app, state, files.setup(app))
 
     async def recorder(_: web.Application) -> AsyncIterator[None]:

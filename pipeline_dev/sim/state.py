@@ -16,6 +16,7 @@ from aiohttp import web
 
 from pipeline_dev.sim.config import SimConfig
 from pipeline_dev.sim.limits import SlidingWindowLimiter
+from pipeline_dev.sim.outage import Outages, kind_of
 from pipeline_dev.sim.request import Composed
 
 BUSY_SHARE = 0.9
@@ -46,6 +47,7 @@ class Counters(_Zeroed):
     completion_tokens: int = 0
     quotes: int = 0  # quote fields in intact JSON answers
     ungrounded_quotes: int = 0  # of those, replaced by text not in the document (--ungrounded-rate)
+    outage_refused: int = 0  # refused by an outage (--outage-for, POST /sim/outage), before anything else
 
 
 @dataclass
@@ -118,6 +120,9 @@ class SimState:
         self.refusals: list[float] = []  # monotonic s of each 429
         self.answers: dict[bytes, Composed] = {}  # --cache-answers: composed answers by request
         self.copies_seen: set[bytes] = set()  # `[[sim:slowcopy]]` requests had, by model and messages
+        self.outages = Outages()
+        if config.outage_for_s > 0:
+            self.outages.schedule(config.outage_after_s, config.outage_for_s, kind_of(config.outage_kind))
 
     def record(
         self,
@@ -156,6 +161,7 @@ class SimState:
             **asdict(self.batch_counters),
             "batch_enqueued_tokens": self.enqueued_tokens,
             "batch_enqueued_token_limit": self.config.batch_enqueued_tokens,
+            "outage": self.outages.stats(),
         }
 
     def timeline(self) -> list[list[int]]:
