@@ -22,8 +22,8 @@ from pipeline.core.settings import Settings, get_settings
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
-    from pipeline.runs.status import RunStatusView
     from pipeline.runs.failures import FailureGroup
+    from pipeline.runs.status import RunStatusView
 
 console = Console(stderr=True, soft_wrap=True)
 

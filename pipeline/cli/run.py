@@ -411,6 +411,7 @@ def _write_report_files(settings: Settings, run_id: str) -> None:
     from pipeline.storage.models import Report
 
     engine = open_engine(settings)
+    out = settings.data_dir.resolve() / "reports"
     with session_scope(engine) as session:
         row = session.scalar(select(Report).where(Report.run_id == run_id))
         if row is None:
@@ -427,11 +428,10 @@ def _write_report_files(settings: Settings, run_id: str) -> None:
         )
         return
     try:
-    out = settings.data_dir.resolve() / "reports"
         page = render_page(load_page(engine, run_id, settings))
+        (out / f"{run_id}.html").write_text(page, encoding="utf-8")
     except Exception as exc:  # the run is done and its report written: say so, and go on
         console.print(f"[yellow]the HTML page could not be written:[/] {escape(repr(exc))}")
         console.print(f"report: {out / f'{run_id}.md'} (and .json)")
         return
     console.print(f"report: {out / f'{run_id}.md'} (and .json, .html)")
-        (out / f"{run_id}.html").write_text(page, encoding="utf-8")
