@@ -4,6 +4,7 @@ and how a followed run's outcome is printed."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -140,9 +141,57 @@ def stopped_by(exc: KeyboardInterrupt) -> str:
     return "SIGTERM" if isinstance(exc, Terminated) else "Ctrl-C (SIGINT)"
 
 
+HELP_SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Run a batch", ("run", "submit", "status", "report", "runs", "eval")),
+    ("Repair a run", ("resume", "retry", "cancel")),
+    ("Deploy and operate", ("doctor", "db", "worker", "beat", "watchdog", "flower", "prune")),
+    ("Develop", ("sim", "bench")),
+)
+"""`pipeline --help` in the order of the work: a batch from start to report, then what repairs
+a run, then a deployment's processes, then the dev tools. A command not named here is listed
+last, under "Other commands"."""
+
+
+def workflow_order(names: list[str]) -> list[str]:
+    """`names` in HELP_SECTIONS' order, the unknown ones last, alphabetically."""
+    rank = {name: i for i, name in enumerate(name for _, names in HELP_SECTIONS for name in names)}
+    return sorted(names, key=lambda name: (rank.get(name, len(rank)), name))
+
+
+def first_sentence(command: click.Command) -> str:
+    """A command's line in `pipeline --help`: its first sentence, whole (a long one wraps
+    instead of ending in "...")."""
+    if command.short_help:
+        return command.short_help
+    paragraph = " ".join((command.help or "").split("\n\n", 1)[0].split())
+    end = re.search(r"\.(\s|$)", paragraph)
+    return paragraph[: end.start() + 1] if end else paragraph
+
+
 class PipelineGroup(click.Group):
-    """The `pipeline` group: a command that fails on something outside it (a server down, a
-    path that cannot be written) ends with one sentence and an exit code, not a traceback."""
+    """The `pipeline` group: its help lists the commands by workflow (HELP_SECTIONS), and a
+    command that fails on something outside it (a server down, a path that cannot be written)
+    ends with one sentence and an exit code, not a traceback."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return workflow_order(super().list_commands(ctx))
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        commands = {
+            name: command
+            for name in self.list_commands(ctx)
+            if (command := self.get_command(ctx, name)) is not None and not command.hidden
+        }
+        if not commands:
+            return
+        width = max(len(name) for name in commands)  # one column for every section
+        known = {name for _, names in HELP_SECTIONS for name in names}
+        sections = [*HELP_SECTIONS, ("Other commands", tuple(n for n in commands if n not in known))]
+        for title, names in sections:
+            rows = [(n.ljust(width), first_sentence(commands[n])) for n in names if n in commands]
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
 
     def invoke(self, ctx: click.Context) -> object:
         try:
@@ -169,7 +218,11 @@ class PipelineGroup(click.Group):
 @click.option("--debug", is_flag=True, help="Show the traceback of an error instead of its sentence.")
 @click.pass_context
 def main(ctx: click.Context, debug: bool) -> None:
-    """Batch LLM extraction over filings: submit, work, report."""
+    """Batch LLM extraction over filings: submit, work, report.
+
+    `pipeline run FILES` does it all on this machine. A deployment runs `pipeline worker` on
+    each host and one `pipeline beat`, then `pipeline submit FILES --wait`; `pipeline status`
+    shows where a run stands."""
     ctx.meta["pipeline.debug"] = debug
     try:
         get_settings()

@@ -16,11 +16,13 @@ from pipeline.core.settings import get_settings
 
 
 @main.command()
-@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
 @click.option("--port", default=8900, show_default=True, help="0 picks a free port.")
 @click.option("--p50", default=0.05, show_default=True, help="Median latency, seconds.")
 @click.option("--p95", default=0.2, show_default=True, help="95th percentile latency, seconds.")
-@click.option("--seed", type=int, default=None)
+@click.option(
+    "--seed", type=int, default=None, help="Seed of latencies, faults and answers (default: random)."
+)
 @click.option("--rpm", default=0, show_default=True, help="Provider requests/min limit (0: none).")
 @click.option("--tpm", default=0, show_default=True, help="Provider tokens/min limit (0: none).")
 @click.option("--window-s", default=60.0, show_default=True, help="The provider's sliding window, seconds.")
@@ -30,11 +32,36 @@ from pipeline.core.settings import get_settings
     show_default=True,
     help="Also enforce limit/window per second, as providers do (OpenAI's rate-limit guide).",
 )
-@click.option("--error-rate", default=0.0, show_default=True)
-@click.option("--drop-rate", default=0.0, show_default=True)
-@click.option("--hang-rate", default=0.0, show_default=True)
-@click.option("--bad-json-rate", default=0.0, show_default=True)
-@click.option("--truncate-rate", default=0.0, show_default=True)
+@click.option(
+    "--error-rate",
+    default=0.0,
+    show_default=True,
+    help="Share of chat requests answered with a 500, 502 or 503.",
+)
+@click.option(
+    "--drop-rate",
+    default=0.0,
+    show_default=True,
+    help="Share of chat requests whose connection is closed without an answer.",
+)
+@click.option(
+    "--hang-rate",
+    default=0.0,
+    show_default=True,
+    help="Share of chat requests held open unanswered for 10 minutes (the client's timeout ends them).",
+)
+@click.option(
+    "--bad-json-rate",
+    default=0.0,
+    show_default=True,
+    help="Share of answers whose JSON is broken as models break it (unquoted keys, a trailing comma).",
+)
+@click.option(
+    "--truncate-rate",
+    default=0.0,
+    show_default=True,
+    help="Share of answers whose content is cut off, its JSON left unclosed.",
+)
 @click.option(
     "--ungrounded-rate",
     default=0.0,
@@ -156,7 +183,10 @@ def sim(
     outage_for_s: float,
     outage_kind: str,
 ) -> None:
-    """Run the OpenAI-compatible LLM simulator (tests, dry runs, benchmarks)."""
+    """Run the OpenAI-compatible LLM simulator.
+
+    For tests, dry runs and benchmarks: answers chat completions and the Batch API with
+    latency, provider-style limits and the faults asked for."""
     from pipeline_dev.sim import SimConfig, serve
 
     config = SimConfig(
@@ -194,13 +224,19 @@ def sim(
 
 
 @main.command()
-@click.option("--regimes", default="R1,R1t,R1z,R2,R3,R4,R5,R6,peer-R1,peer-R4", show_default=True)
+@click.option(
+    "--regimes",
+    default="R1,R1t,R1z,R2,R3,R4,R5,R6,peer-R1,peer-R4",
+    show_default=True,
+    help="Comma-separated regimes to run (pipeline_dev/bench/regimes.py describes each).",
+)
 @click.option(
     "--out",
     "out_dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=Path(".pipeline/bench"),
     show_default=True,
+    help="Directory for bench.md, its charts and each regime's numbers.",
 )
 @click.option("--scale", default=1.0, show_default=True, help="Multiplies every regime's document count.")
 @click.option("--window-s", default=60.0, show_default=True, help="The simulated provider's window.")
@@ -227,9 +263,10 @@ def bench(
     p50: float,
     p95: float,
 ) -> None:
-    """Measure the pipeline against the provider's limit and against the peer, side by side.
+    """Measure the pipeline against a provider's limit and the peer.
 
-    Uses PIPELINE_DATABASE_URL when set (else a SQLite file), a private Redis, and the simulator.
+    Side by side, regime by regime. Uses PIPELINE_DATABASE_URL when set (else a SQLite file),
+    a private Redis, and the simulator.
     """
     from pipeline_dev.bench.main import run_bench
 

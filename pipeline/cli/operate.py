@@ -32,7 +32,7 @@ def db() -> None:
 
 
 @db.command("upgrade")
-@click.option("--revision", default="head", show_default=True)
+@click.option("--revision", default="head", show_default=True, help="The Alembic revision to upgrade to.")
 def db_upgrade(revision: str) -> None:
     """Apply pending migrations."""
     from pipeline.storage.db import upgrade
@@ -44,10 +44,26 @@ def db_upgrade(revision: str) -> None:
 
 @main.command()
 @click.option("--concurrency", "-c", type=int, help="Threads (default PIPELINE_WORKER_CONCURRENCY).")
-@click.option("--queues", "-Q", default="extract,report", show_default=True)
-@click.option("--pool", default="threads", show_default=True, help="threads, prefork or solo")
+@click.option(
+    "--queues",
+    "-Q",
+    default="extract,report",
+    show_default=True,
+    help="Queues to consume, comma-separated: extract (documents' chunks), report (finalize, "
+    "synthesis, batch polls, the watchdog, the nightly submit). Every queue needs a worker.",
+)
+@click.option(
+    "--pool",
+    type=click.Choice(["threads", "prefork", "solo"]),
+    default="threads",
+    show_default=True,
+    help="threads: --concurrency threads in one process (the calls wait on I/O); prefork: "
+    "child processes, one task each; solo: one task at a time, in the main process.",
+)
 @click.option("--name", "-n", default=None, help="Worker node name (default pipeline-PID@host).")
-@click.option("--loglevel", "-l", default="INFO", show_default=True)
+@click.option(
+    "--loglevel", "-l", default="INFO", show_default=True, help="DEBUG, INFO, WARNING, ERROR or CRITICAL."
+)
 @click.option(
     "--task-events",
     "-E",
@@ -58,7 +74,10 @@ def db_upgrade(revision: str) -> None:
 def worker(
     concurrency: int | None, queues: str, pool: str, name: str | None, loglevel: str, task_events: bool
 ) -> None:
-    """Start a Celery worker (I/O-bound: a thread pool by default)."""
+    """Start a Celery worker (a thread pool by default).
+
+    The work is I/O-bound (LLM calls), so threads carry it; prefork isolates each task in a
+    child process."""
     if task_events:
         os.environ["PIPELINE_TASK_EVENTS"] = "true"
         get_settings.cache_clear()
@@ -94,11 +113,17 @@ def worker(
 
 
 @main.command()
-@click.option("--loglevel", "-l", default="INFO", show_default=True)
+@click.option(
+    "--loglevel", "-l", default="INFO", show_default=True, help="DEBUG, INFO, WARNING, ERROR or CRITICAL."
+)
 def beat(loglevel: str) -> None:
-    """Start Celery beat: the periodic watchdog, and the nightly inbox when PIPELINE_INBOX is
-    set (run exactly one beat per deployment). Refuses to start (exit 2) when live workers
-    publish their inbox and none of them reads this one."""
+    """Start Celery beat, the deployment's clock (run exactly one).
+
+    It sends the watchdog every PIPELINE_WATCHDOG_INTERVAL_S; with PIPELINE_INBOX set, the
+    nightly submit of the inbox's new files on PIPELINE_INBOX_SCHEDULE (crontab, default
+    "30 1 * * *": 01:30); with PIPELINE_RETENTION_DAYS set, the nightly prune of older runs.
+    Refuses to start (exit 2) when live workers publish their inbox and none of them reads
+    this one."""
     settings = broker_settings()
     announce("beat", settings, broker_only=True)
     if settings.inbox:
@@ -118,8 +143,10 @@ def beat(loglevel: str) -> None:
 
 @main.command()
 def watchdog() -> None:
-    """One watchdog pass (what beat runs periodically): resume runs without activity for
-    PIPELINE_WATCHDOG_IDLE_S, mark stalled those that resuming did not help."""
+    """One watchdog pass: resume idle runs, mark stalled ones.
+
+    What beat runs periodically: runs without activity for PIPELINE_WATCHDOG_IDLE_S are
+    resumed, and marked stalled when resuming did not help."""
     from pipeline.cli.celery_app import resume_idle_runs
 
     settings = deployment_settings("watchdog")
@@ -141,8 +168,10 @@ def watchdog() -> None:
     help="Start without basic auth: anyone who can reach the port sees every worker and task.",
 )
 def flower(address: str | None, port: int | None, unauthenticated: bool) -> None:
-    """Start Flower, the web monitor of workers and tasks, with basic auth from
-    PIPELINE_FLOWER_USER / PIPELINE_FLOWER_PASSWORD. Prometheus metrics at /metrics."""
+    """Start Flower, the web monitor of workers and tasks.
+
+    With basic auth from PIPELINE_FLOWER_USER / PIPELINE_FLOWER_PASSWORD; Prometheus metrics
+    at /metrics."""
     from pipeline.core.errors import ConfigError
     from pipeline.runs.monitoring import BASIC_AUTH_ENV, METRICS_PATH, basic_auth, flower_argv
 
@@ -196,9 +225,11 @@ def _enable_task_events() -> None:
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
 def doctor(as_json: bool) -> None:
-    """Diagnose the configured endpoint in order: reachable, API key accepted, models listed, a
-    structured-output mode that works, rate-limit headers (a warning), Batch API; it stops at the
-    first failure and says how to fix it.
+    """Check the configured LLM endpoint before a run.
+
+    In order: reachable, API key accepted, models listed, a structured-output mode that works,
+    rate-limit headers (a warning), Batch API; it stops at the first failure and says how to
+    fix it.
 
     Exits 3 when the endpoint cannot be reached, 5 when it refuses the key or the model or no
     structured-output mode works."""

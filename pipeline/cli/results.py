@@ -81,7 +81,7 @@ def broker_problem(settings: Settings) -> str:
 
 
 @main.command()
-@click.option("--limit", default=20, show_default=True)
+@click.option("--limit", default=20, show_default=True, help="How many runs, newest first.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
 def runs(limit: int, as_json: bool) -> None:
     """The newest runs."""
@@ -109,17 +109,32 @@ def runs(limit: int, as_json: bool) -> None:
 
 @main.command()
 @click.argument("run", required=False)
-@click.option("--format", "fmt", type=click.Choice(["md", "json", "html"]), default="md", show_default=True)
-@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path))
-def report(run: str | None, fmt: str, output: Path | None) -> None:
-    """Print or write the report of RUN (default: the newest). `html`: one self-contained page
-    with charts, opened offline."""
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["md", "json", "html"]),
+    default=None,
+    help="md: Markdown; json: the report's data; html: one page with charts [default: the "
+    "suffix of --output, else md].",
+)
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the report to this file instead of printing it (out.html writes the page).",
+)
+def report(run: str | None, fmt: str | None, output: Path | None) -> None:
+    """Print or write the report of RUN (default: the newest).
+
+    `html`: one self-contained page with charts, opened offline. With -o, the format follows
+    the file's suffix (.md, .json, .html) unless --format names one."""
     from sqlalchemy import select
 
     from pipeline.runs.status import UnknownRun, resolve_run_id
     from pipeline.storage.db import session_scope
     from pipeline.storage.models import Report
 
+    fmt = fmt or format_of(output)
     if output and not output.parent.is_dir():  # before any work: the user named a place that is not there
         fail(f"--output {output}: the directory {output.parent} does not exist; create it first")
     settings = get_settings()
@@ -152,6 +167,15 @@ def report(run: str | None, fmt: str, output: Path | None) -> None:
         click.echo(text)
 
 
+SUFFIX_FORMATS = {".html": "html", ".htm": "html", ".json": "json"}
+
+
+def format_of(output: Path | None) -> str:
+    """The format `report -o` writes when --format names none: the file's suffix says it
+    (out.html: the page, out.json: the data), anything else Markdown."""
+    return SUFFIX_FORMATS.get(output.suffix.lower(), "md") if output else "md"
+
+
 @main.command("eval")
 @click.argument("run")
 @click.option(
@@ -178,7 +202,9 @@ def eval_(
     title_threshold: float,
     grounded_only: bool,
 ) -> None:
-    """Score RUN's extractions against a truth file, per filing (matched by file name) and overall."""
+    """Score RUN's extractions against a truth file.
+
+    Per filing (matched by file name) and overall."""
     from pipeline.reporting.evaluate import evaluate, load_run, load_truth
     from pipeline.runs.status import UnknownRun, resolve_run_id
 

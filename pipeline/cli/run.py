@@ -251,7 +251,7 @@ def follow(engine: Engine, run_id: str, check: Callable[[], str | None] | None =
 
 
 @main.command()
-@click.argument("run")
+@click.argument("run", required=False)
 @click.option(
     "--stale-after-s",
     default=600.0,
@@ -259,8 +259,10 @@ def follow(engine: Engine, run_id: str, check: Callable[[], str | None] | None =
     help="Re-enqueue running documents without progress for this long.",
 )
 @click.option("--wait", is_flag=True, help="Show progress until the run ends.")
-def resume(run: str, stale_after_s: float, wait: bool) -> None:
-    """Finish an interrupted run: enqueue its unfinished documents again, then finalize."""
+def resume(run: str | None, stale_after_s: float, wait: bool) -> None:
+    """Finish an interrupted RUN (default: the newest).
+
+    Enqueues its unfinished documents again, then finalizes it."""
     from pipeline.cli.celery_app import enqueue_resume
     from pipeline.runs.resume import plan_resume
     from pipeline.runs.status import UnknownRun, resolve_run_id
@@ -314,7 +316,10 @@ def run(
     mode: str | None,
     deadline: str | None,
 ) -> None:
-    """Run a whole batch locally: embedded Redis, simulator and workers unless configured."""
+    """Run a whole batch on this machine, all in one command.
+
+    Starts an embedded Redis, the simulator and local workers unless configured, and writes
+    the report under PIPELINE_DATA_DIR/reports."""
     from pipeline.runtime.local import local_stack
 
     settings = with_mode(get_settings(), mode, deadline)  # a bad deadline fails before anything starts
