@@ -29,7 +29,7 @@ EXAMPLES = ROOT / "examples" / "filings"
 PSQL = shutil.which("psql")
 SQLITE3 = shutil.which("sqlite3")
 
-FILINGS = 6
+FILINGS = 4
 """Example filings per run: enough for every query to find rows."""
 MAY_BE_EMPTY = ("not r.grounded", "e.revenue_grounded = false")
 """The simulator quotes its filings exactly, so only the ungrounded-fact queries find nothing."""
@@ -71,7 +71,7 @@ def start_pipeline_run(cwd: Path, database_url: str | None) -> subprocess.Popen[
     if database_url:
         env["PIPELINE_DATABASE_URL"] = database_url
     return subprocess.Popen(
-        [sys.executable, "-m", "pipeline", "run", "filings"],
+        [sys.executable, "-m", "pipeline", "run", "filings", "--workers", "1"],
         cwd=cwd,
         env=env,
         stdout=subprocess.PIPE,
