@@ -246,7 +246,7 @@ def follow(engine: Engine, run_id: str, check: Callable[[], str | None] | None =
 
     code = outcome(view, run_failures(engine, run_id))
     if check is None and view.has_report:  # `pipeline run` writes its own, with its embedded parts
-        _write_report_files(get_settings(), run_id)
+        _write_report_files(get_settings(), run_id, page=False)
     return code
 
 
@@ -403,13 +403,16 @@ def _cancel(settings: Settings, run_id: str, how: str) -> None:
     console.print(f"[bold red]run {run_id} cancelled:[/] {escape(reason)}")
 
 
-def _write_report_files(settings: Settings, run_id: str) -> None:
-    """The report as `.md`, `.json` and `.html` under the data directory's `reports/`, and the
-    line naming them (while `pipeline run`'s embedded Redis still runs: the page shows the
-    limits the run learned from the provider). A directory that cannot be written is named,
-    with the command that prints the report instead."""
+def _write_report_files(settings: Settings, run_id: str, *, page: bool = True) -> None:
+    """The report as `.md`, `.json` and (with `page`) `.html` under the data directory's
+    `reports/`, and the line naming them (while `pipeline run`'s embedded Redis still runs: the
+    page shows the limits the run learned from the provider). Without `page` the line names
+    the command that writes it: its charts take seconds of CPU, which a `submit --wait` in a
+    script need not pay. A directory that cannot be written is named, with the command that
+    prints the report instead."""
     from sqlalchemy import select
 
+    from pipeline.cli.status_view import SHORT_ID
     from pipeline.reporting.html import render_page
     from pipeline.reporting.page_data import load_page
     from pipeline.storage.db import session_scope
@@ -432,9 +435,15 @@ def _write_report_files(settings: Settings, run_id: str) -> None:
             f"(PIPELINE_DATA_DIR); print it with `pipeline report {run_id}`"
         )
         return
+    if not page:
+        console.print(
+            f"report: {out / f'{run_id}.md'} (and .json; the page: "
+            f"pipeline report {run_id[:SHORT_ID]} -o {run_id[:SHORT_ID]}.html)"
+        )
+        return
     try:
-        page = render_page(load_page(engine, run_id, settings))
-        (out / f"{run_id}.html").write_text(page, encoding="utf-8")
+        html = render_page(load_page(engine, run_id, settings))
+        (out / f"{run_id}.html").write_text(html, encoding="utf-8")
     except Exception as exc:  # the run is done and its report written: say so, and go on
         console.print(f"[yellow]the HTML page could not be written:[/] {escape(repr(exc))}")
         console.print(f"report: {out / f'{run_id}.md'} (and .json)")

@@ -37,8 +37,8 @@ WORKERS_NAMED = 3
 DOCUMENT_ORDER = ("extracted", "failed", "skipped", "cancelled", "running", "pending")
 LIMITS_FROM = {
     "configured": ("set", "PIPELINE_RATE_LIMIT_RPM/TPM"),
-    "learned from headers": ("headers", "learned from the provider's x-ratelimit headers"),
-    "configured and learned from headers": ("both", "configured, the rest learned from headers"),
+    "learned from headers": ("headers", "from the provider's headers"),
+    "configured and learned from headers": ("both", "configured, the rest from headers"),
     "configured, lowered to the provider's headers": ("lowered", "configured, lowered to the headers"),
     "none": ("none", "none configured or learned"),
 }
@@ -99,10 +99,17 @@ def failure_line(group: FailureGroup) -> str:
 def render(page: StatusPage) -> RenderableType:
     """The whole text view; print it on a console of any width (it is made for 80)."""
     parts: list[RenderableType] = [Text(summary_line(page.view), style="bold"), Text(""), _grid(page)]
-    for table in (_failures(page), _grounding(page), _batches(page.view), _limiter(page)):
-        if table is not None:
-            parts += [Text(""), table]
+    for shown in (_failures(page), _grounding(page), _batches(page.view), _limiter(page)):
+        if shown is not None:
+            title, table, legend = shown
+            parts += [Text(""), Text(title, style="bold"), table]
+            parts += [Text(legend)] if legend else []
     return Group(*parts)
+
+
+Titled = tuple[str, Table, str]
+"""A table with its title above it and a legend below, each a line of its own (a table's own
+title and caption are wrapped to the table's width)."""
 
 
 def _grid(page: StatusPage) -> Table:
@@ -252,14 +259,24 @@ def _report(view: RunStatusView) -> str:
 FOLDED = ("why", "document", "batch", "model")
 """The columns that give way when a table is too wide (their text folds onto more lines); the
 others keep their width, so no header is ever cut."""
-RIGHT = ("documents", "quotes", "found", "requests", "done", "failed", "in flight")
+RIGHT = (
+    "documents",
+    "quotes",
+    "found",
+    "requests",
+    "done",
+    "failed",
+    "rpm",
+    "tpm",
+    "calls",
+    "tokens",
+    "in flight",
+)
 
 
-def _table(*headers: str, title: str) -> Table:
+def _table(*headers: str) -> Table:
     """A compact table: one space between columns and no borders but the header's rule."""
     table = Table(
-        title=title,
-        title_justify="left",
         box=box.SIMPLE_HEAD,
         show_edge=False,
         pad_edge=False,
@@ -277,11 +294,11 @@ def _table(*headers: str, title: str) -> Table:
     return table
 
 
-def _failures(page: StatusPage) -> Table | None:
+def _failures(page: StatusPage) -> Titled | None:
     if not page.failures:
         return None
     total = sum(g.documents for g in page.failures)
-    table = _table("documents", "why", title=f"why {total} documents were not extracted")
+    table = _table("documents", "why")
     for group in page.failures[:FAILURE_ROWS]:
         paths = example_paths(group)
         table.add_row(
@@ -291,7 +308,7 @@ def _failures(page: StatusPage) -> Table | None:
     if len(page.failures) > FAILURE_ROWS:
         rest = sum(g.documents for g in page.failures[FAILURE_ROWS:])
         table.add_row(str(rest), f"{len(page.failures) - FAILURE_ROWS} other reasons (see --json)")
-    return table
+    return f"why {total} documents were not extracted", table, ""
 
 
 def example_paths(group: FailureGroup) -> str:
@@ -305,7 +322,7 @@ def file_name(path: str) -> str:
     return PurePath(path).name or path
 
 
-def _grounding(page: StatusPage) -> Table | None:
+def _grounding(page: StatusPage) -> Titled | None:
     """The documents worth a look: quotes not all found, the revenue quote not found, or text
     aimed at a model; the lowest rates first (every document is in --json)."""
     worth = [
@@ -319,7 +336,7 @@ def _grounding(page: StatusPage) -> Table | None:
         return None
     shown = worth[:GROUNDING_ROWS]
     title = f"quotes found in the filing: {len(shown)} of {len(worth)} documents below 100 %"
-    table = _table("quotes", "found", "revenue", "flag", "document", title=title)
+    table = _table("quotes", "found", "revenue", "flag", "document")
     for d in shown:
         revenue = {True: "found", False: "NOT FOUND", None: ""}[d.revenue_grounded]
         share = "" if d.grounding_rate is None else f" {d.grounding_rate:.0%}"
@@ -330,13 +347,13 @@ def _grounding(page: StatusPage) -> Table | None:
             "FLAGGED" if d.injection_flag else "",
             escape(file_name(d.path)),
         )
-    return table
+    return title, table, ""
 
 
-def _batches(view: RunStatusView) -> Table | None:
+def _batches(view: RunStatusView) -> Titled | None:
     if not view.batches:
         return None
-    table = _table("batch", "status", "requests", "done", "failed", title="provider batches")
+    table = _table("batch", "status", "requests", "done", "failed")
     for item in view.batches:
         table.add_row(
             escape(str(item["batch"])),
@@ -345,10 +362,10 @@ def _batches(view: RunStatusView) -> Table | None:
             f"{item['completed']:,}",
             f"{item['failed']:,}",
         )
-    return table
+    return "provider batches", table, ""
 
 
-def _limiter(page: StatusPage) -> Table | None:
+def _limiter(page: StatusPage) -> Titled | None:
     """One row per model (and API key, when there are several): the rates in force, this
     window's use, calls in flight and any shared pause after a 429; where the limits come from
     in the title when every row agrees, else in a column and a legend."""
@@ -359,10 +376,10 @@ def _limiter(page: StatusPage) -> Table | None:
     headers = ["model", *(["key"] if keys else []), *(["limits"] if len(sources) > 1 else [])]
     headers += ["rpm", "tpm", "calls", "tokens", "in flight", "paused"]
     cut = min(scope["factor"] for scope in page.limiter) < 1
-    title = f"global limiter, this {page.window_s:g} s window"
+    title = f"global limiter, {page.window_s:g} s window"
     if len(sources) == 1:
-        title += f" (limits: {LIMITS_FROM.get(sources[0], (sources[0], sources[0]))[1]})"
-    table = _table(*headers, title=title)
+        title += f", limits {LIMITS_FROM.get(sources[0], (sources[0], sources[0]))[1]}"
+    table = _table(*headers)
     for scope in page.limiter:
         cells = [escape(str(scope["model"]))]
         if keys:
@@ -371,8 +388,8 @@ def _limiter(page: StatusPage) -> Table | None:
             cells.append(LIMITS_FROM.get(scope["limits_from"], ("?", ""))[0])
         mark = "*" if scope["factor"] < 1 else ""
         cells += [
-            _count(scope["effective_rpm"]) + mark,
-            _count(scope["effective_tpm"]) + mark,
+            _limit(scope["effective_rpm"]) + mark,
+            _limit(scope["effective_tpm"]) + mark,
             _count(scope["requests_in_window"]),
             _count(scope["tokens_in_window"]),
             f"{scope['inflight']:,}" + (f"/{scope['max_inflight']:,}" if scope["max_inflight"] else ""),
@@ -387,16 +404,16 @@ def _limiter(page: StatusPage) -> Table | None:
     ]
     if cut:
         legend.append("*: cut after the provider's 429s, climbing back")
-    if legend:
-        table.caption = "; ".join(legend)
-        table.caption_justify = "left"
-    return table
+    return title, table, "; ".join(legend)
+
+
+def _limit(n: int) -> str:
+    """A rate limit as `_count` writes it; 0 (no limit) as none."""
+    return _count(n) if n else "none"
 
 
 def _count(n: int) -> str:
-    """A count in at most about six characters: 9,000, 27.0M, 1.2B; 0 as none (no limit)."""
-    if not n:
-        return "none"
+    """A count in at most about six characters: 9,000, 27.0M, 1.2B."""
     if n < 100_000:
         return f"{n:,}"
     for size, unit in ((1_000_000_000, "B"), (1_000_000, "M"), (1_000, "k")):
