@@ -1,24 +1,39 @@
 """The circuit breaker on real Redis, its time moved through its seam (`circuit.moved`) instead of
-slept through."""
+slept through; then the LLM client through it against the simulator's outage, over real HTTP."""
 
 from __future__ import annotations
 
+import json
+import random
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from contextlib import ExitStack
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from sqlalchemy import Engine
 
+from pipeline.core import errors
 from pipeline.core import keys as redis_keys
 from pipeline.core.settings import Settings
 from pipeline.llm import circuit
 from pipeline.llm.circuit import Circuit, Gate, Tolerance
+from pipeline.llm.client import CALL_ATTEMPTS, CallRecord, LLMClient
+from pipeline.llm.ratelimit import RedisLimiter
+from pipeline.recovery.heartbeat import Heartbeat
+from pipeline.recovery.leases import Leases
+from pipeline.storage import clock
+from pipeline_dev.sim import SimConfig, SimServer
 from tests.conftest import claimed_redis_db
+from tests.test_liveness import _left_s, _started
 
 FIRST_S, MAX_S = 2.0, 30.0
+MESSAGES: Any = [{"role": "user", "content": "Hello there. How are you?"}]
 
 
 @pytest.fixture
@@ -159,3 +174,164 @@ def test_the_tolerance_is_the_setting_else_the_runs_deadline_else_two_hours() ->
         assert circuit.tolerance(Settings(_env_file=None, outage_tolerance_s=90)) == Tolerance(90.0, None)  # type: ignore[call-arg]
     with circuit.run_deadline(lambda: None):
         assert circuit.tolerance(unset) == Tolerance(7200.0, None)
+
+
+# --- the client through it, against the simulator's outage ---------------------------------
+
+
+class _NoJitter(random.Random):
+    """Backoff without its random part: a failed try is tried again at once."""
+
+    def uniform(self, a: float, b: float) -> float:
+        return a
+
+
+def start_outage(sim: SimServer, seconds: float, kind: str = "503") -> dict[str, Any]:
+    body = json.dumps({"seconds": seconds, "kind": kind}).encode()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{sim.port}/sim/outage", data=body, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request) as answer:
+        return dict(json.load(answer))
+
+
+def llm(sim: SimServer, url: str, breaker: Circuit | None = None, **overrides: Any) -> LLMClient:
+    options: dict[str, Any] = {
+        "llm_base_url": sim.base_url,
+        "redis_url": url,
+        "llm_model": f"circuit-{uuid.uuid4().hex[:6]}",
+        "circuit_failures": 3,
+        "limiter_max_wait_s": 0,  # every wait for the circuit goes back to the queue: nothing sleeps
+        "rate_limit_learn": False,  # no limiter's probe for headers: a dropped call tells none
+    }
+    settings = Settings(_env_file=None, **{**options, **overrides})  # type: ignore[call-arg]
+    limiter = RedisLimiter.from_settings(settings, 2)
+    return LLMClient(settings, pool_size=2, limiter=limiter, rng=_NoJitter(), breaker=breaker)
+
+
+def ask(client: LLMClient, records: list[CallRecord]) -> str:
+    return client.text(MESSAGES, stage="extract", max_tokens=20, sink=records.append)
+
+
+@pytest.mark.parametrize("kind", ["503", "reset"])
+def test_while_the_circuit_is_open_no_call_is_sent_and_none_spends_a_try(redis_base: str, kind: str) -> None:
+    """Refused (503) or dropped (reset): the third failure opens the circuit within the first call,
+    which goes back to the queue instead of failing; the calls after it are held without a request;
+    the probe alone reaches the provider, and its answer closes the circuit."""
+    with claimed_redis_db(redis_base) as url, SimServer(SimConfig(p50_s=0, p95_s=0)) as sim:
+        client = llm(sim, url)
+        records: list[CallRecord] = []
+        start_outage(sim, 600, kind)
+        with pytest.raises(errors.Deferred) as deferred:
+            ask(client, records)
+        assert [r.status for r in records] == ["unavailable"] * 3 + ["circuit_open"], "under CALL_ATTEMPTS"
+        assert CALL_ATTEMPTS > 3 and "has been unavailable" in str(deferred.value)
+        assert deferred.value.retry_after_s == pytest.approx(FIRST_S, rel=0.2), "back at the probe"
+        for _ in range(5):
+            with pytest.raises(errors.Deferred):
+                ask(client, records)
+        assert sim.stats()["outage"]["refused"] == 3, "held calls send nothing"
+        assert [r.status for r in records[4:]] == ["circuit_open"] * 5
+        assert all(r.latency_ms == 0 and "held, not sent" in (r.error or "") for r in records[3:])
+        with circuit.moved(FIRST_S):
+            with pytest.raises(errors.Deferred):
+                ask(client, records)  # the probe: refused again
+            assert sim.stats()["outage"]["refused"] == 4
+            assert [r.status for r in records[-2:]] == ["unavailable", "circuit_open"]
+        start_outage(sim, 0)  # the provider is back
+        with circuit.moved(FIRST_S + 4.0):
+            assert ask(client, records)  # the probe answers: closed
+            assert ask(client, records)
+        assert [r.status for r in records[-2:]] == ["ok", "ok"]
+        assert circuit.state(client.circuit.client, sim.base_url).state == "closed"  # type: ignore[union-attr]
+        client.close()
+
+
+def test_a_probe_the_endpoint_answers_with_a_refusal_closes_the_circuit(redis_base: str) -> None:
+    """A 401 is an answer: the endpoint is up, and the call fails for its own reason at once
+    instead of every document waiting out the tolerance as if the provider were down."""
+    with (
+        claimed_redis_db(redis_base) as url,
+        SimServer(SimConfig(p50_s=0, p95_s=0, api_key="sk-other")) as sim,
+    ):
+        client = llm(sim, url)
+        records: list[CallRecord] = []
+        start_outage(sim, 600)  # refused before the key is looked at
+        with pytest.raises(errors.Deferred):
+            ask(client, records)
+        start_outage(sim, 0)
+        with circuit.moved(FIRST_S), pytest.raises(errors.ProviderRejected, match="refused the API key"):
+            ask(client, records)
+        assert circuit.state(redis.Redis.from_url(url), sim.base_url).state == "closed"
+        assert [r.status for r in records] == ["unavailable"] * 3 + ["circuit_open", "rejected"]
+        client.close()
+
+
+def test_an_outage_past_its_tolerance_fails_the_call_naming_the_endpoint_and_the_setting(
+    redis_base: str,
+) -> None:
+    with claimed_redis_db(redis_base) as url, SimServer(SimConfig(p50_s=0, p95_s=0)) as sim:
+        client = llm(sim, url, outage_tolerance_s=600)
+        untold = llm(sim, url)  # the same endpoint, no tolerance set: the run's deadline's
+        records: list[CallRecord] = []
+        start_outage(sim, 3600)
+        with pytest.raises(errors.Deferred):
+            ask(client, records)
+        with circuit.moved(599):
+            with pytest.raises(errors.Deferred):
+                ask(client, records)
+        with circuit.moved(601):
+            with pytest.raises(errors.OutageOutlasted) as outlasted:
+                ask(client, records)
+            soon = datetime.now(UTC) + timedelta(seconds=300)
+            with circuit.run_deadline(lambda: soon), pytest.raises(errors.OutageOutlasted) as past_deadline:
+                ask(untold, records)
+            with circuit.run_deadline(lambda: soon + timedelta(hours=1)), pytest.raises(errors.Deferred):
+                ask(untold, records)
+        assert f"the LLM endpoint {sim.base_url} has been unavailable for 60" in str(outlasted.value)
+        assert "PIPELINE_OUTAGE_TOLERANCE_S=600" in str(outlasted.value)
+        assert "the run's deadline" in str(past_deadline.value)
+        assert isinstance(outlasted.value, errors.PermanentError), "the document fails with it"
+        assert records[-1].status == "circuit_open"
+        client.close()
+        untold.close()
+
+
+def test_a_call_held_in_place_keeps_its_lease_for_the_wait_and_goes_at_the_probe(
+    engine: Engine, redis_base: str, tmp_path: Path
+) -> None:
+    """With room to wait in place (PIPELINE_LIMITER_MAX_WAIT_S), a held call sleeps until the next
+    probe: a blocking call as long as the wait, so its lease is renewed through it up to the wait
+    plus a lease and not past it; then it is the probe, which the provider (back) answers."""
+    lease_s = 2.0
+    with claimed_redis_db(redis_base) as url, SimServer(SimConfig(p50_s=0, p95_s=0)) as sim:
+        redis_client = redis.Redis.from_url(url)
+        leases = Leases(lease_s=lease_s, owner=f"host:2:held-{uuid.uuid4().hex[:6]}")
+        beat = Heartbeat(engine, redis_client, leases, lambda taken: None, lambda run_id: None)
+        doc_id, fence = _started(engine, tmp_path, leases)
+        slept: list[float] = []
+        later = ExitStack()
+
+        def sleep(wait_s: float) -> None:  # the breaker's seam: the beats come during its sleep
+            slept.append(wait_s)
+            later.enter_context(circuit.moved(wait_s))  # ... which ends when it has lasted
+            beat.renew()  # the beat that first sees the wait counts its bound from now
+            with clock.moved(wait_s + lease_s - 0.5):
+                beat.renew()
+                assert _left_s(engine, doc_id) > 0 and leases.working(doc_id), "renewed through the wait"
+            with clock.moved(wait_s + lease_s + 0.5):
+                beat.renew()
+                assert not leases.working(doc_id), "not past its bound"
+            start_outage(sim, 0)  # the provider comes back while the call waits
+
+        held = Circuit(redis_client, sim.base_url, failures=3, probe_s=FIRST_S, sleep=sleep)
+        client = llm(sim, url, held, limiter_max_wait_s=30)
+        records: list[CallRecord] = []
+        start_outage(sim, 600)
+        with later, leases.holding(doc_id, fence):
+            answer = ask(client, records)
+        assert answer and slept and slept[0] == pytest.approx(FIRST_S, rel=0.1)
+        assert [r.status for r in records] == ["unavailable"] * 3 + ["circuit_open", "ok"]
+        assert records[3].limiter_wait_ms == pytest.approx(slept[0] * 1000, abs=1)
+        client.close()
+        redis_client.close()

@@ -31,6 +31,7 @@ from pipeline.core.retry import backoff_s, countdown_s
 from pipeline.extraction import extract as extracting
 from pipeline.extraction.extract import CustomResult
 from pipeline.extraction.grounding import GroundedExtraction
+from pipeline.llm.circuit import run_deadline
 from pipeline.llm.client import CallRecord
 from pipeline.recovery.steps import StepLease, once_per_lease, step_held
 from pipeline.reporting import compress as compressing
@@ -341,15 +342,20 @@ def _synthesize(self: Task, run_id: str) -> str:
                 return "done"
         except UnknownToDatabase as exc:
             _back_to_queue(self, exc, self.request.retries)
-        return _retry_or(
-            self,
-            lambda failed: str(
-                reporting.synthesize_run(
-                    ctx, run_id, failed_attempts=failed, guard=step.check, answering=answering
-                )
-            ),
-            lambda reason: str(reporting.synthesize_without_answer(ctx, run_id, reason, guard=step.check)),
-        )
+        # An outage holds the synthesis's calls (deferred, no retry spent) until the run's
+        # deadline, when PIPELINE_OUTAGE_TOLERANCE_S is unset: then the report goes without it.
+        with run_deadline(extracting.deadline_of(ctx, run_id)):
+            return _retry_or(
+                self,
+                lambda failed: str(
+                    reporting.synthesize_run(
+                        ctx, run_id, failed_attempts=failed, guard=step.check, answering=answering
+                    )
+                ),
+                lambda reason: str(
+                    reporting.synthesize_without_answer(ctx, run_id, reason, guard=step.check)
+                ),
+            )
 
 
 @app.task(name="pipeline.batch_tick", ignore_result=True)

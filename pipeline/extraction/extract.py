@@ -10,10 +10,11 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from pipeline.core import errors, logs
@@ -25,11 +26,12 @@ from pipeline.extraction.merge import merge_chunks
 from pipeline.extraction.schemas import FilingExtraction
 from pipeline.ingest import sections
 from pipeline.llm import prompts
+from pipeline.llm.circuit import run_deadline
 from pipeline.llm.client import CallRecord, LLMClient
 from pipeline.recovery.leases import Leases
 from pipeline.storage import documents, llm_calls
 from pipeline.storage.db import session_scope
-from pipeline.storage.models import Chunk, Document
+from pipeline.storage.models import Chunk, Document, Run
 
 log = logging.getLogger(__name__)
 
@@ -106,9 +108,11 @@ def extract_document(
 
 
 def _extract(ctx: Context, work: _Work, started: float, summarize: Summarizer | None) -> str:
-    """The started document's chunks, merge, summary and one closing write, under its lease."""
+    """The started document's chunks, merge, summary and one closing write, under its lease
+    (an outage of the endpoint is waited out until the run's deadline, when it has one and
+    PIPELINE_OUTAGE_TOLERANCE_S is unset)."""
     document_id = work.doc.id
-    with ctx.leases.holding(document_id, work.fence):
+    with ctx.leases.holding(document_id, work.fence), run_deadline(deadline_of(ctx, work.doc.run_id)):
         try:
             answers = _answer_chunks(ctx, work, started)
             model = Counter(model for _, model in answers).most_common(1)[0][0]
@@ -450,6 +454,16 @@ def current_status(ctx: Context, document_id: int) -> str:
         if doc is None:
             raise errors.UnknownToDatabase(f"document {document_id}", database_url(ctx.engine))
         return doc.status
+
+
+def deadline_of(ctx: Context, run_id: str) -> Callable[[], datetime | None]:
+    """Looks up the run's deadline: only once an outage holds a call (`pipeline.llm.circuit`)."""
+
+    def look() -> datetime | None:
+        with session_scope(ctx.engine) as session:
+            return session.scalar(select(Run.deadline).where(Run.id == run_id))
+
+    return look
 
 
 def database_url(engine: Engine) -> str:

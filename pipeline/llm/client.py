@@ -1,9 +1,10 @@
 """The LLM client: one per process, errors mapped at this one boundary.
 
-Every call goes through the global limiter (when limits are set), is retried here on
-transient failures with capped exponential backoff and full jitter, and after a 429 sets
-the shared pause that every worker honours. The SDK's own retries are off
-(`max_retries=0`), so a call is never multiplied by two retry loops.
+Every call first passes the endpoint's circuit breaker (`pipeline.llm.circuit`: while the
+endpoint is down, calls wait for its one probe instead of being sent), then the global limiter
+(when limits are set); it is retried here on transient failures with capped exponential
+backoff and full jitter, and after a 429 sets the shared pause that every worker honours. The
+SDK's own retries are off (`max_retries=0`), so a call is never multiplied by two retry loops.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pipeline.core import errors, progress
 from pipeline.core.cost import call_cost
 from pipeline.core.retry import backoff_s
 from pipeline.core.settings import Settings
-from pipeline.llm import lenient, prompts
+from pipeline.llm import circuit, lenient, prompts
 from pipeline.llm.ratelimit import Permit, RedisLimiter, Scope, SpendMeter
 from pipeline.llm.ratelimit.policy import ProviderLimits, provider_limits, provider_wait_s
 from pipeline.llm.structured import ModeStore
@@ -57,7 +58,8 @@ class CallRecord:
 
     stage: str
     model: str
-    status: str  # ok | invalid | rate_limited | unavailable | rejected
+    status: str  # ok | invalid | rate_limited | unavailable | rejected | circuit_open
+    """circuit_open: never sent, held by the endpoint's open circuit for `limiter_wait_ms`."""
     prompt_tokens: int = 0
     completion_tokens: int = 0
     latency_ms: int = 0
@@ -98,6 +100,7 @@ class LLMClient:
         pool_size: int,
         limiter: RedisLimiter | None = None,
         rng: random.Random | None = None,
+        breaker: circuit.Circuit | None = None,
     ) -> None:
         if not settings.llm_base_url:
             raise errors.ConfigError(
@@ -115,6 +118,10 @@ class LLMClient:
         self._modes = ModeStore(settings.llm_structured_output, limiter.client if limiter else None)
         self.spend = SpendMeter(limiter.client if limiter else None)
         """Capped runs' spend in Redis: `spend.check` before a call, `spending` counts its cost."""
+        if breaker is None and limiter is not None:
+            breaker = circuit.Circuit.from_settings(settings, limiter.client, self.endpoint)
+        self.circuit = breaker
+        """The endpoint's circuit breaker, on the limiter's Redis (None without Redis)."""
         self._keys = settings.api_keys()
         self._extract_models = settings.extract_models()
         self._prices = settings.prices()
@@ -328,17 +335,21 @@ class LLMClient:
         failures = refusals = 0
         waited_s = 0.0
         while True:
-            permit = self._acquire(scopes, tokens, waited_s)
+            gate = self._through_circuit(stage, model, sink)
+            try:
+                permit = self._acquire(scopes, tokens, waited_s)
+            except BaseException:
+                self._tell_circuit(gate, "abandoned")  # a probe that never went: the next call's turn
+                raise
             # PIPELINE_LIMITER_MAX_WAIT_S bounds the call's waits in place, over all its attempts;
             # each attempt's record carries its own.
             permit = replace(permit, waited_s=permit.waited_s - waited_s)
             waited_s += permit.waited_s
             try:
                 done = self._send(permit, messages, stage=stage, model=model, max_tokens=max_tokens, fmt=fmt)
-                self._calibrate(model, estimate, done.record.prompt_tokens)
-                return done
             except _Failure as failure:
                 error = failure.error
+                held = self._tell_circuit(gate, failure.outcome, str(error))
                 if isinstance(error, errors.RateLimited) and self.limiter:
                     # First the pause, so that no worker sends into the refusal meanwhile.
                     # A burst refused while the window had room asks for a small cut, a spent quota
@@ -348,6 +359,15 @@ class LLMClient:
                         permit.scope, error.retry_after_s or c.DEFAULT_PAUSE_S, decrease=decrease
                     )
                 sink(failure.record)
+            except BaseException:
+                self._tell_circuit(gate, "abandoned")
+                raise
+            else:
+                self._tell_circuit(gate, "answered")
+                self._calibrate(model, estimate, done.record.prompt_tokens)
+                return done
+            if held:
+                continue  # the circuit is open: the next try waits for its probe, no failure counted
             if isinstance(error, errors.RateLimited):
                 refusals += 1
                 if refusals >= RATE_LIMITED_ATTEMPTS:
@@ -365,6 +385,68 @@ class LLMClient:
                 )
             else:
                 raise error
+
+    def _through_circuit(self, stage: str, model: str, sink: CallSink) -> circuit.Gate | None:
+        """The call's pass through the endpoint's circuit (None: no circuit, or its Redis did not
+        answer: the call goes). While the circuit is open the call waits for the next probe, in
+        place up to PIPELINE_LIMITER_MAX_WAIT_S; a longer wait raises Deferred (the probe as the
+        countdown), an outage past its tolerance OutageOutlasted. A held call is recorded once,
+        as `circuit_open`, with how long it was held."""
+        if self.circuit is None:
+            return None
+        held_s, gate, tolerance = 0.0, None, None
+        try:
+            while (gate := self._admit()) is not None and gate.verdict == "open":
+                tolerance = tolerance or circuit.tolerance(self.settings)
+                if (reason := tolerance.outlasted(gate, self.endpoint)) is not None:
+                    raise errors.OutageOutlasted(reason)
+                wait = circuit.next_look_s(gate, tolerance)
+                if held_s + wait > self.settings.limiter_max_wait_s:
+                    described = circuit.describe(gate, self.endpoint)
+                    raise errors.Deferred(f"{described}: back at its next probe", retry_after_s=wait)
+                self.circuit.hold(wait)
+                held_s += wait
+            return gate
+        finally:
+            if (gate is not None and gate.verdict == "open") or held_s:
+                sink(self._held(stage, model, held_s, gate))
+
+    def _admit(self) -> circuit.Gate | None:
+        assert self.circuit is not None
+        try:
+            return self.circuit.admit()
+        except redis.RedisError as exc:
+            # The breaker protects the provider; its Redis being down must not stop the calls.
+            log.warning("the circuit breaker's Redis did not answer (%s): the call goes", exc)
+            return None
+
+    def _held(self, stage: str, model: str, held_s: float, gate: circuit.Gate | None) -> CallRecord:
+        """The record of a call the open circuit held (never sent)."""
+        described = circuit.describe(gate, self.endpoint) if gate is not None else "its circuit was open"
+        return CallRecord(
+            stage,
+            model,
+            "circuit_open",
+            limiter_wait_ms=int(held_s * 1000),
+            error=f"held, not sent: {described}"[:MAX_ERROR_CHARS],
+            cost_usd=call_cost(self._prices, model, 0, 0),
+        )
+
+    def _tell_circuit(self, gate: circuit.Gate | None, outcome: str, error: str = "") -> bool:
+        """Tell the circuit what became of the call it let through; True when the circuit is
+        open now (the failed call is held, not counted as a failed try)."""
+        if gate is None or self.circuit is None:
+            return False
+        try:
+            if outcome == "failed":
+                return self.circuit.failed(gate, error).open
+            if outcome == "answered":
+                self.circuit.answered(gate)
+            elif gate.verdict == "probe":  # abandoned: only a probe holds anything
+                self.circuit.abandoned(gate)
+        except redis.RedisError as exc:
+            log.warning("the circuit breaker could not record a call's outcome: %s", exc)
+        return False
 
     def _acquire(self, scopes: list[Scope], tokens: int, waited_s: float) -> Permit:
         if self.limiter is None:
@@ -413,7 +495,9 @@ class LLMClient:
             status = _STATUS_OF[type(error)]
             cost = call_cost(self._prices, model, 0, 0)  # no answer, no usage: nothing billed
             raise _Failure(
-                error, replace(record, status=status, latency_ms=latency_ms, error=str(error), cost_usd=cost)
+                error,
+                replace(record, status=status, latency_ms=latency_ms, error=str(error), cost_usd=cost),
+                _circuit_outcome(exc, error),
             ) from None
         choice = response.choices[0]
         usage = response.usage
@@ -500,12 +584,26 @@ class LLMClient:
 
 
 class _Failure(Exception):
-    """A failed HTTP attempt: the mapped error and the record of the attempt."""
+    """A failed HTTP attempt: the mapped error, the record of the attempt, and what it tells the
+    circuit breaker (failed, answered or abandoned)."""
 
-    def __init__(self, error: errors.PipelineError, record: CallRecord) -> None:
+    def __init__(self, error: errors.PipelineError, record: CallRecord, outcome: str) -> None:
         super().__init__(str(error))
         self.error = error
         self.record = record
+        self.outcome = outcome
+
+
+def _circuit_outcome(exc: openai.APIError, error: errors.PipelineError) -> str:
+    """failed: no answer (connection failure, timeout) or a 5xx that is no format rejection;
+    abandoned: a 429 (the limiter's business); answered: the endpoint answered otherwise."""
+    if isinstance(error, errors.RateLimited):
+        return "abandoned"
+    if isinstance(exc, openai.APIConnectionError):
+        return "failed"
+    if isinstance(exc, openai.APIStatusError) and exc.status_code >= 500:
+        return "answered" if isinstance(error, errors.FormatRejected) else "failed"
+    return "answered"
 
 
 def _rejection(exc: openai.APIStatusError) -> str:
