@@ -4,6 +4,7 @@ table: tests/test_readme_sql.py (`pipeline run` on the simulator with the defaul
 
 from __future__ import annotations
 
+import os
 from datetime import date
 from urllib.parse import urlsplit
 
@@ -32,6 +33,13 @@ COMMON_MODELS = {
         "gemini-2.5-pro",
     ],
 }
+
+
+@pytest.fixture(autouse=True)
+def _nothing_configured(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The session's other tests set PIPELINE_* in this process's environment (`pipeline_env`)."""
+    for name in [name for name in os.environ if name.startswith("PIPELINE_")]:
+        monkeypatch.delenv(name)
 
 
 def _settings(**values: object) -> Settings:
