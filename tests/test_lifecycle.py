@@ -42,7 +42,15 @@ STATES: dict[str, dict[str, Any]] = {
     "extracted": {"status": DocStatus.EXTRACTED, "lease_owner": None, "expires_in": None, "attempts": 1},
     "failed": {"status": DocStatus.FAILED, "lease_owner": None, "expires_in": None, "attempts": 1},
     "skipped": {"status": DocStatus.SKIPPED, "lease_owner": None, "expires_in": None, "attempts": 0},
+    "cancelled": {"status": DocStatus.CANCELLED, "lease_owner": None, "expires_in": None, "attempts": 1},
 }
+FINAL = {DocStatus.EXTRACTED, DocStatus.FAILED, DocStatus.SKIPPED, DocStatus.CANCELLED}
+
+
+def _run_of(session: Session, doc_id: int) -> str:
+    run_id = session.scalar(select(Document.run_id).where(Document.id == doc_id))
+    assert run_id is not None
+    return run_id
 
 
 def _quiet(write: Callable[[Session, int], object]) -> Callable[[Session, int], object]:
@@ -118,6 +126,12 @@ WRITERS: list[tuple[str, str, Callable[[Session, int], object], set[str]]] = [
         lambda s, d: repo.start_document(s, d, 1, "owner-b", 30, scope="s"),
         {"pending", "running, lease ran out", "running, released"},
     ),
+    (
+        "cancel",
+        "pipeline cancel",
+        lambda s, d: repo.cancel_documents(s, _run_of(s, d), "cancelled by a test"),
+        {"pending", "running, live lease", "running, lease ran out", "running, released"},
+    ),
 ]
 
 
@@ -147,9 +161,7 @@ def _put(engine: Engine, doc_id: int, state: str) -> tuple[object, ...]:
                 fence=FENCE,
                 lease_scope="s",
                 lease_expires_at=None if expires_in is None else now + timedelta(seconds=expires_in),
-                finished_at=now
-                if values["status"] in (DocStatus.EXTRACTED, DocStatus.FAILED, DocStatus.SKIPPED)
-                else None,
+                finished_at=now if values["status"] in FINAL else None,
             )
         )
     return _row(engine, doc_id)
@@ -196,8 +208,7 @@ def test_each_document_writer_moves_only_as_the_table_allows(
 
 
 def test_no_document_move_starts_from_a_final_state_and_every_state_is_reached() -> None:
-    final = {DocStatus.EXTRACTED, DocStatus.FAILED, DocStatus.SKIPPED}
-    assert not any(set(m.sources) & final for m in lifecycle.DOCUMENT_MOVES)
+    assert not any(set(m.sources) & FINAL for m in lifecycle.DOCUMENT_MOVES)
     reached = {t for m in lifecycle.DOCUMENT_MOVES for t in m.targets}
     assert reached == set(DocStatus)
     assert {t for m in lifecycle.RUN_MOVES for t in m.targets} == set(RunStatus)

@@ -135,7 +135,7 @@ def submit_and_wait(
             run_id=run_id,
         )
     except KeyboardInterrupt as exc:
-        _abandon(engine, run_id, f"submit was stopped by {stopped_by(exc)} while its files were stored")
+        _abandon(engine, run_id, f"`pipeline submit`, stopped by {stopped_by(exc)} as it stored its files")
         raise
     refused = _refused(plan, paths)
     if refused is not None:
@@ -200,16 +200,19 @@ def _refused(plan: SubmitPlan, paths: list[str]) -> tuple[int, str] | None:
 
 def _abandon(engine: Engine, run_id: str, why: str) -> None:
     """A run that will not go on: removed when it holds no document (nothing to account for),
-    marked cancelled with `why` otherwise (its first documents may be with workers already)."""
+    cancelled by `why` otherwise, as `pipeline cancel` does (its first documents may be with
+    workers already: they stop before their next call)."""
+    from pipeline.cli.repair import cancel_and_report, stop_flags
     from pipeline.storage import intake, run_state
     from pipeline.storage.db import session_scope
 
     with session_scope(engine) as session:
         stored = sum(run_state.status_counts(session, run_id).values())
-        if stored:
-            run_state.move_run(session, run_id, "cancel", error=f"{why} ({stored} stored)")
-        else:
+        if not stored:
             intake.delete_run(session, run_id)
+            return
+    settings = get_settings()
+    cancel_and_report(engine, settings, run_id, why, stop_flags(settings))
 
 
 def _discard(engine: Engine, run_id: str) -> None:
@@ -386,21 +389,21 @@ def _on_this_machine(host: str) -> bool:
 
 
 def _cancel(settings: Settings, run_id: str, how: str) -> None:
-    """Mark the run `pipeline run` was following as cancelled, its workers being stopped."""
-    from pipeline.runs.status import run_status
-    from pipeline.storage import run_state
-    from pipeline.storage.db import session_scope
+    """Cancel the run `pipeline run` was following, as `pipeline cancel` does, its workers and
+    embedded Redis being stopped already (so no flag is set: nothing is left to check it); its
+    report of what was done is written, with the files."""
+    from pipeline.cli.repair import cancel_and_report
 
     engine = open_engine(settings)
-    view = run_status(engine, run_id)
-    done = view.documents.get("extracted", 0)
-    reason = (
-        f"pipeline run was stopped by {how} with {done} of {view.documents_total} documents extracted; "
-        "run the same command again: what was extracted is reused"
+    again = "run the same command again: what was extracted is reused"
+    outcome = cancel_and_report(
+        engine, settings, run_id, f"`pipeline run`, stopped by {how}", None, hint=again
     )
-    with session_scope(engine) as session:
-        run_state.move_run(session, run_id, "cancel", error=reason)
-    console.print(f"[bold red]run {run_id} cancelled:[/] {escape(reason)}")
+    console.print(
+        f"[bold red]run {run_id} cancelled:[/] pipeline run was stopped by {how} with {outcome.extracted} "
+        f"of {outcome.total} documents extracted; {again}"
+    )
+    _write_report_files(settings, run_id)
 
 
 def _write_report_files(settings: Settings, run_id: str, *, page: bool = True) -> None:

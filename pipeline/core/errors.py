@@ -10,6 +10,7 @@
     │   ├── Deferred                our own limiter (or an open circuit) asks to come back later
     │   └── UnknownToDatabase       a message names a document or run this worker's database lacks
     ├── LeaseLost                   another worker took the document over: stop, write nothing
+    │   └── RunCancelled            the run was cancelled (`pipeline cancel`): no more calls for it
     └── PermanentError              trying again will not help
         ├── SchemaViolation         the answer did not validate, even after one repair
         ├── ProviderRejected        4xx other than 429 (bad request, auth, content policy)
@@ -64,6 +65,11 @@ class LeaseLost(PipelineError):
     """This worker's lease on the document ran out and another took it over (its fencing token
     moved on), or the document is already final: whatever this holder would write is refused.
     Neither a failure nor a retry: the task ends and the new holder carries on."""
+
+
+class RunCancelled(LeaseLost):
+    """The run was cancelled (`pipeline cancel`): its work stops before its next call, and its
+    document ends `cancelled` (the message is the cancel's reason). Neither a failure nor a retry."""
 
 
 class PermanentError(PipelineError):

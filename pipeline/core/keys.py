@@ -84,4 +84,11 @@ CIRCUIT = RedisKey(
     "{<endpoint tag>}: an endpoint's circuit breaker (its failures, open-until and the probe's holder)",
 )
 
-ALL = (WORKER, DEPLOYMENT, RECEIVED, RECEIVERS, STEP, LIMITER, BUDGET, STRUCTURED, CIRCUIT)
+CANCELLED = RedisKey(
+    "pipeline:cancelled:",
+    "a week (STOP_TTL_S)",
+    "pipeline.llm.stops",
+    "<run>: the run was cancelled (the value is why): no call for it goes out",
+)
+
+ALL = (WORKER, DEPLOYMENT, RECEIVED, RECEIVERS, STEP, LIMITER, BUDGET, STRUCTURED, CIRCUIT, CANCELLED)

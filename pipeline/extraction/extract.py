@@ -25,7 +25,7 @@ from pipeline.extraction.grounding import GroundedExtraction, Source, ground
 from pipeline.extraction.merge import merge_chunks
 from pipeline.extraction.schemas import FilingExtraction
 from pipeline.ingest import sections
-from pipeline.llm import prompts
+from pipeline.llm import prompts, stops
 from pipeline.llm.circuit import run_deadline
 from pipeline.llm.client import CallRecord, LLMClient
 from pipeline.recovery.leases import Leases
@@ -89,6 +89,8 @@ def extract_document(
     document cannot be extracted (recorded as its failure while the lease holds), and LeaseLost when
     another worker took the document over (nothing more is written). Raises UnknownToDatabase
     when this database has no such document (it is another database than the producer's).
+    A document of a cancelled run (`pipeline cancel`) makes no call from then on and ends
+    `cancelled` (the check before each call: `pipeline.llm.stops`).
 
     `summarize` (the task layer compresses there) gets the grounded result in memory; the
     extraction, its risk factors, its summary, the summary's calls and the document's status
@@ -104,7 +106,31 @@ def extract_document(
             return current_status(ctx, document_id)
         if attempt is not None:
             attempt.fence = work.fence
-        return _extract(ctx, work, started, summarize)
+        check = stop_check(ctx, work.doc.run_id)
+        try:
+            with stops.checked_by(check):
+                if check is not None:
+                    check()  # a delivery of a cancelled run's document starts nothing
+                return _extract(ctx, work, started, summarize)
+        except errors.RunCancelled as exc:
+            return _cancelled(ctx, work.doc, str(exc))
+
+
+def stop_check(ctx: Context, run_id: str) -> stops.Check | None:
+    """The check made before each call for the run: its cancel flag, in the limiter's Redis
+    (None without one: the database's final status stops the work then)."""
+    if ctx.llm.limiter is None:
+        return None
+    return stops.StopFlags(ctx.llm.limiter.client).check_of(run_id)
+
+
+def _cancelled(ctx: Context, doc: Document, reason: str) -> str:
+    """The run was cancelled while this delivery held the document: it ends `cancelled` (if
+    `pipeline cancel` has not ended it already), and what was answered stays for a retry."""
+    log.info("document %s: its run %s was cancelled: %s", doc.id, doc.run_id, reason)
+    with session_scope(ctx.engine) as session:
+        documents.cancel_documents(session, doc.run_id, reason, [doc.id])
+    return current_status(ctx, doc.id)
 
 
 def _extract(ctx: Context, work: _Work, started: float, summarize: Summarizer | None) -> str:

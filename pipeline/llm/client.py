@@ -28,7 +28,7 @@ from pipeline.core import errors, progress
 from pipeline.core.cost import call_cost
 from pipeline.core.retry import backoff_s
 from pipeline.core.settings import Settings
-from pipeline.llm import circuit, lenient, prompts
+from pipeline.llm import circuit, lenient, prompts, stops
 from pipeline.llm.ratelimit import Permit, RedisLimiter, Scope, SpendMeter
 from pipeline.llm.ratelimit.policy import ProviderLimits, provider_limits, provider_wait_s
 from pipeline.llm.structured import ModeStore
@@ -467,6 +467,7 @@ class LLMClient:
         max_tokens: int,
         fmt: dict[str, Any] | None,
     ) -> Completion:
+        self._go_ahead(permit)
         record = CallRecord(
             stage, model, "ok", key_slot=permit.scope.key_slot, limiter_wait_ms=int(permit.waited_s * 1000)
         )
@@ -519,6 +520,15 @@ class LLMClient:
                 ),
             ),
         )
+
+    def _go_ahead(self, permit: Permit) -> None:
+        """Right before the request goes out, once admitted: a cancelled run's call is not sent
+        (`pipeline.llm.stops`), and its permit is handed back unused."""
+        try:
+            stops.before_call()
+        except BaseException:
+            self._settle(permit, None, 0)
+            raise
 
     def _calibrated(self, model: str, estimate: int) -> int:
         """The prompt estimate scaled by what the provider has been counting for this model: a

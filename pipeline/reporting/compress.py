@@ -12,9 +12,9 @@ from sqlalchemy import select
 from pipeline.core.constants import DEFAULT_COMPRESS_MAX_TOKENS
 from pipeline.core.errors import PipelineError, UnknownToDatabase
 from pipeline.extraction import custom
-from pipeline.extraction.extract import Context, CustomResult, check_spend, database_url
+from pipeline.extraction.extract import Context, CustomResult, check_spend, database_url, stop_check
 from pipeline.extraction.grounding import GroundedExtraction
-from pipeline.llm import prompts
+from pipeline.llm import prompts, stops
 from pipeline.llm.client import CallRecord
 from pipeline.reporting import render
 from pipeline.storage import llm_calls, reports
@@ -75,7 +75,8 @@ def compress_document(
         check_spend(ctx, run_id)
         sink = ctx.llm.spending(run_id, calls.append)
     try:
-        summary = _summary(ctx, query, facts, bool(schema), sink, failed_attempts)
+        with stops.checked_by(stop_check(ctx, run_id)):  # a cancelled run's is not asked for
+            summary = _summary(ctx, query, facts, bool(schema), sink, failed_attempts)
     finally:
         with session_scope(ctx.engine) as session:
             llm_calls.record_calls(session, extraction.run_id, document_id, None, calls)

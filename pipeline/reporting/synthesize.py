@@ -10,12 +10,12 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Row, select
+from sqlalchemy import Engine, Row, select
 
 from pipeline.core.constants import DEFAULT_SYNTHESIZE_MAX_TOKENS
 from pipeline.extraction import grounding
-from pipeline.extraction.extract import Context, check_spend
-from pipeline.llm import prompts
+from pipeline.extraction.extract import Context, check_spend, stop_check
+from pipeline.llm import prompts, stops
 from pipeline.llm.client import CallRecord
 from pipeline.reporting import render
 from pipeline.reporting.compress import fallback_summary
@@ -52,7 +52,7 @@ def synthesize_run(
         with session_scope(ctx.engine) as session:
             partials.close(session, run_id)  # no partial claims a summary after this
         _await_partials(ctx, run_id, answering)  # those claimed just before it
-    run, rows, risks, partial_texts = _load(ctx, run_id)
+    run, rows, risks, partial_texts = _load(ctx.engine, run_id)
     titles, unverified = _risk_titles(risks)
     levels = 0
     copies: list[Future[str]] = []
@@ -131,10 +131,40 @@ def synthesize_without_answer(
     return synthesize_run(ctx, run_id, answer=answer, guard=guard)
 
 
-def _load(ctx: Context, run_id: str) -> tuple[Run, Sequence[Row[Any]], Sequence[Row[Any]], dict[int, str]]:
+def report_cancelled(engine: Engine, run_id: str) -> None:
+    """The report of a cancelled run: the per-filing tables and the totals of what was done
+    before the cancel, and no answer to the run's question (a synthesis would be a new call).
+    The run stays cancelled (`reports.keep_report`); `pipeline retry` replaces the report."""
+    run, rows, risks, _ = _load(engine, run_id)
+    titles, unverified = _risk_titles(risks)
+    view = run_status(engine, run_id)
+    extracted, total = view.documents.get("extracted", 0), sum(view.documents.values())
+    answer = (
+        f"(The run was cancelled: {run.error or 'no reason recorded'}. No answer was synthesized, "
+        f"which would have been a new call. The tables below show what was done before the "
+        f"cancel: {extracted} of {total} documents extracted; `pipeline retry {run_id}` "
+        "finishes the rest.)"
+    )
+    report = render.ReportInput(
+        run_id=run.id,
+        name=run.name,
+        query=run.query,
+        model=run.model,
+        simulated=run.simulated,
+        answer=answer,
+        synthesis_levels=0,
+        documents=_document_rows(rows, titles, unverified),
+        totals=_totals(view),
+    )
+    data = {**render.as_json(report), "cancelled": run.error}
+    with session_scope(engine) as session:
+        reports.keep_report(session, run_id, render.markdown(report), data)
+
+
+def _load(engine: Engine, run_id: str) -> tuple[Run, Sequence[Row[Any]], Sequence[Row[Any]], dict[int, str]]:
     """The run, one row per document (with its extraction's columns), its risk factors, and
     its partial syntheses' texts by id."""
-    with session_scope(ctx.engine) as session:
+    with session_scope(engine) as session:
         run = session.get(Run, run_id)
         if run is None:
             raise LookupError(f"no run {run_id}")
@@ -267,13 +297,14 @@ def synthesize_batch(
         check_spend(ctx, run_id)
     calls: list[CallRecord] = []
     try:
-        return ctx.llm.text(
-            prompts.synthesize_messages(query, batch),
-            stage="synthesize",
-            max_tokens=DEFAULT_SYNTHESIZE_MAX_TOKENS,
-            sink=ctx.llm.spending(run_id, calls.append) if budget_usd is not None else calls.append,
-            model=model,
-        )
+        with stops.checked_by(stop_check(ctx, run_id)):  # a cancelled run's is not asked for
+            return ctx.llm.text(
+                prompts.synthesize_messages(query, batch),
+                stage="synthesize",
+                max_tokens=DEFAULT_SYNTHESIZE_MAX_TOKENS,
+                sink=ctx.llm.spending(run_id, calls.append) if budget_usd is not None else calls.append,
+                model=model,
+            )
     finally:
         with session_scope(ctx.engine) as session:
             llm_calls.record_calls(session, run_id, None, None, calls)

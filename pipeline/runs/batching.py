@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -29,9 +29,9 @@ from sqlalchemy.orm import Session
 from pipeline.core import errors
 from pipeline.core.cost import call_cost
 from pipeline.extraction import custom
-from pipeline.extraction.extract import Context, check_spend, chunk_messages, prompt_version
+from pipeline.extraction.extract import Context, check_spend, chunk_messages, prompt_version, stop_check
 from pipeline.extraction.schemas import FilingExtraction
-from pipeline.llm import lenient
+from pipeline.llm import lenient, stops
 from pipeline.llm.batch import (
     BatchAPI,
     BatchState,
@@ -51,7 +51,7 @@ from pipeline.runs.mode import SAFETY, sync_estimate_s, work_estimate
 from pipeline.storage import batches as repo
 from pipeline.storage import clock, documents, llm_calls
 from pipeline.storage.db import session_scope
-from pipeline.storage.models import Chunk, Document, LLMBatch, Run, aware
+from pipeline.storage.models import Chunk, Document, LLMBatch, Run, RunStatus, aware
 
 log = logging.getLogger(__name__)
 
@@ -105,47 +105,74 @@ class Tick:
 def tick(ctx: Context, run_id: str) -> Tick:
     """Advance the run's batches one step: each row to its next state, ended batches ingested,
     new files submitted while the enqueued-token budget allows, the deadline watched (on the
-    database's clock: a cutover one host began, another goes on with)."""
-    outcome = Tick()
+    database's clock: a cutover one host began, another goes on with). A cancelled run's
+    batches are cancelled and what they answered before is ingested, nothing more is sent
+    (`_wind_down`)."""
     with session_scope(ctx.engine) as session:
         run = session.get(Run, run_id)
         if run is None or run.dispatched_at is not None or run.mode != "batch":
-            outcome.done = True
-            return outcome
+            return Tick(done=True)
         repo.touch_poll(session, run_id)
         session.expunge(run)
-    version = prompt_version(run.schema)
     api = BatchAPI(ctx.settings.llm_base_url or "", ctx.settings.api_key_value(), ctx.settings.llm_timeout_s)
     try:
-        with session_scope(ctx.engine) as session:
-            rows = repo.open_batches(session, run_id)
-            session.expunge_all()
-        for row in rows:
-            try:
-                outcome.ingested += _advance(ctx, api, run, row, version)
-            except errors.PermanentError as exc:  # this batch cannot go on: its lines go elsewhere
-                _give_up(ctx, run, row, str(exc))
-            except Exception as exc:  # transient, or a bug: the other rows and the deadline go on
-                log.warning(
-                    "run %s: batch row %s: %s: %s", run_id, row.id, type(exc).__name__, exc, exc_info=True
-                )
-                _count_failure(ctx, run, row, f"{type(exc).__name__}: {exc}")
-        # Once begun, the cutover goes on: what it ingests shortens the estimate, which must not
-        # send the rest in a new batch.
-        now = _now(ctx)
-        deadline_due = run.cutover_at is not None or (
-            (cut := cutover_at(ctx, run)) is not None and now >= cut
-        )
-        if deadline_due:
-            outcome.dispatch = _cut_over(ctx, api, run, now)
-        else:
-            outcome.submitted = _submit(ctx, api, run, version)
-            with session_scope(ctx.engine) as session:
-                left = repo.still_to_send(session, run_id, version, ctx.settings.batch_line_attempts)
-                open_rows = repo.open_batches(session, run_id)
-            outcome.dispatch = not left and not open_rows
+        with stops.checked_by(stop_check(ctx, run_id)):  # a cancelled run's repairs are not asked for
+            if run.status == RunStatus.CANCELLED:
+                return _wind_down(ctx, api, run)
+            return _tick(ctx, api, run)
     finally:
         api.close()
+
+
+def _wind_down(ctx: Context, api: BatchAPI, run: Run) -> Tick:
+    """A cancelled run's batches: cancelled at the provider (`pipeline cancel` did so already,
+    unless one was created as it ran), and the lines they answered before ingested, which were
+    paid for (a retry reuses them; a line that needs a repair call is left unanswered). Done
+    once none is open."""
+    cancel_open_batches(ctx.engine, api, run.id, "run cancelled")
+    outcome = Tick(ingested=_advance_rows(ctx, api, run, prompt_version(run.schema)))
+    with session_scope(ctx.engine) as session:
+        outcome.done = not repo.open_batches(session, run.id)
+    return outcome
+
+
+def _advance_rows(ctx: Context, api: BatchAPI, run: Run, version: str) -> int:
+    """Each open batch row of the run moved on by one step; the lines ingested."""
+    ingested = 0
+    with session_scope(ctx.engine) as session:
+        rows = repo.open_batches(session, run.id)
+        session.expunge_all()
+    for row in rows:
+        try:
+            ingested += _advance(ctx, api, run, row, version)
+        except errors.PermanentError as exc:  # this batch cannot go on: its lines go elsewhere
+            _give_up(ctx, run, row, str(exc))
+        except Exception as exc:  # transient, or a bug: the other rows and the deadline go on
+            log.warning(
+                "run %s: batch row %s: %s: %s", run.id, row.id, type(exc).__name__, exc, exc_info=True
+            )
+            _count_failure(ctx, run, row, f"{type(exc).__name__}: {exc}")
+    return ingested
+
+
+def _tick(ctx: Context, api: BatchAPI, run: Run) -> Tick:
+    """`tick` for a run on the batch path."""
+    run_id = run.id
+    outcome = Tick()
+    version = prompt_version(run.schema)
+    outcome.ingested = _advance_rows(ctx, api, run, version)
+    # Once begun, the cutover goes on: what it ingests shortens the estimate, which must not
+    # send the rest in a new batch.
+    now = _now(ctx)
+    deadline_due = run.cutover_at is not None or ((cut := cutover_at(ctx, run)) is not None and now >= cut)
+    if deadline_due:
+        outcome.dispatch = _cut_over(ctx, api, run, now)
+    else:
+        outcome.submitted = _submit(ctx, api, run, version)
+        with session_scope(ctx.engine) as session:
+            left = repo.still_to_send(session, run_id, version, ctx.settings.batch_line_attempts)
+            open_rows = repo.open_batches(session, run_id)
+        outcome.dispatch = not left and not open_rows
     if outcome.dispatch:
         log.info("run %s: the batch path is done, the rest goes synchronously", run_id)
     return outcome
@@ -192,32 +219,54 @@ def documents_to_extract(engine: Engine, run_id: str) -> list[int]:
         return repo.unfinished_documents(session, run_id)
 
 
-def _cut_over(ctx: Context, api: BatchAPI, run: Run, now: datetime) -> bool:
-    """The deadline needs the synchronous path now: cancel what the provider still holds (its
-    completed lines come back all the same) and hand over once the cancels ended, or once
-    waiting for them would cost the deadline its margin."""
-    with session_scope(ctx.engine) as session:
-        rows = repo.open_batches(session, run.id)
+@dataclass
+class BatchCancels:
+    """What cancelling a run's open batches did."""
+
+    cancelled: list[str] = field(default_factory=list)
+    """The provider's ids of the batches cancelled now."""
+    failed: list[str] = field(default_factory=list)
+    """Batches the provider could not be asked to cancel: "<id>: <error>"."""
+    waiting: bool = False
+    """Some batch has not ended yet (still cancelling, or its cancel failed)."""
+
+
+def cancel_open_batches(engine: Engine, api: BatchAPI, run_id: str, why: str) -> BatchCancels:
+    """Cancel what the provider still holds of the run's batches (the lines they completed come
+    back all the same, in their output files), and free the chunks of batches not at the
+    provider yet. Safe to repeat: a batch cancelling or ended is left as it is."""
+    with session_scope(engine) as session:
+        rows = repo.open_batches(session, run_id)
         session.expunge_all()
-    waiting = False
+    done = BatchCancels()
     for row in rows:
         if row.status in ("validating", "in_progress", "finalizing") and row.provider_batch_id:
             try:
                 state = api.cancel(row.provider_batch_id)
             except errors.PipelineError as exc:
-                log.warning("run %s: cancelling batch %s: %s", run.id, row.provider_batch_id, exc)
-                waiting = True
+                log.warning("run %s: cancelling batch %s: %s", run_id, row.provider_batch_id, exc)
+                done.failed.append(f"{row.provider_batch_id}: {exc}")
+                done.waiting = True
                 continue
-            log.info("run %s: deadline: batch %s cancelled (%s)", run.id, row.provider_batch_id, state.status)
-            with session_scope(ctx.engine) as session:
+            log.info("run %s: %s: batch %s cancelled (%s)", run_id, why, row.provider_batch_id, state.status)
+            with session_scope(engine) as session:
                 repo.update_row(session, row.id, status=state.status, stamp=("cancelled_at",), failures=0)
-            waiting = waiting or not state.ended
+            done.cancelled.append(row.provider_batch_id)
+            done.waiting = done.waiting or not state.ended
         elif row.status in repo.WAITING:
-            waiting = True
+            done.waiting = True
         elif row.status in (repo.PREPARING, repo.UPLOADED):
-            # Not at the provider yet: its chunks go synchronously.
-            with session_scope(ctx.engine) as session:
+            # Not at the provider yet: its chunks go synchronously (or nowhere, once cancelled).
+            with session_scope(engine) as session:
                 repo.release(session, row.id)
+    return done
+
+
+def _cut_over(ctx: Context, api: BatchAPI, run: Run, now: datetime) -> bool:
+    """The deadline needs the synchronous path now: cancel what the provider still holds (its
+    completed lines come back all the same) and hand over once the cancels ended, or once
+    waiting for them would cost the deadline its margin."""
+    waiting = cancel_open_batches(ctx.engine, api, run.id, "deadline").waiting
     with session_scope(ctx.engine) as session:
         fresh = session.get(Run, run.id)
         started = aware(fresh.cutover_at) if fresh and fresh.cutover_at else now

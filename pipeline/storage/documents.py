@@ -600,3 +600,27 @@ def _finish_document(
             lease_expires_at=None,
         )
     )
+
+
+def cancel_documents(
+    session: Session, run_id: str, reason: str, document_ids: Sequence[int] | None = None
+) -> int:
+    """End the run's unfinished documents (or those of `document_ids` still unfinished)
+    `cancelled` with `reason`; how many. The fence is raised, so a holder still at work writes
+    nothing more (`LeaseLost`), and no delivery starts a cancelled document again."""
+    stmt = update(Document).where(
+        Document.run_id == run_id, Document.status.in_((DocStatus.PENDING, DocStatus.RUNNING))
+    )
+    if document_ids is not None:
+        stmt = stmt.where(Document.id.in_(list(document_ids)))
+    cancelled = session.execute(
+        stmt.values(
+            status=DocStatus.CANCELLED,
+            error=reason,
+            finished_at=clock.now(session),
+            fence=Document.fence + 1,
+            lease_owner=None,
+            lease_expires_at=None,
+        ).execution_options(synchronize_session=False)
+    )
+    return int(cancelled.rowcount or 0)  # type: ignore[attr-defined]

@@ -33,12 +33,13 @@ class Move:
     """What must hold for it to happen, besides the source state."""
 
 
-_P, _R, _E, _F, _S = (
+_P, _R, _E, _F, _S, _C = (
     DocStatus.PENDING,
     DocStatus.RUNNING,
     DocStatus.EXTRACTED,
     DocStatus.FAILED,
     DocStatus.SKIPPED,
+    DocStatus.CANCELLED,
 )
 
 DOCUMENT_MOVES: tuple[Move, ...] = (
@@ -102,8 +103,15 @@ DOCUMENT_MOVES: tuple[Move, ...] = (
         "a delivery that finds its attempts used up (`documents.start_document`)",
         "no live lease of another owner's",
     ),
+    Move(
+        "cancel",
+        (_P, _R),
+        (_C,),
+        "`pipeline cancel`, or a delivery that finds its run cancelled (`documents.cancel_documents`)",
+        "the run is cancelled; the fence is raised, so a holder's next write is refused",
+    ),
 )
-"""Extracted, failed and skipped are final: no move starts from them."""
+"""Extracted, failed, skipped and cancelled are final: no move starts from them."""
 
 RUN_MOVES: tuple[Move, ...] = (
     Move("create", (), (RunStatus.PENDING,), "the producer (`intake.create_run`)", "a new row"),
@@ -144,20 +152,23 @@ RUN_MOVES: tuple[Move, ...] = (
     ),
     Move(
         "report",
-        (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.STALLED, RunStatus.CANCELLED),
+        (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.STALLED),
         (RunStatus.COMPLETED, RunStatus.FAILED),
         "the run's one report step (`reports.save_report`)",
-        "every document final and the run fully stored (`finalize.next_step`); the report step lease",
+        "every document final and the run fully stored (`finalize.next_step`); the report step "
+        "lease. A cancelled run's report (`reports.keep_report`) leaves it cancelled",
     ),
     Move(
         "cancel",
         (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.STALLED),
         (RunStatus.CANCELLED,),
-        "`pipeline run` stopped by a signal, or abandoned before its documents were stored",
+        "`pipeline cancel`, `pipeline run` stopped by a signal, or `submit` stopped before its "
+        "documents were stored (`runs.cancel.cancel_run`)",
         "none",
     ),
 )
-"""Completed is final; a failed or cancelled run without a report may be resumed."""
+"""A report ends a run (completed or failed; a cancelled run stays cancelled, with its report);
+a failed or cancelled run without a report may be resumed."""
 
 
 def move(table: tuple[Move, ...], name: str) -> Move:

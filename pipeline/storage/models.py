@@ -47,8 +47,9 @@ class RunStatus(enum.StrEnum):
     STALLED = "stalled"
     """No progress, and resuming did not help: an operator has to look (`pipeline resume`)."""
     CANCELLED = "cancelled"
-    """Stopped on purpose before its report (`pipeline run` ended by SIGTERM or Ctrl-C); the
-    error says why and what was done."""
+    """Stopped on purpose (`pipeline cancel`, or `pipeline run` ended by SIGTERM or Ctrl-C); the
+    error says why and what was done, and its report what was extracted. `pipeline retry`
+    finishes it."""
 
 
 class DocStatus(enum.StrEnum):
@@ -57,9 +58,11 @@ class DocStatus(enum.StrEnum):
     EXTRACTED = "extracted"
     FAILED = "failed"
     SKIPPED = "skipped"
+    CANCELLED = "cancelled"
+    """Its run was cancelled before it was extracted (`error` says why)."""
 
 
-TERMINAL_DOC_STATUSES = (DocStatus.EXTRACTED, DocStatus.FAILED, DocStatus.SKIPPED)
+TERMINAL_DOC_STATUSES = (DocStatus.EXTRACTED, DocStatus.FAILED, DocStatus.SKIPPED, DocStatus.CANCELLED)
 
 
 class Base(DeclarativeBase):

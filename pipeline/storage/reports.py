@@ -36,6 +36,13 @@ def save_report(
     move_run(session, run_id, "report", status, error)
 
 
+def keep_report(session: Session, run_id: str, markdown: str, data: dict[str, Any]) -> None:
+    """The report of a run that is not closed by it (a cancelled run's: what was done before
+    the cancel); the run's status stays as it is."""
+    row = fitted(Report, {"run_id": run_id, "markdown": markdown, "json": data, "created_at": utcnow()})
+    upsert(session, Report, [row], ["run_id"], ["markdown", "json", "created_at"])
+
+
 def amend_report(session: Session, run_id: str, markdown: str, data: dict[str, Any]) -> None:
     """The run's report rewritten (its totals, once the calls that came after it are recorded);
     when it was written and the run's status stay as they are."""
