@@ -143,11 +143,15 @@ def test_a_killed_probers_turn_comes_back_when_its_lease_runs_out(client: redis.
             time.sleep(0.02)
 
 
-def test_late_failures_of_calls_sent_before_it_opened_leave_the_probes_alone(client: redis.Redis) -> None:
+def test_late_outcomes_of_calls_sent_before_it_opened_leave_it_to_the_probe(client: redis.Redis) -> None:
+    """Calls in flight when the outage began: their failures change nothing more, and an answer
+    to one sent just before says nothing of the endpoint now (it does not close the circuit)."""
     cb = breaker(client)
-    in_flight = [cb.admit() for _ in range(5)]
-    for gate in in_flight:
+    in_flight = [cb.admit() for _ in range(6)]
+    for gate in in_flight[:5]:
         cb.failed(gate, "APIConnectionError: refused")
+    late = cb.answered(in_flight[5])
+    assert late.open and not late.changed
     gate = cb.admit()
     assert gate.verdict == "open" and gate.probes == 0 and gate.wait_s == pytest.approx(FIRST_S, abs=0.5)
 

@@ -80,6 +80,9 @@ class Gate:
     """Probes that failed since it opened."""
     failures: int
     last_error: str
+    at_ms: int = 0
+    """When the call was let through (Redis ms): an answer to a call let through before the
+    circuit opened does not close it."""
 
     @property
     def outage_s(self) -> float:
@@ -290,10 +293,12 @@ class Circuit:
             probes=int(probes),
             failures=int(failures),
             last_error=_text(last_error),
+            at_ms=int(now_ms),
         )
 
     def answered(self, gate: Gate) -> Outcome:
-        """The endpoint answered the call (anything but a 5xx or a 429): the circuit closes."""
+        """The endpoint answered the call (anything but a 5xx or a 429): the circuit closes,
+        unless the call was let through before it opened (the probe decides then)."""
         outcome = self._tell("answered", gate)
         if outcome.changed:
             log.warning(
@@ -335,6 +340,7 @@ class Circuit:
                     TTL_S * 1000,
                     error[:MAX_ERROR_CHARS],
                     _shift_ms,
+                    gate.at_ms,
                 ],
             )
         return Outcome(

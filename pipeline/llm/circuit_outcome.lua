@@ -6,7 +6,9 @@
 -- KEYS[2] probe  STRING the probing call's token
 --
 -- ARGV[1] outcome: answered | failed | abandoned
---         answered: the endpoint answered (anything but a 5xx or a 429): the circuit closes
+--         answered: the endpoint answered (anything but a 5xx or a 429): the circuit closes,
+--                 unless the call was let through before it opened (an answer to a request
+--                 sent before the outage says nothing of the endpoint now: the probe decides)
 --         failed: no answer (connection failure, timeout) or a 5xx: counted while closed, the
 --                 probe's failure spaces the next probe further
 --         abandoned: the call never reached the endpoint, or a 429 (the limiter's business):
@@ -15,6 +17,7 @@
 -- ARGV[4] first probe spacing (ms)   ARGV[5] longest probe spacing (ms)
 -- ARGV[6] key TTL (ms), from the last outcome   ARGV[7] the error, in words
 -- ARGV[8] shift (ms) added to TIME: 0 but in tests
+-- ARGV[9] when the call was let through (ms, circuit_admit.lua's now)
 --
 -- Returns {open (0/1), opened_ms, probes, now_ms, probe_at_ms, failures, changed}
 --   changed 1: this outcome opened (or closed) the circuit; opened_ms and probes of a circuit
@@ -23,6 +26,7 @@
 local outcome, token = ARGV[1], ARGV[2]
 local threshold, base_ms, max_ms = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local ttl_ms, error_text, shift_ms = tonumber(ARGV[6]), ARGV[7], tonumber(ARGV[8])
+local admitted_ms = tonumber(ARGV[9])
 
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
@@ -39,6 +43,9 @@ if outcome == 'abandoned' then
 end
 
 if outcome == 'answered' then
+  if opened > 0 and not held and admitted_ms <= opened then
+    return {1, opened, probes, now, probe_at, failures, 0}
+  end
   local changed = 0
   if opened > 0 then
     redis.call('HSET', KEYS[1], 'closed_ms', now, 'last_opened_ms', opened, 'last_probes', probes)
