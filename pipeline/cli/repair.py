@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import click
 from rich.markup import escape
 
-from pipeline.cli.base import console, deployment_settings, fail, main, open_engine
+from pipeline.cli.base import console, deployment_settings, fail, main, open_engine, ping_broker
 from pipeline.core import exits
 
 if TYPE_CHECKING:
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from pipeline.core.settings import Settings
     from pipeline.llm.stops import StopFlags
     from pipeline.runs.cancel import CancelOutcome
+    from pipeline.runs.retry import RetryPlan
 
 
 @main.command()
@@ -80,6 +81,78 @@ def _said(outcome: CancelOutcome) -> int:
         console.print(f"run `pipeline cancel {run_id}` again once the provider or Redis answers")
     console.print(f"report: `pipeline report {run_id}`; finish the run later with `pipeline retry {run_id}`")
     return code
+
+
+@main.command()
+@click.argument("run")
+@click.option(
+    "--failed",
+    is_flag=True,
+    help="Retry its failed documents [default, without --document: failed and cancelled].",
+)
+@click.option(
+    "--document",
+    "document_ids",
+    type=int,
+    multiple=True,
+    metavar="ID",
+    help="Retry this document (failed or cancelled); repeat for more.",
+)
+@click.option("--wait", is_flag=True, help="Show progress until the run ends.")
+def retry(run: str, failed: bool, document_ids: tuple[int, ...], wait: bool) -> None:
+    """Run a run's failed (and cancelled) documents again, in the same run: the chunk answers
+    stored are reused, each earlier round is kept (document_attempts), and the run's report is
+    written again."""
+    from pipeline.cli.celery_app import enqueue_run
+    from pipeline.cli.run import follow
+    from pipeline.runs.retry import RetryRefused, start_retry
+
+    settings = deployment_settings("retry")
+    engine = open_engine(settings)
+    run_id = _run_id(engine, run)
+    ping_broker(settings)  # nothing is moved back for documents no broker would take
+    try:
+        plan = start_retry(engine, run_id, failed=failed, document_ids=document_ids)
+    except RetryRefused as exc:
+        fail(str(exc))
+    for document_id, why in plan.left:
+        console.print(f"document {document_id} not retried: {escape(why)}")
+    if not plan.document_ids:
+        which = "failed" if failed and not document_ids else "failed or cancelled"
+        console.print(f"run {run_id} ({plan.was}): nothing to retry (no {which} document asked for)")
+        sys.exit(exits.OK)
+    _let_it_run(settings, run_id)
+    if not plan.via_batch:
+        enqueue_run(run_id, plan.document_ids)
+    console.print(_retrying(plan))
+    sys.exit(follow(engine, run_id) if wait else exits.OK)
+
+
+def _retrying(plan: RetryPlan) -> str:
+    asked = plan.chunks - plan.answered
+    how = "the batch path sends them" if plan.via_batch else "sent to the workers"
+    report = "its report is written again" if plan.had_report else "its report follows"
+    return (
+        f"retrying {len(plan.document_ids)} documents of run {plan.run_id} ({plan.was} until now), "
+        f"{how}: {plan.answered} of {plan.chunks} chunks answered before are reused, {asked} asked; "
+        f"{report} once they end"
+    )
+
+
+def _let_it_run(settings: Settings, run_id: str) -> None:
+    """The run's calls may go out again (its cancel flag), and its new report may be sent at
+    once (the once-per-lease mark of the one before)."""
+    from pipeline.recovery.steps import forget
+
+    flags = stop_flags(settings)
+    if flags is not None:
+        flags.clear(run_id)
+    client = _redis(settings.redis_url)
+    if client is not None:
+        try:
+            forget(client, f"report:{run_id}")
+        finally:
+            client.close()
 
 
 def _run_id(engine: Engine, run: str) -> str:

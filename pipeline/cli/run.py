@@ -278,7 +278,10 @@ def resume(run: str | None, stale_after_s: float, wait: bool) -> None:
         fail(str(exc))
     plan = plan_resume(engine, run_id, stale_after_s)
     if plan.has_report:
-        console.print(f"run {run_id} has its report: nothing to resume")
+        console.print(
+            f"run {run_id} has its report: nothing to resume "
+            f"(its failed or cancelled documents: `pipeline retry {run_id}`)"
+        )
         sys.exit(0)
     enqueue_resume(plan)
     console.print(

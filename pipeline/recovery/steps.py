@@ -114,3 +114,10 @@ def renew_held(client: redis.Redis, leases: Leases) -> None:
 def once_per_lease(client: redis.Redis, leases: Leases, name: str) -> bool:
     """True for the first caller, of every worker, to ask for `name` within a lease."""
     return StepLease(client, leases, name).take()
+
+
+def forget(client: redis.Redis, name: str) -> None:
+    """A once-per-lease chore to be done again at once: `pipeline retry` drops a run's report,
+    and the finalize of the retried documents must send the new one without waiting for the
+    lease of the one before (`report:<run>`) to run out."""
+    client.delete(step_key(name))

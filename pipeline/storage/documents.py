@@ -624,3 +624,39 @@ def cancel_documents(
         ).execution_options(synchronize_session=False)
     )
     return int(cancelled.rowcount or 0)  # type: ignore[attr-defined]
+
+
+RETRIED_FROM = (DocStatus.FAILED, DocStatus.CANCELLED)
+"""What `pipeline retry` sends again (the lifecycle's "retry" move)."""
+
+
+def retry_documents(session: Session, run_id: str, document_ids: Sequence[int]) -> list[int]:
+    """Send the run's failed or cancelled `document_ids` round again: pending, with their
+    attempts counted from 0, no error, no lease (the fence raised, so a late holder of the
+    round before writes nothing). Their chunks' answers stay, so the new round asks only for
+    the rest. Returns the ids moved (keep their round first: `attempts.keep_rounds`)."""
+    ids = sorted(set(document_ids))
+    moved: list[int] = []
+    for start in range(0, len(ids), MAX_IDS_PER_STATEMENT):
+        rows = session.execute(
+            update(Document)
+            .where(
+                Document.run_id == run_id,
+                Document.id.in_(ids[start : start + MAX_IDS_PER_STATEMENT]),
+                Document.status.in_(RETRIED_FROM),
+            )
+            .values(
+                status=DocStatus.PENDING,
+                error=None,
+                attempts=0,
+                fence=Document.fence + 1,
+                lease_owner=None,
+                lease_expires_at=None,
+                started_at=None,
+                finished_at=None,
+            )
+            .returning(Document.id)
+            .execution_options(synchronize_session=False)
+        )
+        moved += [int(i) for i in rows.scalars()]
+    return sorted(moved)

@@ -110,8 +110,16 @@ DOCUMENT_MOVES: tuple[Move, ...] = (
         "`pipeline cancel`, or a delivery that finds its run cancelled (`documents.cancel_documents`)",
         "the run is cancelled; the fence is raised, so a holder's next write is refused",
     ),
+    Move(
+        "retry",
+        (_F, _C),
+        (_P,),
+        "`pipeline retry` (`documents.retry_documents`)",
+        "the round is kept in document_attempts; its attempts count from 0 again; the fence is raised",
+    ),
 )
-"""Extracted, failed, skipped and cancelled are final: no move starts from them."""
+"""Extracted, failed, skipped and cancelled are final: only an operator's retry starts from one
+(failed or cancelled)."""
 
 RUN_MOVES: tuple[Move, ...] = (
     Move("create", (), (RunStatus.PENDING,), "the producer (`intake.create_run`)", "a new row"),
@@ -166,9 +174,17 @@ RUN_MOVES: tuple[Move, ...] = (
         "documents were stored (`runs.cancel.cancel_run`)",
         "none",
     ),
+    Move(
+        "retry",
+        (RunStatus.RUNNING, RunStatus.STALLED, RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED),
+        (RunStatus.RUNNING,),
+        "`pipeline retry` (`runs.retry.start_retry`)",
+        "the run fully stored, with documents to retry; its report is dropped for the new one",
+    ),
 )
-"""A report ends a run (completed or failed; a cancelled run stays cancelled, with its report);
-a failed or cancelled run without a report may be resumed."""
+"""A report ends a run (completed or failed; a cancelled run stays cancelled); `pipeline retry`
+starts it again for its failed or cancelled documents, and `pipeline resume` finishes one
+without a report."""
 
 
 def move(table: tuple[Move, ...], name: str) -> Move:

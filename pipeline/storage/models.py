@@ -327,3 +327,25 @@ class Report(Base):
     markdown: Mapped[str] = mapped_column(Text)
     json: Mapped[dict[str, Any]]
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class DocumentAttempt(Base):
+    """An earlier round of a document: how it ended before `pipeline retry` sent it again (the
+    document's row holds the current round)."""
+
+    __tablename__ = "document_attempts"
+    __table_args__ = (UniqueConstraint("document_id", "round", name="uq_document_attempts_round"),)
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    document_id: Mapped[int] = mapped_column(ForeignKey("documents.id", ondelete="CASCADE"))
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    round: Mapped[int] = mapped_column(Integer)
+    """1 for the document's first round, then one more per retry."""
+    status: Mapped[str] = mapped_column(String(16))
+    error: Mapped[str | None] = mapped_column(Text)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    """Deliveries the round counted (`documents.attempts` then)."""
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+    retried_at: Mapped[datetime] = mapped_column(default=utcnow)
+    """When `pipeline retry` ended the round (on the database's clock)."""

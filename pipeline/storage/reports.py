@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import update
+from sqlalchemy import delete, update
 from sqlalchemy.orm import Session
 
 from pipeline.storage.fit import fitted
@@ -41,6 +41,14 @@ def keep_report(session: Session, run_id: str, markdown: str, data: dict[str, An
     the cancel); the run's status stays as it is."""
     row = fitted(Report, {"run_id": run_id, "markdown": markdown, "json": data, "created_at": utcnow()})
     upsert(session, Report, [row], ["run_id"], ["markdown", "json", "created_at"])
+
+
+def drop_report(session: Session, run_id: str) -> bool:
+    """Remove the run's report, which `pipeline retry` replaces: finalize writes the new one
+    once the retried documents end (a run with a report is done for finalize). Whether there
+    was one."""
+    dropped = session.execute(delete(Report).where(Report.run_id == run_id))
+    return bool(dropped.rowcount)  # type: ignore[attr-defined]
 
 
 def amend_report(session: Session, run_id: str, markdown: str, data: dict[str, Any]) -> None:

@@ -20,11 +20,18 @@ from pipeline.storage.models import (
 
 
 def move_run(
-    session: Session, run_id: str, name: str, status: RunStatus | None = None, error: str | None = None
+    session: Session,
+    run_id: str,
+    name: str,
+    status: RunStatus | None = None,
+    error: str | None = None,
+    *,
+    clear_error: bool = False,
 ) -> bool:
     """Make the run's move `name` of the lifecycle table (to `status`, where the move has more
     than one target), only from one of its sources; whether it moved. A late writer (a stall
-    decided before a report landed, a cancel after it) changes nothing."""
+    decided before a report landed, a cancel after it) changes nothing. A run moving to running
+    has no finish time; `clear_error`: nor its error (a retry)."""
     step = lifecycle.move(lifecycle.RUN_MOVES, name)
     target = status or step.targets[0]
     if target not in step.targets:
@@ -32,9 +39,10 @@ def move_run(
     values: dict[str, Any] = {"status": target}
     if target == RunStatus.RUNNING:
         values["started_at"] = clock.now(session)
+        values["finished_at"] = None
     if target in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED):
         values["finished_at"] = clock.now(session)
-    if error is not None:
+    if error is not None or clear_error:
         values["error"] = error
     moved = session.execute(
         update(Run).where(Run.id == run_id, Run.status.in_(step.sources)).values(**values)

@@ -279,8 +279,10 @@ CONFIGURABLE = {
     "batch_fail_rate": float,
     "batch_expire_after_s": float,
     "batch_enqueued_tokens": int,
+    "api_key": str,
 }
-"""What POST /sim/config may change while the simulator runs (batches take it at creation)."""
+"""What POST /sim/config may change while the simulator runs (batches take it at creation);
+`api_key`: from now on only this key is taken (a key revoked, then put back)."""
 
 
 async def configure(request: web.Request) -> web.Response:
