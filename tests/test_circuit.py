@@ -27,6 +27,7 @@ from pipeline.llm.client import CALL_ATTEMPTS, CallRecord, LLMClient
 from pipeline.llm.ratelimit import RedisLimiter
 from pipeline.recovery.heartbeat import Heartbeat
 from pipeline.recovery.leases import Leases
+from pipeline.runs import status
 from pipeline.storage import clock
 from pipeline_dev.sim import SimConfig, SimServer
 from tests.conftest import claimed_redis_db
@@ -120,6 +121,20 @@ def test_the_probes_answer_closes_it_and_its_state_tells_of_the_outage(client: r
     assert state_key.startswith(redis_keys.CIRCUIT.prefix) and probe_key.startswith(state_key)
     assert not client.exists(probe_key), "no probe left behind"
     assert 0 < client.pttl(state_key) <= circuit.TTL_S * 1000, "the state expires by itself"
+
+
+def test_status_reads_the_endpoints_circuit(redis_base: str) -> None:
+    with claimed_redis_db(redis_base) as url:
+        cb = breaker(redis.Redis.from_url(url))
+        settings = Settings(_env_file=None, redis_url=url, llm_base_url=cb.endpoint)  # type: ignore[call-arg]
+        closed = status.circuit_view(settings)
+        assert closed is not None and closed["state"] == "closed" and closed["last_outage_s"] is None
+        opened(cb)
+        shown = status.circuit_view(settings)
+        assert shown is not None and shown["state"] == "open" and shown["endpoint"] == cb.endpoint
+        assert shown["next_probe_in_s"] == pytest.approx(FIRST_S, abs=0.5)
+        cb.client.close()
+    assert status.circuit_view(Settings(_env_file=None, llm_base_url=cb.endpoint)) is None  # type: ignore[call-arg]
 
 
 def test_a_probe_that_never_reached_the_endpoint_hands_its_turn_to_the_next_call(client: redis.Redis) -> None:

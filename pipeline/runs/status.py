@@ -383,6 +383,28 @@ def limiter_views(settings: Settings) -> list[dict[str, Any]]:
     return views
 
 
+def circuit_view(settings: Settings) -> dict[str, Any] | None:
+    """The LLM endpoint's circuit breaker (`pipeline.llm.circuit.state`): closed, open or
+    probing; since when and for how long, the probes that failed, the next one, the last error,
+    and the last outage that ended. None without Redis or an endpoint, or when Redis does not
+    answer."""
+    import redis
+
+    from pipeline.core.constants import REDIS_CLIENT_OPTIONS
+    from pipeline.llm import circuit
+
+    url = settings.limiter_redis_url or settings.redis_url
+    if not url or not settings.llm_base_url:
+        return None
+    client: redis.Redis = redis.Redis.from_url(url, **REDIS_CLIENT_OPTIONS)
+    try:
+        return circuit.state(client, settings.llm_base_url).as_dict()
+    except redis.RedisError:
+        return None
+    finally:
+        client.close()
+
+
 def worker_views(settings: Settings) -> list[dict[str, Any]] | None:
     """The worker processes whose heartbeat is live, from Redis (None: no Redis configured or
     reachable)."""
