@@ -182,17 +182,22 @@ def test_a_tolerance_names_the_endpoint_and_the_setting() -> None:
     assert Tolerance(None, 1_061.5).outlasted(gate, endpoint) is None
     by_deadline = Tolerance(None, 1_060.0).outlasted(gate, endpoint)
     assert by_deadline is not None and "the run's deadline 1970-01-01T00:17:40+00:00" in by_deadline
+    by_default = Tolerance(60.0, None, configured=False).outlasted(gate, endpoint)
+    assert (
+        by_default is not None
+        and "PIPELINE_OUTAGE_TOLERANCE_S is unset and the run has no deadline" in by_default
+    )
 
 
 def test_the_tolerance_is_the_setting_else_the_runs_deadline_else_two_hours() -> None:
     deadline = datetime(2026, 12, 4, 6, 0, tzinfo=UTC)
     unset = Settings(_env_file=None)  # type: ignore[call-arg]
-    assert circuit.tolerance(unset) == Tolerance(7200.0, None)
+    assert circuit.tolerance(unset) == Tolerance(7200.0, None, configured=False)
     with circuit.run_deadline(lambda: deadline):
         assert circuit.tolerance(unset) == Tolerance(None, deadline.timestamp())
         assert circuit.tolerance(Settings(_env_file=None, outage_tolerance_s=90)) == Tolerance(90.0, None)  # type: ignore[call-arg]
     with circuit.run_deadline(lambda: None):
-        assert circuit.tolerance(unset) == Tolerance(7200.0, None)
+        assert circuit.tolerance(unset) == Tolerance(7200.0, None, configured=False)
 
 
 # --- the client through it, against the simulator's outage ---------------------------------

@@ -115,6 +115,8 @@ class Tolerance:
     seconds: float | None
     deadline_s: float | None
     """Unix seconds (the run's deadline), when `seconds` is None."""
+    configured: bool = True
+    """False: `seconds` is the default (nothing set, no deadline)."""
 
     def left_s(self, gate: Gate) -> float:
         """How long the outage `gate` saw may still last before the waiting calls fail."""
@@ -127,8 +129,13 @@ class Tolerance:
         """Why the waiting call fails now (the endpoint and the setting named), or None."""
         if gate.verdict != "open" or self.left_s(gate) > 0:
             return None
-        if self.seconds is not None:
+        if self.seconds is not None and self.configured:
             limit = f"PIPELINE_OUTAGE_TOLERANCE_S={self.seconds:g}"
+        elif self.seconds is not None:
+            limit = (
+                f"the default tolerance of {self.seconds:g} s (PIPELINE_OUTAGE_TOLERANCE_S is unset and "
+                "the run has no deadline)"
+            )
         else:
             assert self.deadline_s is not None
             limit = (
@@ -219,7 +226,7 @@ def tolerance(settings: Settings) -> Tolerance:
     if deadline is not None:
         moment = deadline if deadline.tzinfo else deadline.replace(tzinfo=UTC)
         return Tolerance(None, moment.timestamp())
-    return Tolerance(float(c.DEFAULT_OUTAGE_TOLERANCE_S), None)
+    return Tolerance(float(c.DEFAULT_OUTAGE_TOLERANCE_S), None, configured=False)
 
 
 @contextmanager
