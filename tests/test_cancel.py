@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import openai
 import pytest
 import redis
 from sqlalchemy import Engine, select
@@ -17,8 +18,10 @@ from sqlalchemy import Engine, select
 from pipeline.core.errors import RunCancelled
 from pipeline.core.settings import get_settings
 from pipeline.ingest.producer import prepare_run
+from pipeline.llm.batch import BatchAPI
 from pipeline.llm.stops import StopFlags, before_call, checked_by, flag_key
 from pipeline.reporting.synthesize import report_cancelled
+from pipeline.runs.batching import cancel_open_batches
 from pipeline.runs.cancel import cancel_run
 from pipeline.storage import run_state
 from pipeline.storage.db import get_engine, session_scope
@@ -139,6 +142,33 @@ def _at_provider(stack: Stack, batch_id: str) -> dict[str, object]:
     answer.raise_for_status()
     found: dict[str, object] = answer.json()
     return found
+
+
+def test_a_batch_the_runs_poll_cancelled_first_counts_as_cancelled(stack: Stack, tmp_path: Path) -> None:
+    """The run's poll and `pipeline cancel` both cancel its batches: whichever comes second is
+    refused by the provider (409) and reads the batch's state instead of failing."""
+    engine = stack.engine
+    write_filings(tmp_path, 1, seed=299, sizes=[21_000])
+    run_id = prepare_run(engine, get_settings(), [str(tmp_path)]).run_id
+    sdk = openai.OpenAI(base_url=stack.sim, api_key=stack.env["PIPELINE_LLM_API_KEY"], max_retries=0)
+    line = (
+        b'{"custom_id": "x", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "sim-1"}}\n'
+    )
+    uploaded = sdk.files.create(file=("x.jsonl", line), purpose="batch")
+    batch = sdk.batches.create(
+        input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    sdk.batches.cancel(batch.id)  # the poll's cancel
+    until(lambda: sdk.batches.retrieve(batch.id).status == "cancelled", "the batch cancelled")
+    with session_scope(engine) as session:
+        session.add(LLMBatch(run_id=run_id, provider_batch_id=batch.id, status="in_progress", requests=1))
+    api = BatchAPI(stack.sim, stack.env["PIPELINE_LLM_API_KEY"], 10.0)
+    try:
+        done = cancel_open_batches(engine, api, run_id, "run cancelled")
+    finally:
+        api.close()
+    assert (done.cancelled, done.failed) == ([batch.id], [])
+    assert _row_status(stack, run_id) in ("cancelling", "cancelled")
 
 
 def test_cancel_of_an_unknown_run_fails_clearly(pipeline_env: dict[str, str]) -> None:

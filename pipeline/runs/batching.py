@@ -242,7 +242,7 @@ def cancel_open_batches(engine: Engine, api: BatchAPI, run_id: str, why: str) ->
     for row in rows:
         if row.status in ("validating", "in_progress", "finalizing") and row.provider_batch_id:
             try:
-                state = api.cancel(row.provider_batch_id)
+                state = _cancel_one(api, row.provider_batch_id)
             except errors.PipelineError as exc:
                 log.warning("run %s: cancelling batch %s: %s", run_id, row.provider_batch_id, exc)
                 done.failed.append(f"{row.provider_batch_id}: {exc}")
@@ -260,6 +260,18 @@ def cancel_open_batches(engine: Engine, api: BatchAPI, run_id: str, why: str) ->
             with session_scope(engine) as session:
                 repo.release(session, row.id)
     return done
+
+
+def _cancel_one(api: BatchAPI, batch_id: str) -> BatchState:
+    """Cancel the batch; one that another process cancelled meanwhile (the run's poll and
+    `pipeline cancel` both do) is refused by the provider (409): its state is read instead."""
+    try:
+        return api.cancel(batch_id)
+    except errors.BatchRefused:
+        state = api.retrieve(batch_id)
+        if state.status != "cancelling" and not state.ended:
+            raise
+        return state
 
 
 def _cut_over(ctx: Context, api: BatchAPI, run: Run, now: datetime) -> bool:
