@@ -245,6 +245,10 @@ def test_each_run_move_starts_only_from_its_sources(engine: Engine, run_id: str,
 def test_the_docs_draw_the_table() -> None:
     page = (Path(__file__).resolve().parents[1] / "docs" / "lifecycle.md").read_text()
     assert lifecycle.diagram() in page, "docs/lifecycle.md: paste lifecycle.diagram() again"
+    from pipeline.core import keys
+
+    missing = [key.prefix for key in keys.ALL if f"`{key.prefix}…`" not in page]
+    assert not missing, f"docs/lifecycle.md's Redis keys lack {missing}"
 
 
 def test_statuses_are_written_only_by_the_tables_writers() -> None:
