@@ -8,9 +8,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pipeline.core.settings import Settings
+from pipeline.reporting.chart_rules import Drawn, page_charts
 from pipeline.reporting.html import CSP, render_page
 from pipeline.reporting.page_data import CostRow, CustomTable, PageInput, SlowDocument, quota
 from pipeline.reporting.timeline import CallSpan, build_timeline, pauses_after_429, peak_levels, percentile
+from tests.chart_checks import readable_problems
 
 HOSTILE = '<script>document.title=\'pwned\'</script><img src=x onerror="alert(1)"> <a href="javascript:alert(1)">x</a>'
 
@@ -65,15 +67,17 @@ def _calls() -> list[CallSpan]:
 
 
 def _page(report: dict[str, Any], custom: CustomTable | None = None) -> PageInput:
-    cost = [CostRow("extract", 4, 800, 100, None), CostRow("synthesize", 2, 90, 10, None)]
+    """A page whose every chart says something (each rule of chart_rules is passed)."""
+    cost = [CostRow("extract", 10, 800, 100, None), CostRow("synthesize", 4, 90, 10, None)]
+    answered = [CallSpan(2.0 + i / 10, 0.1 + i / 50, 0.0, "ok") for i in range(8)]
     return PageInput(
         report=report,
         status="completed",
         created_at=datetime(2026, 1, 1, tzinfo=UTC),
         finished_at=datetime(2026, 1, 1, 0, 1, tzinfo=UTC),
-        calls=_calls(),
+        calls=_calls() + answered,
         by_stage=cost,
-        by_model=[CostRow(f"model {HOSTILE}", 6, 890, 110, None)],
+        by_model=[CostRow(f"model {HOSTILE}", 10, 790, 100, None), CostRow("sim-2", 4, 100, 10, None)],
         slowest=[SlowDocument(f"/in/{HOSTILE}.txt", "extracted", 3.5, 4, 2)],
         custom=custom,
     )
@@ -81,8 +85,16 @@ def _page(report: dict[str, Any], custom: CustomTable | None = None) -> PageInpu
 
 def _hostile_documents() -> list[dict[str, Any]]:
     return [
-        _document(f"/in/{HOSTILE}.txt", f"{HOSTILE} $5 $ Corp", 2.5e9, injection_excerpt=f"ignore {HOSTILE}"),
-        _document("/in/b.txt", "Beta Inc.", 7.0e8, revenue_grounded=False, risk_titles=[HOSTILE]),
+        _document(
+            f"/in/{HOSTILE}.txt",
+            f"{HOSTILE} $5 $ Corp",
+            2.5e9,
+            injection_excerpt=f"ignore {HOSTILE}",
+            quotes_grounded=4,
+        ),
+        _document(
+            "/in/b.txt", "Beta Inc.", 7.0e8, revenue_grounded=False, risk_titles=[HOSTILE, "Interest rates"]
+        ),
         {**_document("/in/c.txt", None, None), "status": "failed", "error": f"schema: {HOSTILE}"},
     ]
 
@@ -115,10 +127,13 @@ def test_the_page_has_the_reports_content_and_charts() -> None:
         "chart-latency",
         "chart-cost",
     }
+    for name, choice in page_charts(_page(_report(_hostile_documents()))).items():
+        assert isinstance(choice, Drawn), (name, choice)
+        assert not readable_problems(choice.figure), readable_problems(choice.figure)
     assert "unverified: $700.0M?" in page and "SIMULATED RUN" in page
     assert "Injection warnings" in page and "Slowest documents" in page
     assert "Supply chain disruption" in page and "Tokens: no price is configured" in page
-    assert "6 calls, 1 refused with 429" in page
+    assert "14 calls, 1 refused with 429" in page
     assert "$5 $ Corp" in page, "a dollar sign in a label is text, not mathtext"
     assert "files under /in/" in page and "<td>b.txt</td>" in page, "paths relative to the batch's directory"
 

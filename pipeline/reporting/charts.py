@@ -4,6 +4,11 @@ Text stays text (`svg.fonttype` none) in a generic sans-serif family, so the pag
 font; matplotlib escapes it as XML, and with math parsing off a `$` in a company name is
 only a dollar sign. Each chart's ids are salted with its name, so that several charts inline
 in one page never share an id, and the output is the same for the same data.
+
+The functions here draw a `Figure` (named by its label) and `to_svg` writes it, so that what a
+chart shows (titles, axis labels, ranges) can be checked on the figure itself; whether a chart
+is drawn at all is decided in `pipeline.reporting.chart_rules`. Every axes has a title and an x
+and a y label, and a value axis starts at 0.
 """
 
 from __future__ import annotations
@@ -64,14 +69,17 @@ def chart(
     """A figure of `cols` side-by-side axes, styled, whose SVG ids are salted with `name`."""
     with matplotlib.rc_context(_rc(name)):
         fig = Figure(figsize=(width_in, height_in), layout="constrained")
+        fig.set_label(name)
         axes = fig.subplots(1, cols, squeeze=False, width_ratios=width_ratios)[0].tolist()
         yield fig, axes
 
 
 def to_svg(fig: Figure) -> str:
-    """The figure as an `<svg>` element, without the XML prolog and DOCTYPE (it goes inline)."""
+    """The figure as an `<svg>` element, without the XML prolog and DOCTYPE (it goes inline),
+    its ids salted with the figure's label (the chart's name)."""
     out = io.StringIO()
-    fig.savefig(out, format="svg", metadata=_NO_METADATA)
+    with matplotlib.rc_context(_rc(str(fig.get_label()))):
+        fig.savefig(out, format="svg", metadata=_NO_METADATA)
     text = out.getvalue()
     return text[text.index("<svg") :]
 
@@ -91,11 +99,12 @@ def hbar(
     bars: Sequence[tuple[str, float, bool]],
     *,
     xlabel: str,
+    ylabel: str,
     fmt: Callable[[float], str] = lambda v: f"{v:g}",
     flagged_label: str = "",
     xlim: tuple[float, float] | None = None,
     counts: bool = False,
-) -> str:
+) -> Figure:
     """Horizontal bars, top to bottom in the given order; a flagged bar is hatched and muted."""
     shown = list(bars[:MAX_BARS])
     with chart(name, _bars_height(len(shown))) as (fig, (ax,)):
@@ -109,10 +118,12 @@ def hbar(
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt(v)))
         ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=counts))
         ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
         if xlim:
             ax.set_xlim(*xlim)
         else:
             ax.margins(x=0.18)
+            ax.set_xlim(left=0)
         more = f" (first {len(shown)} of {len(bars)})" if len(bars) > len(shown) else ""
         ax.set_title(title + more)
         if flagged_label and any(flagged for _, _, flagged in shown):
@@ -123,10 +134,10 @@ def hbar(
                 fontsize=8,
                 frameon=False,
             )
-        return to_svg(fig)
+        return fig
 
 
-def revenue_chart(bars: Sequence[tuple[str, float, bool]]) -> str:
+def revenue_chart(bars: Sequence[tuple[str, float, bool]]) -> Figure:
     """(company, revenue USD, unverified) bars, largest first."""
     ordered = sorted(bars, key=lambda bar: -bar[1])
     return hbar(
@@ -134,16 +145,23 @@ def revenue_chart(bars: Sequence[tuple[str, float, bool]]) -> str:
         "Revenue by company",
         ordered,
         xlabel="revenue (USD)",
+        ylabel="company",
         fmt=lambda v: money(v) if v else "0",
         flagged_label="unverified: its quote is not in the filing",
     )
 
 
-def timeline_chart(timeline: Timeline, quota_per_s: float | None, quota_label: str) -> str:
+TIME_LABEL = "seconds since the run was submitted"
+
+
+def timeline_chart(timeline: Timeline, quota_per_s: float | None, quota_label: str) -> Figure:
     """Calls sent per second by outcome against the quota, the pauses after 429s; below, the
-    calls in flight and those waiting in the limiter."""
+    calls in flight and those waiting in the limiter, as stairs (one bin is a step too) on a y
+    axis from 0 to above their peak, so that a level that never changes is still a line. Both
+    panels label their time axis."""
     with matplotlib.rc_context(_rc("timeline")):
-        fig = Figure(figsize=(WIDTH_IN, 4.6), layout="constrained")
+        fig = Figure(figsize=(WIDTH_IN, 5.4), layout="constrained")
+        fig.set_label("timeline")
         top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=[3, 2])
         x, width = timeline.starts_s, timeline.bin_s
         base = [0.0] * len(x)
@@ -168,50 +186,74 @@ def timeline_chart(timeline: Timeline, quota_per_s: float | None, quota_label: s
         per = "per second" if width == 1 else f"per second, in bins of {width} s"
         top.set_title(f"LLM calls sent {per}")
         top.set_ylabel("calls / s")
+        top.set_ylim(bottom=0)
         top.legend(**_LEGEND_RIGHT)
-        ends = [s + width for s in x]
-        bottom.step(ends, timeline.in_flight, where="pre", color=COLORS["main"], label="in flight")
+        edges = [*x, x[-1] + width] if x else [0.0, 1.0]
+        levels = timeline.in_flight or [0]
+        bottom.stairs(levels, edges, color=COLORS["main"], linewidth=1.5, label="in flight")
         if any(timeline.waiting):
-            bottom.step(
-                ends, timeline.waiting, where="pre", color=COLORS["warn"], label="waiting in the limiter"
+            bottom.stairs(
+                timeline.waiting, edges, color=COLORS["warn"], linewidth=1.5, label="waiting in the limiter"
             )
-        bottom.set_ylabel("calls (peak)")
-        bottom.set_xlabel("seconds since the run was submitted")
-        bottom.set_xlim(0, ends[-1] if ends else 1)
+        peak = max([*levels, *timeline.waiting, 1])
+        bottom.set_ylim(0, peak * 1.2)
+        bottom.yaxis.set_major_locator(MaxNLocator(nbins=4, integer=True))
+        each = "second" if width == 1 else f"{width} s"
+        bottom.set_title(f"LLM calls in flight at once (the most in each {each})")
+        bottom.set_ylabel("calls")
+        bottom.set_xlim(0, edges[-1])
+        for ax in (top, bottom):
+            ax.set_xlabel(TIME_LABEL)
+            ax.tick_params(labelbottom=True)
         bottom.legend(**_LEGEND_RIGHT)
-        return to_svg(fig)
+        return fig
 
 
-def histogram_chart(latencies_s: Sequence[float], p50: float | None, p95: float | None) -> str:
+def histogram_chart(latencies_s: Sequence[float], p50: float | None, p95: float | None) -> Figure:
     """The latency distribution of answered calls, with its median and 95th percentile."""
     with chart("latency", 2.6) as (fig, (ax,)):
-        ax.hist(latencies_s, bins=min(40, max(5, len(latencies_s) // 4)), color=COLORS["main"])
+        counts, _, _ = ax.hist(latencies_s, bins=min(40, max(5, len(latencies_s) // 4)), color=COLORS["main"])
         for value, name in ((p50, "p50"), (p95, "p95")):
             if value is not None:
                 ax.axvline(value, color=COLORS["line"], linestyle="--", linewidth=1)
                 ax.annotate(
-                    f"{name} {value:.2f} s", (value, 1), xycoords=("data", "axes fraction"), fontsize=8
+                    f"{name} {value:.2f} s",
+                    (value, 1),
+                    xycoords=("data", "axes fraction"),
+                    xytext=(3, -2),
+                    textcoords="offset points",
+                    va="top",
+                    fontsize=8,
                 )
         ax.set_title(f"Latency of answered calls ({len(latencies_s)})")
-        ax.set_xlabel("seconds")
+        ax.set_xlabel("seconds from sending a call to its answer")
         ax.set_ylabel("calls")
-        return to_svg(fig)
+        ax.set_ylim(0, max(counts) * 1.2)  # room for the p50 and p95 labels under the top
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        return fig
 
 
 def breakdown_chart(
-    name: str, panels: Sequence[tuple[str, Sequence[tuple[str, float]]]], fmt: Callable[[float], str]
-) -> str:
-    """Side-by-side horizontal bars, one panel per (title, [(label, value)])."""
-    tallest = max((len(bars) for _, bars in panels), default=1)
-    with chart(name, _bars_height(min(tallest, MAX_BARS)), cols=len(panels)) as (fig, axes):
-        for ax, (title, bars) in zip(axes, panels, strict=True):
+    name: str,
+    panels: Sequence[tuple[str, str, Sequence[tuple[str, float]]]],
+    xlabel: str,
+    fmt: Callable[[float], str],
+) -> Figure:
+    """Side-by-side horizontal bars, one panel per (title, y label, [(label, value)]); the bars
+    carry their values, so the value axis has its label but no ticks."""
+    tallest = max((len(bars) for _, _, bars in panels), default=1)
+    with chart(name, _bars_height(min(tallest, MAX_BARS)) + 0.3, cols=len(panels)) as (fig, axes):
+        for ax, (title, ylabel, bars) in zip(axes, panels, strict=True):
             shown = list(bars[:MAX_BARS])
             rows = list(range(len(shown)))[::-1]
             drawn = ax.barh(rows, [v for _, v in shown], color=COLORS["main"])
             ax.set_yticks(rows, [short(label, 24) for label, _ in shown])
             ax.bar_label(drawn, labels=[fmt(v) for _, v in shown], padding=3, fontsize=8)
-            ax.set_xticks([])  # the bars carry their values
+            ax.set_xticks([])
             ax.spines["bottom"].set_visible(False)
             ax.margins(x=0.3)
+            ax.set_xlim(left=0)
             ax.set_title(title)
-        return to_svg(fig)
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel(ylabel)
+        return fig

@@ -8,21 +8,19 @@ escaping inside a chart); the page has no link, and no attribute holds data.
 from __future__ import annotations
 
 import posixpath
-from collections import Counter
 from dataclasses import replace
-from pathlib import PurePath
 from typing import Any
 
-from pipeline.reporting import charts
+from pipeline.reporting import chart_rules
+from pipeline.reporting.chart_rules import extracted, show
 from pipeline.reporting.html_parts import Html, custom_cell, join, note, section, table, tag, text
-from pipeline.reporting.html_parts import figure as chart_figure
 from pipeline.reporting.html_parts import ungrounded_paths as unverified_paths
 from pipeline.reporting.page_data import PageInput
 from pipeline.reporting.render import late_calls_note, money
 from pipeline.reporting.run_charts import calls_section
+from pipeline.runs.failures import group_failures
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
-TOP_RISKS = 15
 STYLE = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;margin:0 auto;
 max-width:70rem;padding:1rem 1.5rem 3rem;color:#1d232a;line-height:1.45}
@@ -36,17 +34,21 @@ th{background:#f0f3f6}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .unverified{color:#a5401f}.warn{color:#a5401f;font-weight:600}td{overflow-wrap:break-word}
 figure.chart{margin:1rem 0}figure.chart svg{width:100%;max-width:56rem;height:auto;display:block}
 figcaption{color:#56616c;font-size:.85rem}code{white-space:pre-wrap;overflow-wrap:anywhere}
+ul.reasons{margin:.3rem 0 .8rem;font-weight:600}
 """
 
 
 def render_page(page: PageInput) -> str:
-    """The whole page for one run."""
+    """The whole page for one run; a failed run's failures come first, under its banner."""
     page, base = relative_paths(page)
     r = page.report
     title = r.get("name") or r["run_id"]
+    failures = _not_extracted(r)
+    failed = bool(r.get("failure")) or page.status == "failed"
     body = join(
         [
             _header(page, base),
+            failures if failed else "",
             section(
                 "answer",
                 "Question and answer",
@@ -57,7 +59,7 @@ def render_page(page: PageInput) -> str:
             _revenue(r),
             _risks(r),
             _grounding(r),
-            _not_extracted(r),
+            "" if failed else failures,
             calls_section(page),
         ]
     )
@@ -134,10 +136,6 @@ def _calls_text(page: PageInput) -> str:
     return text + late_calls_note(int(stored.get("synthesis_copies_running") or 0))
 
 
-def _extracted(r: dict[str, Any]) -> list[dict[str, Any]]:
-    return [d for d in r.get("documents", []) if d.get("status") == "extracted"]
-
-
 def _file(d: dict[str, Any]) -> Html:
     name = text(d.get("path"))
     return Html(name + (tag("span", " (injection warning)", "warn") if d.get("injection_excerpt") else ""))
@@ -173,8 +171,8 @@ def _filings(page: PageInput) -> Html:
             rows.append([_file(d), *cells, f"{d.get('quotes_grounded', 0)}/{d.get('quotes_total', 0)}"])
         headers = ["File", *custom.fields, "Quotes found"]
         return section("filings", f"Filings ({custom.schema})", intro, table(headers, rows))
-    extracted = _extracted(r)
-    if not extracted:
+    done = extracted(r)
+    if not done:
         return section("filings", "Filings", note("No filing was extracted."))
     rows = [
         [
@@ -185,68 +183,24 @@ def _filings(page: PageInput) -> Html:
             f"{d.get('quotes_grounded', 0)}/{d.get('quotes_total', 0)}",
             _file(d),
         ]
-        for d in extracted
+        for d in done
     ]
     headers = ["Company", "Fiscal year", "Revenue", "Top risk factors", "Quotes found", "File"]
     return section("filings", "Filings", intro, table(headers, rows))
 
 
-def _label(d: dict[str, Any]) -> str:
-    return str(d.get("company") or PurePath(str(d.get("path", ""))).name)
-
-
 def _revenue(r: dict[str, Any]) -> Html:
-    bars = [
-        (_label(d), float(d["revenue_usd"]), d.get("revenue_grounded") is False)
-        for d in _extracted(r)
-        if d.get("revenue_usd") is not None
-    ]
-    if not bars:
-        return Html("")
-    caption = "Hatched bars: the revenue's quote was not found in the filing (unverified)."
-    return section("revenue", "Revenue by company", chart_figure(charts.revenue_chart(bars), caption))
+    choice = chart_rules.revenue(r)
+    return section("revenue", "Revenue by company", show(choice)) if choice else Html("")
 
 
 def _risks(r: dict[str, Any]) -> Html:
-    filings: Counter[str] = Counter()
-    shown: dict[str, str] = {}
-    for d in _extracted(r):
-        for title in dict.fromkeys(" ".join(t.split()).lower() for t in d.get("risk_titles") or []):
-            filings[title] += 1
-        for t in d.get("risk_titles") or []:
-            shown.setdefault(" ".join(t.split()).lower(), " ".join(t.split()))
-    if not filings:
-        return Html("")
-    top = filings.most_common(TOP_RISKS)
-    bars = [(shown[key], float(n), False) for key, n in top]
-    svg = charts.hbar(
-        "risks", "Most frequent risk factors", bars, xlabel="filings", fmt=lambda v: f"{v:.0f}", counts=True
-    )
-    caption = f"Filings naming each risk factor (grounded quotes only; titles compared case-insensitively), top {len(top)} of {len(filings)}."
-    return section("risks", "Top risk factors across the run", chart_figure(svg, caption))
+    choice = chart_rules.risks(r)
+    return section("risks", "Top risk factors across the run", show(choice)) if choice else Html("")
 
 
 def _grounding(r: dict[str, Any]) -> Html:
-    rated = [d for d in _extracted(r) if d.get("quotes_total")]
-    parts = []
-    if rated:
-        ordered = sorted(rated, key=lambda d: d["quotes_grounded"] / d["quotes_total"])
-        bars = [
-            (_label(d), d["quotes_grounded"] / d["quotes_total"], bool(d.get("injection_excerpt")))
-            for d in ordered
-        ]
-        svg = charts.hbar(
-            "grounding",
-            "Quotes found in their filing, per filing (lowest first)",
-            bars,
-            xlabel="share of the filing's quotes found in its text",
-            fmt=lambda v: f"{v:.0%}",
-            flagged_label="injection warning",
-            xlim=(0.0, 1.15),
-        )
-        parts.append(
-            chart_figure(svg, "Hatched bars: the filing holds text that addresses a language model.")
-        )
+    parts = [show(chart_rules.grounding(r))]
     flagged = [d for d in r.get("documents", []) if d.get("injection_excerpt")]
     if flagged:
         parts.append(tag("h3", "Injection warnings"))
@@ -269,5 +223,13 @@ def _not_extracted(r: dict[str, Any]) -> Html:
     other = [d for d in r.get("documents", []) if d.get("status") != "extracted"]
     if not other:
         return section("not-extracted", "Failed and skipped documents", note("Every document was extracted."))
+    groups = group_failures([(str(d.get("status")), str(d.get("path")), d.get("error")) for d in other])
+    reasons = tag("ul", join(tag("li", f"{g.documents:,} {g.status}: {g.reason}") for g in groups), "reasons")
     rows = [[d.get("path"), d.get("status"), d.get("error") or ""] for d in other]
-    return section("not-extracted", "Failed and skipped documents", table(["File", "Status", "Reason"], rows))
+    return section(
+        "not-extracted",
+        "Failed and skipped documents",
+        note(f"{len(other):,} of {len(r.get('documents', [])):,} documents not extracted, by reason:"),
+        reasons,
+        table(["File", "Status", "Reason"], rows),
+    )
