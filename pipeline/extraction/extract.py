@@ -109,9 +109,7 @@ def extract_document(
         check = stop_check(ctx, work.doc.run_id)
         try:
             with stops.checked_by(check):
-                if check is not None:
-                    check()  # a delivery of a cancelled run's document starts nothing
-                return _extract(ctx, work, started, summarize)
+                return _extract(ctx, work, started, summarize, check)
         except errors.RunCancelled as exc:
             return _cancelled(ctx, work.doc, str(exc))
 
@@ -133,12 +131,16 @@ def _cancelled(ctx: Context, doc: Document, reason: str) -> str:
     return current_status(ctx, doc.id)
 
 
-def _extract(ctx: Context, work: _Work, started: float, summarize: Summarizer | None) -> str:
+def _extract(
+    ctx: Context, work: _Work, started: float, summarize: Summarizer | None, check: stops.Check | None = None
+) -> str:
     """The started document's chunks, merge, summary and one closing write, under its lease
     (an outage of the endpoint is waited out until the run's deadline, when it has one and
     PIPELINE_OUTAGE_TOLERANCE_S is unset)."""
     document_id = work.doc.id
     with ctx.leases.holding(document_id, work.fence), run_deadline(deadline_of(ctx, work.doc.run_id)):
+        if check is not None:  # under the lease's watch: a Redis that never answers loses it the lease
+            check()  # a delivery of a cancelled run's document starts nothing
         try:
             answers = _answer_chunks(ctx, work, started)
             model = Counter(model for _, model in answers).most_common(1)[0][0]

@@ -15,6 +15,7 @@ most the calls already begun are spent.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -26,6 +27,7 @@ from pipeline.core.errors import RunCancelled
 if TYPE_CHECKING:
     import redis
 
+log = logging.getLogger(__name__)
 STOP_TTL_S = 7 * 24 * 3600
 """How long a run's flag lives: past any delivery or batch (24 h window) still under way for it."""
 REASON_CHARS = 500
@@ -53,9 +55,17 @@ class StopFlags:
         self.client.delete(flag_key(run_id))
 
     def reason(self, run_id: str) -> str | None:
-        """Why the run was cancelled; None when it was not."""
-        with progress.blocking():  # a round trip to Redis, told to the lease's watcher
-            found: Any = self.client.get(flag_key(run_id))
+        """Why the run was cancelled; None when it was not, or when Redis does not answer (the
+        database stops a cancelled run's work then: a check that raised would have the
+        delivery retried while it holds its document, and a silent Redis would keep it)."""
+        import redis
+
+        try:
+            with progress.blocking():  # a round trip to Redis, told to the lease's watcher
+                found: Any = self.client.get(flag_key(run_id))
+        except redis.RedisError as exc:
+            log.warning("cannot read run %s's cancel flag (%s): going on", run_id, type(exc).__name__)
+            return None
         if found is None:
             return None
         return found.decode() if isinstance(found, bytes) else str(found)
