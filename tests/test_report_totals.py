@@ -124,3 +124,30 @@ def test_status_report_and_page_show_the_calls_the_database_holds(
     assert f" · {calls} LLM calls, {tokens:,} tokens · " in html
     assert "recorded after the report" not in html
     assert f"{calls:,} calls, " in html  # the calls section's own count
+
+
+def test_calls_an_open_circuit_held_are_counted_apart_not_as_sent_or_failed(engine: Engine) -> None:
+    """A held call (`circuit_open`) was never sent: counting it as a failed call made `status`
+    show an outage's held calls as failures, and `--wait` say every call was failing."""
+    from pipeline.storage import intake, llm_calls
+
+    run_id = uuid.uuid4().hex
+    row = {
+        "document_id": None,
+        "chunk_idx": None,
+        "stage": "extract",
+        "model": "m",
+        "prompt_tokens": 10,
+        "cost_usd": None,
+    }
+    with session_scope(engine) as session:
+        intake.create_run(
+            session, run_id, name=None, query="q", model="m", prompt_version="v", simulated=True
+        )
+        rows = [
+            {**row, "run_id": run_id, "status": status, "completion_tokens": 5 if status == "ok" else 0}
+            for status in ("ok", "ok", "unavailable", llm_calls.HELD, llm_calls.HELD, llm_calls.HELD)
+        ]
+        llm_calls.insert_calls(session, run_id, rows)
+        totals = llm_calls.call_totals(session, run_id)
+    assert (totals.calls, totals.failed_calls, totals.held_calls) == (3, 1, 3)

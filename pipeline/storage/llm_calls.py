@@ -76,6 +76,10 @@ def call_values(
     }
 
 
+HELD = "circuit_open"
+"""The status of a call the endpoint's open circuit held (`pipeline.llm.circuit`): never sent."""
+
+
 @dataclass(frozen=True)
 class CallTotals:
     """A run's recorded calls: what `status`, `submit --wait`, the report's header and its HTML
@@ -89,6 +93,8 @@ class CallTotals:
     priced_calls: int
     failed_calls: int = 0
     """Calls that brought no usable answer (any status but ok)."""
+    held_calls: int = 0
+    """Calls an open circuit held (`HELD`): never sent, so neither in `calls` nor failed."""
 
     @property
     def tokens(self) -> int:
@@ -96,18 +102,22 @@ class CallTotals:
 
 
 def call_totals(session: Session, run_id: str) -> CallTotals:
-    """The run's calls, tokens and cost, counted from its `llm_calls` rows (every HTTP attempt)."""
-    calls, prompt, completion, cost, priced, failed = session.execute(
+    """The run's calls, tokens and cost, counted from its `llm_calls` rows (every HTTP attempt;
+    the calls an open circuit held apart)."""
+    sent = _CALLS.c.status != HELD
+    calls, prompt, completion, cost, priced, failed, held = session.execute(
         select(
-            func.count(_CALLS.c.id),
+            func.count(_CALLS.c.id).filter(sent),
             func.coalesce(func.sum(_CALLS.c.prompt_tokens), 0),
             func.coalesce(func.sum(_CALLS.c.completion_tokens), 0),
             func.sum(_CALLS.c.cost_usd),
             func.count(_CALLS.c.cost_usd),
-            func.count(_CALLS.c.id).filter(_CALLS.c.status != "ok"),
+            func.count(_CALLS.c.id).filter(sent, _CALLS.c.status != "ok"),
+            func.count(_CALLS.c.id).filter(_CALLS.c.status == HELD),
         ).where(_CALLS.c.run_id == run_id)
     ).one()
     return CallTotals(
+        held_calls=int(held),
         calls=int(calls),
         prompt_tokens=int(prompt),
         completion_tokens=int(completion),
