@@ -311,7 +311,7 @@ def cost(page: PageInput) -> Choice | None:
     xlabel = "cost (USD)" if priced else "tokens (prompt + completion)"
     fig = charts.breakdown_chart("cost", panels, xlabel, fmt)
     caption = (
-        "Cost in USD by PIPELINE_LLM_PRICES."
+        "Cost in USD at each model's price (the shipped list prices, or PIPELINE_LLM_PRICES)."
         if priced
         else "Tokens: no price is configured for these models (PIPELINE_LLM_PRICES), so no cost."
     )
