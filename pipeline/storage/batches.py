@@ -127,9 +127,8 @@ def chunks_of_batch(session: Session, batch_id: int) -> list[Pending]:
 
 
 def _texts(session: Session, hashes: set[str]) -> dict[str, str]:
-    # Not dict() of the Result: it has keys(), so dict() would take it for a mapping.
     rows = session.execute(select(Content.sha256, Content.text).where(Content.sha256.in_(hashes))).tuples()
-    return dict(list(rows))
+    return {sha256: text for sha256, text in rows if text is not None}  # None: pruned
 
 
 def still_to_send(session: Session, run_id: str, version: str, max_tries: int) -> int:

@@ -56,7 +56,7 @@ def text_and_run(session: Session, doc: Document) -> tuple[str, RunOfDocument]:
         .outerjoin(Run, Run.id == doc.run_id)
         .where(Content.sha256 == doc.sha256)
     ).first()
-    if found is None:
+    if found is None or found.text is None:  # None: `pipeline prune` dropped it
         raise LookupError(f"document {doc.id} has no stored text")
     if found.id is None:
         return found.text, RunOfDocument()

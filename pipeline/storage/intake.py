@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from sqlalchemy import delete, insert, select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from pipeline.storage import clock
@@ -19,7 +20,6 @@ from pipeline.storage.models import (
     RunStatus,
     table_of,
 )
-from pipeline.storage.upsert import upsert
 
 if TYPE_CHECKING:
     from pipeline.ingest.chunking import ChunkSpan
@@ -70,7 +70,20 @@ def content_extracted(session: Session, sha256: str) -> bool:
 
 
 def store_content(session: Session, sha256: str, text: str, size_bytes: int) -> None:
-    upsert(session, Content, [{"sha256": sha256, "text": text, "bytes": size_bytes}], ["sha256"])
+    """The text, stored once per content: kept when it is there, written again when `pipeline
+    prune` dropped it (NULL). ON CONFLICT DO UPDATE locks the row until this transaction ends
+    (even when its WHERE leaves it unchanged), so a concurrent prune skips a text a document
+    being submitted uses, and one that pruned it first is undone here."""
+    dialect = session.get_bind().dialect.name
+    insert_into = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    stmt = insert_into(table_of(Content)).values(sha256=sha256, text=text, bytes=size_bytes)
+    session.execute(
+        stmt.on_conflict_do_update(
+            index_elements=["sha256"],
+            set_={"text": stmt.excluded.text, "bytes": stmt.excluded.bytes},
+            where=table_of(Content).c.text.is_(None),
+        )
+    )
 
 
 def add_document(

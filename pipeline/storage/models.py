@@ -117,6 +117,13 @@ class Run(Base):
     """Batch mode: the last poll of the run's batches (a quiet one is restarted)."""
     cutover_at: Mapped[datetime | None]
     """Batch mode: when the deadline made the run cancel its batches and go on synchronously."""
+    pruned_at: Mapped[datetime | None]
+    """When `pipeline prune` began dropping the run's filing texts, chunks and call rows (on
+    the database's clock); from then on the run cannot be retried."""
+    pruned: Mapped[dict[str, Any] | None]
+    """What the prune found and dropped: the run's call totals and chunks before it (what
+    `pipeline status` shows of a pruned run), the rows and bytes it deleted, and `complete`
+    once nothing is left to drop (`pipeline.storage.retention`)."""
 
 
 class Content(Base):
@@ -125,7 +132,9 @@ class Content(Base):
     __tablename__ = "contents"
 
     sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
-    text: Mapped[str] = mapped_column(Text)
+    text: Mapped[str | None] = mapped_column(Text)
+    """NULL once `pipeline prune` dropped it (no run that still has its texts uses it); the
+    row, its hash and size stay, and a new submit of the same filing stores the text again."""
     bytes: Mapped[int] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 

@@ -1,0 +1,43 @@
+"""runs.pruned_at and runs.pruned (what `pipeline prune` dropped, and the run's call totals
+before), contents.text nullable (a pruned filing's text is NULL; its hash and size stay)
+
+Revision ID: 0013
+Revises: 0012
+Create Date: 2026-12-03
+"""
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+from sqlalchemy.dialects import postgresql
+
+revision: str = "0013"
+down_revision: str | None = "0012"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("runs") as batch:
+        batch.add_column(sa.Column("pruned_at", sa.DateTime(timezone=True), nullable=True))
+        batch.add_column(
+            sa.Column(
+                "pruned",
+                sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
+                nullable=True,
+            )
+        )
+    # Postgres: a catalog change only (no rewrite of the table, whatever its size).
+    with op.batch_alter_table("contents") as batch:
+        batch.alter_column("text", existing_type=sa.Text(), nullable=True)
+
+
+def downgrade() -> None:
+    # A pruned text cannot come back: its row keeps an empty text, as NOT NULL requires.
+    op.execute("UPDATE contents SET text = '' WHERE text IS NULL")
+    with op.batch_alter_table("contents") as batch:
+        batch.alter_column("text", existing_type=sa.Text(), nullable=False)
+    with op.batch_alter_table("runs") as batch:
+        batch.drop_column("pruned")
+        batch.drop_column("pruned_at")
