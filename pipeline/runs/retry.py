@@ -57,6 +57,11 @@ def start_retry(
         run = session.get(Run, run_id, with_for_update=True)  # a cancel or a report waits
         if run is None:
             raise LookupError(f"no run {run_id}")
+        if run.pruned_at is not None:  # under the row lock `pipeline prune` marks it with
+            raise RetryRefused(
+                f"run {run_id} was pruned on {run.pruned_at:%Y-%m-%d} (`pipeline prune`): its filing "
+                "texts are gone, so its documents cannot run again; submit the files again as a new run"
+            )
         if run.stored_at is None:
             raise RetryRefused(
                 f"run {run_id} is still being stored by its producer (`pipeline submit`): "
