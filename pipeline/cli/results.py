@@ -132,7 +132,7 @@ def report(run: str | None, fmt: str | None, output: Path | None) -> None:
 
     from pipeline.runs.status import UnknownRun, resolve_run_id
     from pipeline.storage.db import session_scope
-    from pipeline.storage.models import Report
+    from pipeline.storage.models import Report, Run
 
     fmt = fmt or format_of(output)
     if output and not output.parent.is_dir():  # before any work: the user named a place that is not there
@@ -157,6 +157,12 @@ def report(run: str | None, fmt: str | None, output: Path | None) -> None:
             if row is None:
                 fail(f"run {run_id} has no report yet (see `pipeline status {run_id}`)")
             text = row.markdown if fmt == "md" else json.dumps(row.json, indent=2)
+            pruned_at = session.scalar(select(Run.pruned_at).where(Run.id == run_id))
+        if pruned_at is not None:  # the report is as written; what it quoted from is gone
+            console.print(
+                f"run {run_id} was pruned on {pruned_at:%Y-%m-%d} (`pipeline prune`): its filing texts, "
+                "chunks and call rows are gone; its report, extractions and risk factors are kept"
+            )
     if output:
         try:
             output.write_text(text, encoding="utf-8")

@@ -131,6 +131,8 @@ def _rows(page: StatusPage) -> list[tuple[str, str]]:
         rows.append(("chunks", f"{view.chunks_done:,} of {view.chunks_total:,} answered"))
     rows.append(("LLM calls", _calls(view)))
     rows.append(("cost", escape(cost_line(view))))
+    if view.pruned_at:
+        rows.append(("pruned", escape(pruned_line(view.pruned_at))))
     if view.batch_calls:
         rows.append(
             (
@@ -205,6 +207,14 @@ def cost_line(view: RunStatusView) -> str:
     if view.budget_usd is not None:
         cost += f" of a ${view.budget_usd:,.2f} budget"
     return cost
+
+
+def pruned_line(pruned_at: str) -> str:
+    """A pruned run's row: what is gone, and that the counts above are from before."""
+    return (
+        f"filing texts, chunks and call rows deleted {_moment(pruned_at)} UTC (`pipeline prune`); "
+        "calls, tokens and cost as they were, extractions and report kept"
+    )
 
 
 def _quotes(view: RunStatusView) -> str:

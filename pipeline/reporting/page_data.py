@@ -19,6 +19,7 @@ from pipeline.reporting.timeline import CallSpan
 from pipeline.storage.db import session_scope
 from pipeline.storage.llm_calls import CallTotals, call_totals
 from pipeline.storage.models import Document, Extraction, LLMCall, Report, Run, aware
+from pipeline.storage.retention import kept_totals
 
 SLOWEST_DOCUMENTS = 10
 
@@ -73,6 +74,8 @@ class PageInput:
     custom: CustomTable | None = None
     totals: CallTotals | None = None
     """The run's calls as `pipeline status` counts them now (None: the stored report's totals)."""
+    pruned_at: datetime | None = None
+    """When `pipeline prune` deleted the run's call rows (the charts of them went with them)."""
 
 
 class NoReport(LookupError):
@@ -123,8 +126,16 @@ def load_page(
             by_model=by_model,
             slowest=_slowest(session, run_id),
             custom=_custom(session, run_id, run.schema) if run.schema else None,
-            totals=call_totals(session, run_id),
+            totals=_totals(session, run),
+            pruned_at=aware(run.pruned_at) if run.pruned_at else None,
         )
+
+
+def _totals(session: Session, run: Run) -> CallTotals:
+    """The run's calls as `pipeline status` counts them: as they were, once pruned (its call
+    rows are gone, and the page's charts of them with them)."""
+    kept = kept_totals(run.pruned)
+    return kept[0] if kept else call_totals(session, run.id)
 
 
 def quota(views: list[dict[str, Any]], models: set[str], settings: Settings) -> Quota | None:

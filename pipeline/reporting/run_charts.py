@@ -12,6 +12,9 @@ from pipeline.reporting.timeline import build_timeline
 
 
 def calls_section(page: PageInput) -> Html:
+    if not page.calls and page.pruned_at:
+        said = f"The run's call rows were deleted by `pipeline prune` on {page.pruned_at:%Y-%m-%d}."
+        return section("calls", "LLM calls", note(said))
     if not page.calls:
         return section("calls", "LLM calls", note("No LLM call was recorded for this run."))
     return section(
@@ -20,12 +23,15 @@ def calls_section(page: PageInput) -> Html:
 
 
 def _timeline(page: PageInput) -> Html:
+    held = sum(1 for c in page.calls if c.outcome == "held")
+    held_text = f" {held:,} more were held by the endpoint's open circuit, never sent." if held else ""
     timeline = build_timeline(page.calls)
     if timeline is None:
-        return Html("")
+        return note(f"No LLM call was sent.{held_text}")
     choice = chart_rules.timeline(page)
-    refused = sum(1 for c in page.calls if c.outcome == "429")
-    waited_s = sum(c.wait_s for c in page.calls)
+    sent = [c for c in page.calls if c.outcome != "held"]
+    refused = sum(1 for c in sent if c.outcome == "429")
+    waited_s = sum(c.wait_s for c in sent)
     quota = page.quota
     if quota is None:
         quota_text = "No request quota was configured or learned from the provider's headers."
@@ -34,9 +40,9 @@ def _timeline(page: PageInput) -> Html:
     else:
         quota_text = f"The request quota the run's calls shared: {quota.label}."
     summary = (
-        f"{len(page.calls):,} calls, {refused:,} refused with 429 ({refused / len(page.calls):.1%}), "
+        f"{len(sent):,} calls sent, {refused:,} refused with 429 ({refused / len(sent):.1%}), "
         f"{len(timeline.pauses)} pauses after a 429, at most {max(timeline.in_flight)} in flight at once; "
-        f"{waited_s:,.1f} s waited in the limiter in all. {quota_text}"
+        f"{waited_s:,.1f} s waited in the limiter in all.{held_text} {quota_text}"
     )
     return join([note(summary), show(choice)])
 

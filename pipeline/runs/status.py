@@ -25,6 +25,7 @@ from pipeline.storage.models import (
     aware,
     utcnow,
 )
+from pipeline.storage.retention import kept_totals
 
 if TYPE_CHECKING:
     from pipeline.llm.structured import ModeStore
@@ -76,6 +77,9 @@ class RunStatusView:
     """What the batch calls' tokens would have cost more at synchronous prices."""
     batches: list[dict[str, Any]] = field(default_factory=list)
     """The run's provider batches: id, status, requests, completed, failed."""
+    pruned_at: str | None = None
+    """When `pipeline prune` dropped the run's filing texts, chunks and call rows: its calls,
+    tokens, cost and chunks are then those it had before."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -105,7 +109,8 @@ def run_status(engine: Engine, run_id: str) -> RunStatusView:
         if run is None:
             raise UnknownRun(f"no run {run_id!r}")
         counts = repo.status_counts(session, run_id)
-        calls = call_totals(session, run_id)
+        kept = kept_totals(run.pruned)
+        calls = kept[0] if kept else call_totals(session, run_id)
         has_report = session.scalar(select(func.count()).where(Report.run_id == run_id)) == 1
         quotes, grounded = session.execute(
             select(
@@ -118,6 +123,8 @@ def run_status(engine: Engine, run_id: str) -> RunStatusView:
             .join(Document, Document.id == Chunk.document_id)
             .where(Document.run_id == run_id)
         ).one()
+        if kept:  # its chunk rows are gone
+            chunks, chunks_done = kept[1], kept[2]
         flagged = session.scalar(
             select(func.count()).where(Document.run_id == run_id, Document.injection_flag)
         )
@@ -174,6 +181,7 @@ def run_status(engine: Engine, run_id: str) -> RunStatusView:
         batch_cost_usd=round(batch_cost, 6),
         batch_saved_usd=round(batch_sync_cost - batch_cost, 6),
         batches=batches,
+        pruned_at=_iso(run.pruned_at) if run.pruned_at else None,
     )
 
 
