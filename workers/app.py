@@ -37,9 +37,17 @@ SOFT_SHUTDOWN_S = 60.0
 LOCAL_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
+PRUNE_CRONTAB = {"minute": "15", "hour": "4"}
+"""When beat sends the nightly prune (with PIPELINE_RETENTION_DAYS): 04:15, after the nightly
+submit's default 01:30 has started its run (a run still going is never pruned)."""
+PRUNE_EXPIRES_S = 12 * 3600
+"""A prune not started within this long (no report-queue worker) gives way to the next night's."""
+
+
 def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
     """What `pipeline beat` sends: the watchdog always, the nightly inbox when one is set (its
-    path goes with the task: a worker without PIPELINE_INBOX of its own still reads beat's)."""
+    path goes with the task: a worker without PIPELINE_INBOX of its own still reads beat's),
+    and the nightly prune when PIPELINE_RETENTION_DAYS is set (beat's age goes with it)."""
     schedule: dict[str, dict[str, Any]] = {
         "watchdog": {
             "task": "pipeline.watchdog",
@@ -56,6 +64,13 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
             "schedule": crontab(
                 minute=minute, hour=hour, day_of_month=day, month_of_year=month, day_of_week=weekday
             ),
+        }
+    if settings.retention_days is not None:
+        schedule["prune"] = {
+            "task": "pipeline.prune",
+            "args": (settings.retention_days * 86_400,),
+            "schedule": crontab(**PRUNE_CRONTAB),
+            "options": {"expires": PRUNE_EXPIRES_S},
         }
     return schedule
 
@@ -131,6 +146,7 @@ def create_app() -> Celery:
             "pipeline.watchdog": {"queue": REPORT_QUEUE},
             "pipeline.batch_tick": {"queue": REPORT_QUEUE},
             "pipeline.nightly": {"queue": REPORT_QUEUE},
+            "pipeline.prune": {"queue": REPORT_QUEUE},
         },
         beat_schedule=beat_schedule(settings),
         broker_connection_retry_on_startup=True,

@@ -467,3 +467,37 @@ def nightly(inbox: str | None = None) -> str:
     if plan.created:
         return plan.run_id
     return f"nothing new in {path} ({len(plan.already_processed)} files processed before)"
+
+
+@app.task(name="pipeline.prune")
+def prune(older_than_s: float | None = None) -> dict[str, object]:
+    """Nightly (beat, with PIPELINE_RETENTION_DAYS): the filing texts, chunks and call rows of
+    the final runs that ended more than `older_than_s` ago (beat's; the worker's own
+    PIPELINE_RETENTION_DAYS when beat sent none) are deleted (`pipeline.runs.retention`). What
+    went, in numbers; autovacuum reclaims the space."""
+    from pipeline.runs.retention import prune_runs
+
+    ctx = worker_context()
+    days = ctx.settings.retention_days
+    if older_than_s is None and days is None:
+        log.error("prune: no age given and PIPELINE_RETENTION_DAYS is not set here: nothing pruned")
+        return {"error": "no age: PIPELINE_RETENTION_DAYS is not set"}
+    outcome = prune_runs(ctx.engine, older_than_s if older_than_s is not None else float(days or 0) * 86_400)
+    total = outcome.total
+    for run in outcome.left:
+        log.warning("prune: run %s is %s, not final: left whatever its age", run.run_id, run.status)
+    log.info(
+        "prune: %d runs that ended before %s: %d filing texts, %d chunks, %d call rows, %d bytes",
+        len(outcome.pruned),
+        outcome.cutoff.isoformat(timespec="seconds"),
+        total.texts,
+        total.chunks,
+        total.calls,
+        total.bytes,
+    )
+    return {
+        "runs": [run.run_id for run in outcome.pruned],
+        "left": [run.run_id for run in outcome.left],
+        **total.as_dict(),
+        "bytes": total.bytes,
+    }
