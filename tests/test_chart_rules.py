@@ -178,3 +178,17 @@ def test_the_readability_check_catches_what_the_old_charts_did() -> None:
     problems = readable_problems(fig)
     assert any("no title" in p for p in problems) and any("starts at 3.7" in p for p in problems)
     assert any("a line of one point" in p for p in problems) and any("x label ''" in p for p in problems)
+
+
+def test_calls_an_open_circuit_held_were_never_sent_and_are_not_charted_as_sent() -> None:
+    held = [CallSpan(10.0 + i, 0.0, 5.0, "circuit_open") for i in range(20)]
+    page = _page([CallSpan(1.0, 0.5, 0.0, "ok"), *held])
+    said = chart_rules.timeline(page)
+    assert isinstance(said, Said) and said.sentence.startswith(
+        "The one LLM call was sent within 1 s, 0.5 s after"
+    )
+    assert said.sentence.endswith(" 1 answered."), "20 held calls are no failed sends"
+    html = render_page(page)
+    assert "1 call sent, 0 refused with 429" in html and "20 more were held by the endpoint" in html
+    assert chart_rules.timeline(_page(held)) is None
+    assert "No LLM call was sent. 20 more were held" in render_page(_page(held))

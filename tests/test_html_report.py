@@ -133,7 +133,7 @@ def test_the_page_has_the_reports_content_and_charts() -> None:
     assert "unverified: $700.0M?" in page and "SIMULATED RUN" in page
     assert "Injection warnings" in page and "Slowest documents" in page
     assert "Supply chain disruption" in page and "Tokens: no price is configured" in page
-    assert "14 calls, 1 refused with 429" in page
+    assert "14 calls sent, 1 refused with 429" in page
     assert "$5 $ Corp" in page, "a dollar sign in a label is text, not mathtext"
     assert "files under /in/" in page and "<td>b.txt</td>" in page, "paths relative to the batch's directory"
 

@@ -241,9 +241,10 @@ def timeline(page: PageInput) -> Choice | None:
 
 
 def _short_timeline(page: PageInput, binned: Timeline, busy: list[int]) -> str:
-    sent = sorted(c.sent_s for c in page.calls)
+    went = [c for c in page.calls if c.outcome != "held"]  # a held call was never sent
+    sent = sorted(c.sent_s for c in went)
     span_s = (busy[-1] - busy[0] + 1) * binned.bin_s
-    outcomes = Counter(c.outcome for c in page.calls)
+    outcomes = Counter(c.outcome for c in went)
     ended = ", ".join(
         f"{outcomes[o]:,} {word}"
         for o, word in (("answered", "answered"), ("429", "refused with 429"), ("error", "failed"))

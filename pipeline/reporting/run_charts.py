@@ -40,7 +40,7 @@ def _timeline(page: PageInput) -> Html:
     else:
         quota_text = f"The request quota the run's calls shared: {quota.label}."
     summary = (
-        f"{len(sent):,} calls sent, {refused:,} refused with 429 ({refused / len(sent):.1%}), "
+        f"{len(sent):,} {'call' if len(sent) == 1 else 'calls'} sent, {refused:,} refused with 429 ({refused / len(sent):.1%}), "
         f"{len(timeline.pauses)} pauses after a 429, at most {max(timeline.in_flight)} in flight at once; "
         f"{waited_s:,.1f} s waited in the limiter in all.{held_text} {quota_text}"
     )

@@ -12,12 +12,15 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from pipeline.storage.llm_calls import HELD
+
 MAX_BINS = 600
 """A chart of a long run keeps at most this many bars: bins grow from 1 s as the run does."""
 PAUSE_MIN_S = 0.25
 """A gap after a 429 shorter than this is the ordinary spacing of calls, not a pause."""
 OUTCOMES = ("answered", "429", "error")
-"""How a sent call ended: the provider answered (valid or not), refused it, or it failed."""
+"""How a sent call ended: the provider answered (valid or not), refused it, or it failed. A
+call the endpoint's open circuit held ("held") was never sent, so it is in none of them."""
 
 
 @dataclass(frozen=True)
@@ -28,7 +31,7 @@ class CallSpan:
     wait_s: float
     """How long it waited in the limiter before it was sent."""
     status: str
-    """llm_calls.status: ok | invalid | rate_limited | unavailable | rejected."""
+    """llm_calls.status: ok | invalid | rate_limited | unavailable | rejected | circuit_open."""
 
     @property
     def sent_s(self) -> float:
@@ -36,6 +39,8 @@ class CallSpan:
 
     @property
     def outcome(self) -> str:
+        if self.status == HELD:
+            return "held"
         if self.status == "rate_limited":
             return "429"
         return "answered" if self.status in ("ok", "invalid") else "error"
@@ -60,8 +65,10 @@ def bin_seconds(duration_s: float, max_bins: int = MAX_BINS) -> int:
     return max(1, math.ceil(duration_s / max_bins))
 
 
-def build_timeline(calls: Sequence[CallSpan], max_bins: int = MAX_BINS) -> Timeline | None:
-    """The calls binned over the run; None when there are none."""
+def build_timeline(spans: Sequence[CallSpan], max_bins: int = MAX_BINS) -> Timeline | None:
+    """The calls sent, binned over the run; None when none was sent (calls held by an open
+    circuit were not)."""
+    calls = [c for c in spans if c.outcome != "held"]
     if not calls:
         return None
     end_s = max(c.end_s for c in calls)
