@@ -123,7 +123,7 @@ def test_status_report_and_page_show_the_calls_the_database_holds(
     html = page.read_text(encoding="utf-8")
     assert f" · {calls} LLM calls, {tokens:,} tokens · " in html
     assert "recorded after the report" not in html
-    assert f"{calls:,} calls, " in html  # the calls section's own count
+    assert f"{calls:,} calls sent, " in html  # the calls section's own count (held calls apart)
 
 
 def test_calls_an_open_circuit_held_are_counted_apart_not_as_sent_or_failed(engine: Engine) -> None:
