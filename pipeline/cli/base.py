@@ -230,6 +230,10 @@ def main(ctx: click.Context, debug: bool) -> None:
         # Every command, a worker above all, refuses to start on a setting that cannot work.
         problems = "; ".join(_setting_problem(e["loc"], e["msg"]) for e in exc.errors())
         fail(f"bad setting: {problems}")
+    from pipeline.core import tracing
+
+    if tracing.setup(f"pipeline-{ctx.invoked_subcommand or 'cli'}"):  # OTEL_EXPORTER_OTLP_ENDPOINT set
+        ctx.call_on_close(tracing.flush)
 
 
 def _setting_problem(loc: tuple[int | str, ...], message: str) -> str:

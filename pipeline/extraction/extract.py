@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from pipeline.core import errors, logs
+from pipeline.core import errors, logs, tracing
 from pipeline.core.constants import PROMPT_VERSION
 from pipeline.core.settings import Settings
 from pipeline.extraction import custom
@@ -107,11 +107,15 @@ def extract_document(
         if attempt is not None:
             attempt.fence = work.fence
         check = stop_check(ctx, work.doc.run_id)
-        try:
-            with stops.checked_by(check):
-                return _extract(ctx, work, started, summarize, check)
-        except errors.RunCancelled as exc:
-            return _cancelled(ctx, work.doc, str(exc))
+        attributes = {"run.id": work.doc.run_id, "document.id": document_id, "document.fence": work.fence}
+        with tracing.span("extract document", attributes, parent=work.doc.trace_parent) as current:
+            try:
+                with stops.checked_by(check):
+                    status = _extract(ctx, work, started, summarize, check)
+            except errors.RunCancelled as exc:
+                status = _cancelled(ctx, work.doc, str(exc))
+            current.set_attribute("document.status", status)
+            return status
 
 
 def stop_check(ctx: Context, run_id: str) -> stops.Check | None:
@@ -152,7 +156,10 @@ def _extract(
                 sink = ctx.llm.spending(work.doc.run_id, calls.append) if work.capped else calls.append
                 summary = summarize(work.query, result, sink)
             try:
-                with session_scope(ctx.engine) as session:  # the lease's check and lock come first
+                with (
+                    tracing.span("store extraction", {"llm.calls": len(calls)}),
+                    session_scope(ctx.engine) as session,  # the lease's check and lock come first
+                ):
                     documents.mark_extracted(session, document_id, work.fence)
                     _save(session, work, result, model, summary)
                     llm_calls.record_calls(session, work.doc.run_id, document_id, None, calls)

@@ -12,10 +12,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from opentelemetry.trace import Span
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
+from pipeline.core import tracing
 from pipeline.core.constants import PROMPT_VERSION
 from pipeline.core.settings import Settings
 from pipeline.ingest import chunking, injection, inputs, sections
@@ -191,6 +193,22 @@ def _add_file(
     loaded: inputs.LoadedFile,
     first_path_of: dict[str, str],
 ) -> None:
+    """Store one file as its document, as the first span of the document's trace (its
+    traceparent stored with it: every delivery's extract span opens under it)."""
+    with tracing.span(
+        "submit document", {"run.id": plan.run_id, "document.bytes": loaded.size_bytes}
+    ) as current:
+        _add_traced_file(session, settings, plan, loaded, first_path_of, current)
+
+
+def _add_traced_file(
+    session: Session,
+    settings: Settings,
+    plan: SubmitPlan,
+    loaded: inputs.LoadedFile,
+    first_path_of: dict[str, str],
+    current: Span,
+) -> None:
     problem = loaded.problem
     if loaded.sha256 and loaded.sha256 in first_path_of:
         problem = f"duplicate of {first_path_of[loaded.sha256]} in this batch"
@@ -215,7 +233,9 @@ def _add_file(
             size_bytes=loaded.size_bytes,
             status=DocStatus.SKIPPED,
             error=reason,
+            trace_parent=tracing.traceparent(current),
         )
+        current.set_attribute("document.status", "skipped")
         plan.rejected.append((loaded.path, reason))
         return
     first_path_of[loaded.sha256] = loaded.path
@@ -231,7 +251,9 @@ def _add_file(
         note=loaded.note,
         spans=spans,
         injection_excerpt=finding.excerpt if finding else None,
+        trace_parent=tracing.traceparent(current),
     )
+    current.set_attributes({"document.id": document_id, "document.chunks": len(spans)})
     plan.document_ids.append(document_id)
     plan.chunk_counts[document_id] = len(spans)
 

@@ -24,7 +24,7 @@ import redis
 from pydantic import BaseModel, ValidationError
 
 from pipeline.core import constants as c
-from pipeline.core import errors, progress
+from pipeline.core import errors, progress, tracing
 from pipeline.core.cost import call_cost
 from pipeline.core.retry import backoff_s
 from pipeline.core.settings import Settings
@@ -467,6 +467,29 @@ class LLMClient:
         max_tokens: int,
         fmt: dict[str, Any] | None,
     ) -> Completion:
+        """One HTTP call, as a span of the document's trace (`pipeline.core.tracing`): its
+        stage, model, status, tokens and latency; never the prompt or the answer."""
+        with tracing.span("llm.call", {"llm.stage": stage, "llm.model": model}) as current:
+            try:
+                done = self._send_once(
+                    permit, messages, stage=stage, model=model, max_tokens=max_tokens, fmt=fmt
+                )
+            except _Failure as failure:
+                _trace_record(current, failure.record)
+                raise
+            _trace_record(current, done.record)
+            return done
+
+    def _send_once(
+        self,
+        permit: Permit,
+        messages: list[prompts.Message],
+        *,
+        stage: str,
+        model: str,
+        max_tokens: int,
+        fmt: dict[str, Any] | None,
+    ) -> Completion:
         self._go_ahead(permit)
         record = CallRecord(
             stage, model, "ok", key_slot=permit.scope.key_slot, limiter_wait_ms=int(permit.waited_s * 1000)
@@ -681,3 +704,17 @@ def _describe(exc: ValidationError, finish_reason: str) -> str:
     if finish_reason == "length":
         lines.insert(0, "the answer was cut off at max_tokens")
     return "; ".join(lines)[:MAX_ERROR_CHARS]
+
+
+def _trace_record(current: Any, record: CallRecord) -> None:
+    current.set_attributes(
+        {
+            "llm.status": record.status,
+            "llm.prompt_tokens": record.prompt_tokens,
+            "llm.completion_tokens": record.completion_tokens,
+            "llm.latency_ms": record.latency_ms,
+            "llm.limiter_wait_ms": record.limiter_wait_ms,
+        }
+    )
+    if record.status != "ok":
+        tracing.mark_error(current, record.status)

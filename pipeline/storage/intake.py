@@ -98,6 +98,7 @@ def add_document(
     note: str | None = None,
     spans: Sequence[ChunkSpan] = (),
     injection_excerpt: str | None = None,
+    trace_parent: str | None = None,
 ) -> int:
     """Store the document and its chunks; its id. Core statements: a night's thousands of
     filings go through here one by one."""
@@ -115,6 +116,7 @@ def add_document(
             "finished_at": clock.now(session) if status in TERMINAL_DOC_STATUSES else None,
             "injection_flag": injection_excerpt is not None,
             "injection_excerpt": injection_excerpt,
+            "trace_parent": trace_parent,
         },
     ).scalar_one()
     if spans:

@@ -165,6 +165,8 @@ class Document(Base):
     """The text holds instruction-like passages aimed at a model (`pipeline.ingest.injection`)."""
     injection_excerpt: Mapped[str | None] = mapped_column(Text)
     """The first such passage, short, whitespace collapsed, control characters escaped."""
+    trace_parent: Mapped[str | None] = mapped_column(String(64))
+    """The W3C traceparent of its submit span (`pipeline.core.tracing`); None: traces were off."""
     lease_owner: Mapped[str | None] = mapped_column(String(200))
     """The worker process extracting it (`host:pid:tag`, its heartbeat's name) while running."""
     lease_scope: Mapped[str | None] = mapped_column(String(64))
