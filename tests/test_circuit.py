@@ -359,3 +359,22 @@ def test_a_call_held_in_place_keeps_its_lease_for_the_wait_and_goes_at_the_probe
         assert records[3].limiter_wait_ms == pytest.approx(slept[0] * 1000, abs=1)
         client.close()
         redis_client.close()
+
+
+def test_status_says_an_open_circuit_and_the_calls_it_held() -> None:
+    """`pipeline status`'s rows for an outage: open now, or the last one that ended."""
+    from pipeline.cli.results import outage_notes
+
+    open_now = {
+        "state": "open",
+        "open_for_s": 95.2,
+        "probes": 4,
+        "next_probe_in_s": 16.0,
+        "last_error": "HTTP 503",
+    }
+    (outage, held) = outage_notes(open_now, 1_234)
+    assert outage[0] == "outage" and "failed for 95 s" in outage[1] and "4 probes failed" in outage[1]
+    assert held == ("held calls", "1,234 calls held by the open circuit, never sent")
+    ended = {"state": "closed", "last_outage_s": 300.4, "last_closed_at": "2026-12-03T02:05:00Z"}
+    assert outage_notes(ended, 0) == [("outage", "the last one lasted 300 s, over at 2026-12-03T02:05:00Z")]
+    assert outage_notes(None, 0) == []

@@ -43,6 +43,7 @@ def status_page(run: str | None) -> StatusPage:
     from pipeline.runs.failures import run_failures
     from pipeline.runs.status import (
         UnknownRun,
+        circuit_view,
         document_grounding,
         inbox_mismatch,
         limiter_views,
@@ -68,7 +69,34 @@ def status_page(run: str | None) -> StatusPage:
         broker_problem=broker_problem(settings) if broker_down else None,
         inbox_warning=inbox_mismatch(settings, workers),
         window_s=settings.rate_limit_window_s,
+        notes=outage_notes(circuit_view(settings), view.llm_calls_held),
     )
+
+
+def outage_notes(circuit: dict[str, Any] | None, held: int) -> list[tuple[str, str]]:
+    """The endpoint's outage, as `status` says it: open now (since when, the probes, the next
+    one, the last error), or the last one that ended; and the run's calls it held."""
+    notes: list[tuple[str, str]] = []
+    if circuit and circuit.get("state") in ("open", "probing"):
+        notes.append(
+            (
+                "outage",
+                f"the LLM endpoint has failed for {circuit.get('open_for_s') or 0:.0f} s: its circuit is "
+                f"{circuit['state']} ({circuit.get('probes') or 0} probes failed, the next in "
+                f"{circuit.get('next_probe_in_s') or 0:.0f} s); calls wait, none fails before "
+                f"PIPELINE_OUTAGE_TOLERANCE_S; last error: {circuit.get('last_error') or 'none'}",
+            )
+        )
+    elif circuit and circuit.get("last_outage_s"):
+        notes.append(
+            (
+                "outage",
+                f"the last one lasted {circuit['last_outage_s']:.0f} s, over at {circuit.get('last_closed_at')}",
+            )
+        )
+    if held:
+        notes.append(("held calls", f"{held:,} calls held by the open circuit, never sent"))
+    return notes
 
 
 def broker_problem(settings: Settings) -> str:

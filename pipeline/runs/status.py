@@ -48,6 +48,8 @@ class RunStatusView:
     llm_calls: int = 0
     llm_calls_failed: int = 0
     """Calls that brought no usable answer (counted in llm_calls)."""
+    llm_calls_held: int = 0
+    """Calls an open circuit held (a provider's outage): never sent, not in llm_calls."""
     prompt_tokens: int = 0
     completion_tokens: int = 0
     has_report: bool = False
@@ -160,6 +162,7 @@ def run_status(engine: Engine, run_id: str) -> RunStatusView:
         documents_done=sum(n for s, n in counts.items() if s in TERMINAL_DOC_STATUSES),
         llm_calls=calls.calls,
         llm_calls_failed=calls.failed_calls,
+        llm_calls_held=calls.held_calls,
         prompt_tokens=calls.prompt_tokens,
         completion_tokens=calls.completion_tokens,
         has_report=has_report,
