@@ -53,7 +53,7 @@ def synthesize_run(
             partials.close(session, run_id)  # no partial claims a summary after this
         _await_partials(ctx, run_id, answering)  # those claimed just before it
     run, rows, risks, partial_texts = _load(ctx.engine, run_id)
-    titles, unverified = _risk_titles(risks)
+    titles, _ = _risk_titles(risks)  # the summaries name the grounded titles
     levels = 0
     copies: list[Future[str]] = []
     if answer is None:
@@ -64,18 +64,7 @@ def synthesize_run(
     running = [copy for copy in copies if not copy.done()]  # before the totals: a done one is in them
     view = run_status(ctx.engine, run_id)
     failure = run_failure(view.documents, ctx.settings.run_failure_threshold)
-    report = render.ReportInput(
-        run_id=run.id,
-        name=run.name,
-        query=run.query,
-        model=run.model,
-        simulated=run.simulated,
-        answer=answer,
-        synthesis_levels=levels,
-        documents=_document_rows(rows, titles, unverified),
-        totals=_totals(view, len(running)),
-        failure=failure,
-    )
+    report = _report_input(run, rows, risks, answer, view, levels, len(running), failure)
     status = RunStatus.FAILED if failure else RunStatus.COMPLETED
     if guard is not None:
         guard()
@@ -131,12 +120,37 @@ def synthesize_without_answer(
     return synthesize_run(ctx, run_id, answer=answer, guard=guard)
 
 
+def _report_input(
+    run: Run,
+    rows: Sequence[Row[Any]],
+    risks: Sequence[Row[Any]],
+    answer: str,
+    view: RunStatusView,
+    levels: int = 0,
+    still_running: int = 0,
+    failure: str | None = None,
+) -> render.ReportInput:
+    """The report of the run as it stands: its answer, the per-filing rows and the totals."""
+    titles, unverified = _risk_titles(risks)
+    return render.ReportInput(
+        run_id=run.id,
+        name=run.name,
+        query=run.query,
+        model=run.model,
+        simulated=run.simulated,
+        answer=answer,
+        synthesis_levels=levels,
+        documents=_document_rows(rows, titles, unverified),
+        totals=_totals(view, still_running),
+        failure=failure,
+    )
+
+
 def report_cancelled(engine: Engine, run_id: str) -> None:
     """The report of a cancelled run: the per-filing tables and the totals of what was done
     before the cancel, and no answer to the run's question (a synthesis would be a new call).
     The run stays cancelled (`reports.keep_report`); `pipeline retry` replaces the report."""
     run, rows, risks, _ = _load(engine, run_id)
-    titles, unverified = _risk_titles(risks)
     view = run_status(engine, run_id)
     extracted, total = view.documents.get("extracted", 0), sum(view.documents.values())
     answer = (
@@ -145,17 +159,7 @@ def report_cancelled(engine: Engine, run_id: str) -> None:
         f"cancel: {extracted} of {total} documents extracted; `pipeline retry {run_id}` "
         "finishes the rest.)"
     )
-    report = render.ReportInput(
-        run_id=run.id,
-        name=run.name,
-        query=run.query,
-        model=run.model,
-        simulated=run.simulated,
-        answer=answer,
-        synthesis_levels=0,
-        documents=_document_rows(rows, titles, unverified),
-        totals=_totals(view),
-    )
+    report = _report_input(run, rows, risks, answer, view)
     data = {**render.as_json(report), "cancelled": run.error}
     with session_scope(engine) as session:
         reports.keep_report(session, run_id, render.markdown(report), data)
