@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_dev.bench import procs
+from pipeline_dev.bench.retention import r9_retention
 from pipeline_dev.synth_filings import write_filings
 
 Result = dict[str, Any]
@@ -623,6 +624,7 @@ REGIMES: dict[str, Callable[[BenchConfig], Result]] = {
     "R5": r5_memory,
     "R7": r7_batch,
     "R8": r8_real_sizes,  # after R6: it reports R6's producer peak
+    "R9": r9_retention,  # Postgres only: the database's size per 1,000 filings, before and after prune
     "peer-R1": lambda cfg: peer(cfg, "R1"),
     "peer-R4": lambda cfg: peer(cfg, "R4"),
 }

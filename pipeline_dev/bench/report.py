@@ -17,6 +17,7 @@ HEADLINE = {
     "R6": ("ms per document", "ms_per_document"),
     "R7": ("batch cost / sync cost; deadline run wall / deadline", "cost_ratio"),
     "R8": ("wall / quota minimum; worker peak MB", "ratio_to_min"),
+    "R9": ("database MB per 1,000 filings: kept; pruned", "mb_per_1000_kept"),
     "peer-R1": ("our wall / peer wall", "wall_ratio_ours_to_peer"),
     "peer-R4": ("our wall / peer wall", "wall_ratio_ours_to_peer"),
 }
@@ -64,6 +65,8 @@ def markdown(results: dict[str, dict[str, Any]], meta: dict[str, Any]) -> str:
             )
         if name == "R8" and r.get("worker_peak_mb") is not None:
             value += f"; {_fmt(r['worker_peak_mb'])}; grounding max {_fmt(r.get('grounding_max_ms'))} ms"
+        if name == "R9" and r.get("mb_per_1000_pruned") is not None:
+            value += f"; {_fmt(r['mb_per_1000_pruned'])}"
         if name == "R7" and r.get("deadline_s"):
             value += f"; {_fmt(r['deadline_wall_s'] / r['deadline_s'])}"
         if name.startswith("peer"):
