@@ -58,3 +58,18 @@ def test_a_host_whose_clock_runs_ahead_does_not_restart_a_batch_poll_early(
         restart_batch_polls(engine, client, leases, polled.append, QUIET_S)
         restart_batch_polls(engine, client, leases, polled.append, QUIET_S)
     assert polled.count(polled_run) == 1
+
+
+def test_a_cancelled_runs_lost_poll_is_restarted_while_a_batch_of_it_is_open(
+    engine: Engine, polled_run: str
+) -> None:
+    """A cancelled run's poll ingests what its batches answered before their cancel ended: if
+    its chain of ticks is lost, the heartbeat restarts it, until no batch of it is open."""
+    with session_scope(engine) as session:
+        session.execute(update(Run).where(Run.id == polled_run).values(status=RunStatus.CANCELLED))
+        row = batches.create(session, polled_run, [], 0)
+        batches.update_row(session, row.id, status="cancelling")
+    with clock.moved(QUIET_S + 1), session_scope(engine) as session:
+        assert polled_run in batches.overdue_runs(session, QUIET_S)
+        batches.update_row(session, row.id, status=batches.INGESTED)
+        assert polled_run not in batches.overdue_runs(session, QUIET_S), "nothing open: its poll is over"

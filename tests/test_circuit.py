@@ -134,7 +134,8 @@ def test_status_reads_the_endpoints_circuit(redis_base: str) -> None:
         assert shown is not None and shown["state"] == "open" and shown["endpoint"] == cb.endpoint
         assert shown["next_probe_in_s"] == pytest.approx(FIRST_S, abs=0.5)
         cb.client.close()
-    assert status.circuit_view(Settings(_env_file=None, llm_base_url=cb.endpoint)) is None  # type: ignore[call-arg]
+    no_redis = Settings(_env_file=None, redis_url=None, limiter_redis_url=None, llm_base_url=cb.endpoint)  # type: ignore[call-arg]
+    assert status.circuit_view(no_redis) is None, "no Redis configured (the environment's ignored)"
 
 
 def test_a_probe_that_never_reached_the_endpoint_hands_its_turn_to_the_next_call(client: redis.Redis) -> None:

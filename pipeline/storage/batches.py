@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import and_, exists, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from pipeline.storage import clock, documents, llm_calls
@@ -312,6 +312,8 @@ def touch_poll(session: Session, run_id: str) -> None:
 def overdue_runs(session: Session, quiet_s: float) -> list[str]:
     """Batch runs not yet handed to the synchronous path whose batches nobody polled for
     `quiet_s` (the poll's chain of tasks was lost with a worker): the heartbeat restarts it.
+    A cancelled run counts while a batch of it is open: its poll ingests what the batch
+    answered before its cancel ended (paid for), then stops.
     The quiet period is measured on the database's clock, the one `touch_poll` wrote: a host
     whose clock runs ahead must not restart a poll that is only a moment old."""
     now = clock.now(session)
@@ -320,7 +322,13 @@ def overdue_runs(session: Session, quiet_s: float) -> list[str]:
             select(Run.id).where(
                 Run.mode == "batch",
                 Run.dispatched_at.is_(None),
-                Run.status == "running",
+                or_(
+                    Run.status == "running",
+                    and_(
+                        Run.status == "cancelled",
+                        exists().where(LLMBatch.run_id == Run.id, LLMBatch.status != INGESTED),
+                    ),
+                ),
                 or_(
                     Run.batch_polled_at.is_(None),
                     Run.batch_polled_at < now - timedelta(seconds=quiet_s),
