@@ -192,3 +192,24 @@ def test_calls_an_open_circuit_held_were_never_sent_and_are_not_charted_as_sent(
     assert "1 call sent, 0 refused with 429" in html and "20 more were held by the endpoint" in html
     assert chart_rules.timeline(_page(held)) is None
     assert "No LLM call was sent. 20 more were held" in render_page(_page(held))
+
+
+def test_an_outage_is_marked_on_the_timeline_and_said_in_its_summary() -> None:
+    """Calls the open circuit held (never sent) mark the endpoint's outage: one band on the
+    calls-per-second panel, merged across the probes between them, and a sentence."""
+    from pipeline.reporting import run_charts
+    from pipeline.reporting.timeline import build_timeline
+
+    held = [CallSpan(20.0 + 3 * i, 0.0, 3.0, "circuit_open") for i in range(8)]  # held 17 s to 41 s
+    probes = [CallSpan(25.0, 0.1, 0.0, "unavailable"), CallSpan(33.0, 0.1, 0.0, "unavailable")]
+    calls = _steady(15) + held + probes + [CallSpan(45.0 + i, 1.0, 0.0, "ok") for i in range(5)]
+    timeline = build_timeline(calls)
+    assert timeline is not None and timeline.outages == [(17.0, 41.0)]
+    drawn = chart_rules.timeline(_page(calls))
+    assert isinstance(drawn, Drawn)
+    top = drawn.figure.axes[0]
+    assert "endpoint down (its circuit open)" in [t.get_text() for t in top.get_legend().get_texts()]
+    assert not readable_problems(drawn.figure), readable_problems(drawn.figure)
+    page = str(run_charts._timeline(_page(calls)))
+    assert "The endpoint was down (its circuit open) for 24 s in 1 outage." in page
+    assert "8 more were held by the endpoint" in page

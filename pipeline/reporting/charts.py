@@ -155,7 +155,8 @@ TIME_LABEL = "seconds since the run was submitted"
 
 
 def timeline_chart(timeline: Timeline, quota_per_s: float | None, quota_label: str) -> Figure:
-    """Calls sent per second by outcome against the quota, the pauses after 429s; below, the
+    """Calls sent per second by outcome against the quota, the pauses after 429s and the
+    endpoint's outages (its circuit open: the calls it held); below, the
     calls in flight and those waiting in the limiter, as stairs (one bin is a step too) on a y
     axis from 0 to above their peak, so that a level that never changes is still a line. Both
     panels label their time axis."""
@@ -180,6 +181,15 @@ def timeline_chart(timeline: Timeline, quota_per_s: float | None, quota_label: s
                 alpha=0.18,
                 zorder=0,
                 label="paused after a 429" if not index else None,
+            )
+        for index, (start, end) in enumerate(timeline.outages):
+            top.axvspan(
+                start,
+                end,
+                color=OUTCOME_COLORS["error"],
+                alpha=0.12,
+                zorder=0,
+                label="endpoint down (its circuit open)" if not index else None,
             )
         if quota_per_s:
             top.axhline(quota_per_s, color=COLORS["line"], linestyle="--", linewidth=1, label=quota_label)

@@ -39,10 +39,17 @@ def _timeline(page: PageInput) -> Html:
         quota_text = f"The dashed line is the request quota the run's calls shared ({quota.label})."
     else:
         quota_text = f"The request quota the run's calls shared: {quota.label}."
+    down_s = sum(end - start for start, end in timeline.outages)
+    outage_text = (
+        f" The endpoint was down (its circuit open) for {down_s:,.0f} s in {len(timeline.outages)} "
+        f"{'outage' if len(timeline.outages) == 1 else 'outages'}."
+        if timeline.outages
+        else ""
+    )
     summary = (
         f"{len(sent):,} {'call' if len(sent) == 1 else 'calls'} sent, {refused:,} refused with 429 ({refused / len(sent):.1%}), "
         f"{len(timeline.pauses)} pauses after a 429, at most {max(timeline.in_flight)} in flight at once; "
-        f"{waited_s:,.1f} s waited in the limiter in all.{held_text} {quota_text}"
+        f"{waited_s:,.1f} s waited in the limiter in all.{held_text}{outage_text} {quota_text}"
     )
     return join([note(summary), show(choice)])
 

@@ -18,6 +18,8 @@ MAX_BINS = 600
 """A chart of a long run keeps at most this many bars: bins grow from 1 s as the run does."""
 PAUSE_MIN_S = 0.25
 """A gap after a 429 shorter than this is the ordinary spacing of calls, not a pause."""
+OUTAGE_GAP_S = 5.0
+"""Held calls less than this apart belong to one outage (a probe's answer comes in between)."""
 OUTCOMES = ("answered", "429", "error")
 """How a sent call ended: the provider answered (valid or not), refused it, or it failed. A
 call the endpoint's open circuit held ("held") was never sent, so it is in none of them."""
@@ -59,6 +61,8 @@ class Timeline:
     """The most calls waiting in the limiter at once within each bin."""
     pauses: list[tuple[float, float]] = field(default_factory=list)
     """After a 429, until the next call was sent (every worker waits out the shared pause)."""
+    outages: list[tuple[float, float]] = field(default_factory=list)
+    """While the endpoint's circuit was open: the spans its held calls waited, merged."""
 
 
 def bin_seconds(duration_s: float, max_bins: int = MAX_BINS) -> int:
@@ -85,7 +89,20 @@ def build_timeline(spans: Sequence[CallSpan], max_bins: int = MAX_BINS) -> Timel
         in_flight=peak_levels(((c.sent_s, c.end_s) for c in calls), bins, bin_s),
         waiting=peak_levels(((c.sent_s - c.wait_s, c.sent_s) for c in calls if c.wait_s > 0), bins, bin_s),
         pauses=pauses_after_429(calls),
+        outages=outage_spans(spans),
     )
+
+
+def outage_spans(spans: Sequence[CallSpan], gap_s: float = OUTAGE_GAP_S) -> list[tuple[float, float]]:
+    """The spans the calls an open circuit held waited (from when each was held to when it was
+    recorded), merged where less than `gap_s` apart: the endpoint's outages as the run saw them."""
+    merged: list[tuple[float, float]] = []
+    for start, end in sorted((c.end_s - c.wait_s, c.end_s) for c in spans if c.outcome == "held"):
+        if merged and start <= merged[-1][1] + gap_s:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
 
 
 def peak_levels(intervals: Iterable[tuple[float, float]], bins: int, bin_s: int) -> list[int]:
