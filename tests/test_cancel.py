@@ -104,8 +104,9 @@ def test_cancelling_a_batch_run_cancels_its_batch_at_the_provider(stack: Stack, 
         cancelled = run_cli("cancel", run_id, env=stack.env)
 
         assert cancelled.returncode == 0, cancelled.stderr
-        assert "1 provider batches cancelled" in cancelled.stderr
-        assert _at_provider(stack, batch_id)["status"] in ("cancelling", "cancelled")
+        # The command cancels the batch, unless the run's poll (every 0.3 s here), which found
+        # the run cancelled a moment before, did it first: either way it is cancelling now.
+        assert _at_provider(stack, batch_id)["status"] in ("cancelling", "cancelled"), cancelled.stderr
         # The provider ends a cancel in its own time (the simulator: within its batch window).
         until(lambda: _row_status(stack, run_id) == "ingested", "its completed lines ingested", timeout_s=90)
         batch = _at_provider(stack, batch_id)
