@@ -129,6 +129,7 @@ def test_status_report_and_page_show_the_calls_the_database_holds(
 def test_calls_an_open_circuit_held_are_counted_apart_not_as_sent_or_failed(engine: Engine) -> None:
     """A held call (`circuit_open`) was never sent: counting it as a failed call made `status`
     show an outage's held calls as failures, and `--wait` say every call was failing."""
+    from pipeline.core.constants import CALL_HELD
     from pipeline.storage import intake, llm_calls
 
     run_id = uuid.uuid4().hex
@@ -146,7 +147,7 @@ def test_calls_an_open_circuit_held_are_counted_apart_not_as_sent_or_failed(engi
         )
         rows = [
             {**row, "run_id": run_id, "status": status, "completion_tokens": 5 if status == "ok" else 0}
-            for status in ("ok", "ok", "unavailable", llm_calls.HELD, llm_calls.HELD, llm_calls.HELD)
+            for status in ("ok", "ok", "unavailable", CALL_HELD, CALL_HELD, CALL_HELD)
         ]
         llm_calls.insert_calls(session, run_id, rows)
         totals = llm_calls.call_totals(session, run_id)

@@ -64,6 +64,9 @@ REDIS_CLIENT_OPTIONS = {
     "socket_connect_timeout": REDIS_TIMEOUT_S,
     "socket_keepalive": True,
 }
+CALL_HELD = "circuit_open"
+"""llm_calls.status of a call the endpoint's open circuit held (`pipeline.llm.circuit`): never
+sent. The client writes it; the totals and the report's timeline count it apart."""
 LIMITER_LEASE_EXTRA_S = 30.0
 """An in-flight lease outlives the call's timeout by this much, then expires by itself."""
 LIMITER_KEY_TTL_EXTRA_MS = 60_000

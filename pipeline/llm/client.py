@@ -426,7 +426,7 @@ class LLMClient:
         return CallRecord(
             stage,
             model,
-            "circuit_open",
+            c.CALL_HELD,
             limiter_wait_ms=int(held_s * 1000),
             error=f"held, not sent: {described}"[:MAX_ERROR_CHARS],
             cost_usd=call_cost(self._prices, model, 0, 0),

@@ -12,7 +12,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from pipeline.storage.llm_calls import HELD
+from pipeline.core.constants import CALL_HELD
 
 MAX_BINS = 600
 """A chart of a long run keeps at most this many bars: bins grow from 1 s as the run does."""
@@ -41,7 +41,7 @@ class CallSpan:
 
     @property
     def outcome(self) -> str:
-        if self.status == HELD:
+        if self.status == CALL_HELD:
             return "held"
         if self.status == "rate_limited":
             return "429"

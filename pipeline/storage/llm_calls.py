@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 
+from pipeline.core.constants import CALL_HELD
 from pipeline.core.errors import BudgetSpent
 from pipeline.storage import clock
 from pipeline.storage.models import LLMCall, Run, table_of
@@ -76,10 +77,6 @@ def call_values(
     }
 
 
-HELD = "circuit_open"
-"""The status of a call the endpoint's open circuit held (`pipeline.llm.circuit`): never sent."""
-
-
 @dataclass(frozen=True)
 class CallTotals:
     """A run's recorded calls: what `status`, `submit --wait`, the report's header and its HTML
@@ -94,7 +91,7 @@ class CallTotals:
     failed_calls: int = 0
     """Calls that brought no usable answer (any status but ok)."""
     held_calls: int = 0
-    """Calls an open circuit held (`HELD`): never sent, so neither in `calls` nor failed."""
+    """Calls an open circuit held (`CALL_HELD`): never sent, so neither in `calls` nor failed."""
 
     @property
     def tokens(self) -> int:
@@ -104,7 +101,7 @@ class CallTotals:
 def call_totals(session: Session, run_id: str) -> CallTotals:
     """The run's calls, tokens and cost, counted from its `llm_calls` rows (every HTTP attempt;
     the calls an open circuit held apart)."""
-    sent = _CALLS.c.status != HELD
+    sent = _CALLS.c.status != CALL_HELD
     calls, prompt, completion, cost, priced, failed, held = session.execute(
         select(
             func.count(_CALLS.c.id).filter(sent),
@@ -113,7 +110,7 @@ def call_totals(session: Session, run_id: str) -> CallTotals:
             func.sum(_CALLS.c.cost_usd),
             func.count(_CALLS.c.cost_usd),
             func.count(_CALLS.c.id).filter(sent, _CALLS.c.status != "ok"),
-            func.count(_CALLS.c.id).filter(_CALLS.c.status == HELD),
+            func.count(_CALLS.c.id).filter(_CALLS.c.status == CALL_HELD),
         ).where(_CALLS.c.run_id == run_id)
     ).one()
     return CallTotals(
