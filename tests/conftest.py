@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 import redis
@@ -30,7 +31,9 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
 from pipeline.runtime import embedded
-from pipeline.storage.db import get_engine
+from pipeline.storage.db import get_engine, session_scope
+
+T = TypeVar("T")
 
 pytest_plugins = ("celery.contrib.pytest",)
 
@@ -187,6 +190,15 @@ def client(redis_url: str) -> Iterator[redis.Redis]:
     conn: redis.Redis = redis.Redis.from_url(redis_url)
     yield conn
     conn.close()
+
+
+def stored(engine: Engine, model: type[T], key: object) -> T:
+    """The row of `model` with primary key `key`, as the database holds it now, detached."""
+    with session_scope(engine) as session:
+        row = session.get(model, key)
+        assert row is not None, f"no {model.__name__} {key!r}"
+        session.expunge(row)
+        return row
 
 
 @pytest.fixture

@@ -33,7 +33,7 @@ from pipeline.storage import documents as repo
 from pipeline.storage.db import session_scope
 from pipeline.storage.models import Document
 from pipeline_dev.synth_filings import write_filings
-from tests.conftest import claimed_redis_db
+from tests.conftest import claimed_redis_db, stored
 
 ANSWER = FilingExtraction(
     company="A", fiscal_year=2024, revenue_usd=None, revenue_quote=None, risk_factors=[]
@@ -54,11 +54,7 @@ def _documents(engine: Engine, tmp_path: Path, count: int) -> list[int]:
 
 
 def _doc(engine: Engine, document_id: int) -> Document:
-    with session_scope(engine) as session:
-        doc = session.get(Document, document_id)
-        assert doc is not None
-        session.expunge(doc)
-        return doc
+    return stored(engine, Document, document_id)
 
 
 def test_a_running_document_under_a_live_lease_is_not_started_again(engine: Engine, tmp_path: Path) -> None:

@@ -33,7 +33,7 @@ from pipeline.storage import documents as repo
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Document, Extraction, Run
 from pipeline_dev.synth_filings import write_filings
-from tests.conftest import WORKER_READY_TIMEOUT_S, claimed_redis_db, run_cli, running_simulator
+from tests.conftest import WORKER_READY_TIMEOUT_S, claimed_redis_db, run_cli, running_simulator, stored
 
 LEASE_S = 30.0
 ANSWER = FilingExtraction(
@@ -198,12 +198,8 @@ def test_a_thread_blocked_past_its_calls_bound_loses_its_lease_and_its_late_writ
     )
 
 
-def _doc(engine: Engine, doc_id: int) -> Document:
-    with session_scope(engine) as session:
-        doc = session.get(Document, doc_id)
-        assert doc is not None
-        session.expunge(doc)
-        return doc
+def _doc(engine: Engine, document_id: int) -> Document:
+    return stored(engine, Document, document_id)
 
 
 def test_a_limiter_wait_whose_redis_keeps_answering_keeps_its_lease(

@@ -24,7 +24,7 @@ from pipeline.storage.models import Document, LLMCall, Run
 from pipeline_dev.bench.procs import sim_stats
 from pipeline_dev.sim import SimConfig, SimServer
 from pipeline_dev.synth_filings import write_filings
-from tests.conftest import claimed_redis_db, run_cli, running_simulator, running_workers
+from tests.conftest import claimed_redis_db, run_cli, running_simulator, running_workers, stored
 
 MESSAGES: Any = [{"role": "user", "content": "Hello there. How are you?"}]
 
@@ -137,11 +137,7 @@ def _calls(engine: Engine, run_id: str) -> Counter[str]:
 
 
 def _run(engine: Engine, run_id: str) -> Run:
-    with session_scope(engine) as session:
-        run = session.get(Run, run_id)
-        assert run is not None
-        session.expunge(run)
-        return run
+    return stored(engine, Run, run_id)
 
 
 def test_real_workers_ride_out_an_outage_without_failing_a_document_or_hammering_the_provider(
