@@ -27,6 +27,10 @@ from typing import TypeVar
 
 import pytest
 import redis
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
@@ -321,3 +325,15 @@ def run_cli(
         cwd=cwd,
         timeout=timeout_s,
     )
+
+
+@pytest.fixture(scope="module")
+def exporter() -> InMemorySpanExporter:
+    """This process's spans, in memory (the global provider is set once per process)."""
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        provider = TracerProvider()
+        trace.set_tracer_provider(provider)
+    found = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(found))
+    return found

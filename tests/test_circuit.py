@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 import redis
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from sqlalchemy import Engine
 
-from pipeline.core import errors
+from pipeline.core import errors, tracing
 from pipeline.core import keys as redis_keys
 from pipeline.core.settings import Settings
 from pipeline.llm import circuit
@@ -358,6 +359,40 @@ def test_a_call_held_in_place_keeps_its_lease_for_the_wait_and_goes_at_the_probe
         assert answer and slept and slept[0] == pytest.approx(FIRST_S, rel=0.1)
         assert [r.status for r in records] == ["unavailable"] * 3 + ["circuit_open", "ok"]
         assert records[3].limiter_wait_ms == pytest.approx(slept[0] * 1000, abs=1)
+        client.close()
+        redis_client.close()
+
+
+def test_a_held_call_is_a_span_of_its_documents_trace_before_the_call_that_goes(
+    redis_base: str, exporter: InMemorySpanExporter
+) -> None:
+    """Held calls never reach the HTTP call's span: the wait is a span of its own, `llm.held`,
+    as long as the hold, in the document's trace, before the probe's `llm.call`."""
+    with claimed_redis_db(redis_base) as url, SimServer(SimConfig(p50_s=0, p95_s=0)) as sim:
+        redis_client = redis.Redis.from_url(url)
+        later = ExitStack()
+
+        def sleep(wait_s: float) -> None:
+            later.enter_context(circuit.moved(wait_s))
+            start_outage(sim, 0)
+
+        held = Circuit(redis_client, sim.base_url, failures=3, probe_s=FIRST_S, sleep=sleep)
+        client = llm(sim, url, held, limiter_max_wait_s=30)
+        records: list[CallRecord] = []
+        start_outage(sim, 600)
+        exporter.clear()
+        with later, tracing.span("document.extract") as parent:
+            assert ask(client, records)
+        trace_id = parent.get_span_context().trace_id
+        spans = [s for s in exporter.get_finished_spans() if s.context.trace_id == trace_id]
+        names = [s.name for s in sorted(spans, key=lambda s: s.start_time or 0)]
+        assert names == ["document.extract"] + ["llm.call"] * 3 + ["llm.held", "llm.call"]
+        (wait,) = [s for s in spans if s.name == "llm.held"]
+        assert wait.attributes is not None and wait.attributes["llm.held_s"] == pytest.approx(
+            FIRST_S, rel=0.1
+        )
+        assert wait.attributes["llm.stage"] == "extract"
+        assert circuit.state(redis_client, sim.base_url).held_calls == 1
         client.close()
         redis_client.close()
 

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,10 +21,14 @@ from typing import Any, TypeVar
 
 import httpx
 import pytest
+import redis
 from sqlalchemy import select
 
+from pipeline.core import constants as c
 from pipeline.core.errors import ConfigError
 from pipeline.core.settings import Settings
+from pipeline.llm import circuit
+from pipeline.llm.circuit import Circuit
 from pipeline.runs.monitoring import UNAUTHENTICATED_API_ENV, basic_auth, flower_argv
 from pipeline.runtime import embedded
 from pipeline.storage.db import get_engine, session_scope
@@ -149,6 +154,40 @@ def test_metrics_and_healthcheck_are_served_without_credentials(flower: Flower) 
     metrics = flower.get("/metrics", auth=None)
     assert metrics.status_code == 200
     assert "# TYPE flower_events_total counter" in metrics.text
+
+
+def test_metrics_show_an_open_circuit_and_the_calls_it_held(
+    flower: Flower, pipeline_env: dict[str, str]
+) -> None:
+    """An outage in Prometheus: each scrape reads the endpoints' circuits from the broker's Redis
+    (Flower's own metrics know tasks only). Three failures open a made-up endpoint's circuit,
+    two calls are held; then the probe's answer closes it, and the metrics say so."""
+    client = redis.Redis.from_url(pipeline_env["PIPELINE_REDIS_URL"])
+    endpoint = f"http://outage-{uuid.uuid4().hex[:8]}.test:8443/v1"
+    breaker = Circuit(client, endpoint, failures=3)
+    try:
+        for _ in range(3):
+            breaker.failed(breaker.admit(), "UpstreamUnavailable: 503")
+        assert breaker.admit().verdict == "open"
+        breaker.count_held(1.5)
+        breaker.count_held(2.0)
+        text = flower.get("/metrics", auth=None).text
+        at = f'{{endpoint="{endpoint}"}}'
+        assert f"pipeline_llm_circuit_open{at} 1.0" in text
+        assert f"pipeline_llm_circuit_outages_total{at} 1.0" in text
+        assert f"pipeline_llm_circuit_held_calls_total{at} 2.0" in text
+        assert f"pipeline_llm_circuit_held_seconds_total{at} 3.5" in text
+        assert "pipeline_circuit_redis_up 1.0" in text
+        with circuit.moved(c.DEFAULT_CIRCUIT_PROBE_S):
+            probe = breaker.admit()
+            assert probe.verdict == "probe"
+            breaker.answered(probe)
+        text = flower.get("/metrics", auth=None).text
+        assert f"pipeline_llm_circuit_open{at} 0.0" in text
+        assert f"pipeline_llm_circuit_outages_total{at} 1.0" in text, "the outage that ended is counted"
+    finally:
+        client.delete(*circuit.keys(endpoint))
+        client.close()
 
 
 def test_the_compose_healthcheck_passes_with_the_login_and_fails_without(flower: Flower) -> None:

@@ -16,9 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic import SecretStr
 from sqlalchemy import Engine, select
@@ -34,18 +32,6 @@ from pipeline_dev.synth_filings import write_filings
 from tests.conftest import claimed_redis_db, run_cli, running_workers
 
 KEY = "sk-trace-canary-0123456789abcdef"
-
-
-@pytest.fixture(scope="module")
-def exporter() -> InMemorySpanExporter:
-    """This process's spans, in memory (the global provider is set once per process)."""
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):
-        provider = TracerProvider()
-        trace.set_tracer_provider(provider)
-    found = InMemorySpanExporter()
-    provider.add_span_processor(SimpleSpanProcessor(found))
-    return found
 
 
 def _by_trace(spans: tuple[ReadableSpan, ...]) -> dict[int, list[ReadableSpan]]:

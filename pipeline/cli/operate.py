@@ -171,7 +171,7 @@ def flower(address: str | None, port: int | None, unauthenticated: bool) -> None
     """Start Flower, the web monitor of workers and tasks.
 
     With basic auth from PIPELINE_FLOWER_USER / PIPELINE_FLOWER_PASSWORD; Prometheus metrics
-    at /metrics."""
+    at /metrics: Flower's of tasks and workers, and the LLM endpoints' circuit breakers."""
     from pipeline.core.errors import ConfigError
     from pipeline.runs.monitoring import BASIC_AUTH_ENV, METRICS_PATH, basic_auth, flower_argv
 
@@ -194,6 +194,11 @@ def flower(address: str | None, port: int | None, unauthenticated: bool) -> None
         # Flower reads it from its environment: not on a command line `ps` shows, nor in a log.
         os.environ[BASIC_AUTH_ENV] = credentials
     _enable_task_events()
+    from pipeline.runs import metrics
+
+    metrics.register(
+        settings.limiter_redis_url or settings.redis_url or ""
+    )  # the circuits' state, per scrape
     console.print(f"Flower on http://{escape(address)}:{port}/ (Prometheus metrics at {METRICS_PATH})")
     from pipeline.cli import celery_app
 

@@ -163,6 +163,11 @@ class CircuitState:
     last_outage_s: float | None
     """How long the last outage that ended lasted."""
     last_closed_at: str | None
+    outages: int = 0
+    """How many times it opened (within TTL_S of the last failure)."""
+    held_calls: int = 0
+    """Calls it held, and how long in all (`Circuit.count_held`)."""
+    held_s: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -348,6 +353,7 @@ class Circuit:
                     error[:MAX_ERROR_CHARS],
                     _shift_ms,
                     gate.at_ms,
+                    endpoint_label(self.endpoint),
                 ],
             )
         return Outcome(
@@ -359,6 +365,17 @@ class Circuit:
             probe_at_s=int(probe_at_ms) / 1000,
             failures=int(failures),
         )
+
+    def count_held(self, seconds: float) -> None:
+        """Count a call the open circuit held, and how long, for the metrics (best effort: the
+        record of the held call is what the run keeps)."""
+        try:
+            with self.client.pipeline(transaction=False) as pipe:
+                pipe.hincrby(self._keys[0], "held_calls", 1)
+                pipe.hincrby(self._keys[0], "held_ms", int(seconds * 1000))
+                pipe.execute()
+        except redis.RedisError as exc:
+            log.debug("the circuit's Redis did not count a held call: %s", exc)
 
     def hold(self, seconds: float) -> None:
         """Wait `seconds` for the next probe: a blocking call as long as the wait (the lease's
@@ -382,15 +399,46 @@ def state(client: redis.Redis, endpoint: str) -> CircuitState:
         pipe.hgetall(base)
         pipe.pttl(probe)
         (seconds, micros), raw, probe_ttl_ms = pipe.execute()
-    now_s = int(seconds) + int(micros) / 1e6 + _shift_ms / 1000
+    return _state(endpoint_label(endpoint), raw, int(probe_ttl_ms), _now_s(seconds, micros))
+
+
+def states(client: redis.Redis) -> list[CircuitState]:
+    """Every endpoint's circuit this Redis holds (those that failed in the last TTL_S), read
+    without changing them: what the metrics export. An endpoint is named by the label its
+    failures stored (its tag, for a state written before labels were)."""
+    scanned = map(_text, client.scan_iter(match=redis_keys.CIRCUIT.of("*"), count=500))
+    bases = sorted({key for key in scanned if not key.endswith(":probe")})
+    if not bases:
+        return []
+    with client.pipeline(transaction=False) as pipe:
+        pipe.time()
+        for base in bases:
+            pipe.hgetall(base)
+            pipe.pttl(f"{base}:probe")
+        (seconds, micros), *answers = pipe.execute()
+    now_s = _now_s(seconds, micros)
+    found = []
+    for base, raw, probe_ttl_ms in zip(bases, answers[::2], answers[1::2], strict=True):
+        if raw:  # expired between the scan and the read
+            tag_only = base.removeprefix(redis_keys.CIRCUIT.prefix)
+            label = _text(raw.get(b"endpoint") or raw.get("endpoint") or tag_only)
+            found.append(_state(label, raw, int(probe_ttl_ms), now_s))
+    return found
+
+
+def _now_s(seconds: Any, micros: Any) -> float:
+    return int(seconds) + int(micros) / 1e6 + _shift_ms / 1000
+
+
+def _state(label: str, raw: dict[Any, Any], probe_ttl_ms: int, now_s: float) -> CircuitState:
     fields = {_text(k): _text(v) for k, v in raw.items()}
     opened_s = int(fields.get("opened_ms", 0)) / 1000
     closed_s = int(fields.get("closed_ms", 0)) / 1000
     last_opened_s = int(fields.get("last_opened_ms", 0)) / 1000
     probe_at_s = int(fields.get("probe_at_ms", 0)) / 1000
-    probing = opened_s > 0 and int(probe_ttl_ms) > 0
+    probing = opened_s > 0 and probe_ttl_ms > 0
     return CircuitState(
-        endpoint=endpoint_label(endpoint),
+        endpoint=label,
         state="probing" if probing else ("open" if opened_s else "closed"),
         failures=int(fields.get("failures", 0)),
         opened_at=_iso(opened_s) if opened_s else None,
@@ -400,6 +448,9 @@ def state(client: redis.Redis, endpoint: str) -> CircuitState:
         last_error=fields.get("last_error") or None,
         last_outage_s=round(closed_s - last_opened_s, 1) if closed_s and last_opened_s else None,
         last_closed_at=_iso(closed_s) if closed_s else None,
+        outages=int(fields.get("outages", 0)),
+        held_calls=int(fields.get("held_calls", 0)),
+        held_s=int(fields.get("held_ms", 0)) / 1000,
     )
 
 

@@ -2,7 +2,8 @@
 -- Time unit: milliseconds, from Redis TIME.
 --
 -- KEYS[1] state  HASH   (as in circuit_admit.lua) and, once an outage ended: closed_ms,
---                       last_opened_ms, last_probes
+--                       last_opened_ms, last_probes; for the metrics: endpoint (its label),
+--                       outages (how many opened), held_calls and held_ms (Circuit.count_held)
 -- KEYS[2] probe  STRING the probing call's token
 --
 -- ARGV[1] outcome: answered | failed | abandoned
@@ -18,6 +19,7 @@
 -- ARGV[6] key TTL (ms), from the last outcome   ARGV[7] the error, in words
 -- ARGV[8] shift (ms) added to TIME: 0 but in tests
 -- ARGV[9] when the call was let through (ms, circuit_admit.lua's now)
+-- ARGV[10] the endpoint's label (scheme, host, port, path: no credentials), for the metrics
 --
 -- Returns {open (0/1), opened_ms, probes, now_ms, probe_at_ms, failures, changed}
 --   changed 1: this outcome opened (or closed) the circuit; opened_ms and probes of a circuit
@@ -26,7 +28,7 @@
 local outcome, token = ARGV[1], ARGV[2]
 local threshold, base_ms, max_ms = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local ttl_ms, error_text, shift_ms = tonumber(ARGV[6]), ARGV[7], tonumber(ARGV[8])
-local admitted_ms = tonumber(ARGV[9])
+local admitted_ms, label = tonumber(ARGV[9]), ARGV[10]
 
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
@@ -61,7 +63,7 @@ if outcome == 'answered' then
 end
 
 -- failed
-redis.call('HSET', KEYS[1], 'last_error', error_text, 'last_error_ms', now)
+redis.call('HSET', KEYS[1], 'last_error', error_text, 'last_error_ms', now, 'endpoint', label)
 redis.call('PEXPIRE', KEYS[1], ttl_ms)
 if opened > 0 then
   if held then
@@ -78,5 +80,6 @@ if failures < threshold then
 end
 probe_at = now + math.min(max_ms, base_ms)
 redis.call('HSET', KEYS[1], 'opened_ms', now, 'probe_at_ms', probe_at, 'probes', 0)
+redis.call('HINCRBY', KEYS[1], 'outages', 1)
 redis.call('DEL', KEYS[2])
 return {1, now, 0, now, probe_at, failures, 1}

@@ -15,6 +15,7 @@ import random
 import re
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
@@ -394,22 +395,29 @@ class LLMClient:
         as `circuit_open`, with how long it was held."""
         if self.circuit is None:
             return None
-        held_s, gate, tolerance = 0.0, None, None
-        try:
-            while (gate := self._admit()) is not None and gate.verdict == "open":
-                tolerance = tolerance or circuit.tolerance(self.settings)
-                if (reason := tolerance.outlasted(gate, self.endpoint)) is not None:
-                    raise errors.OutageOutlasted(reason)
-                wait = circuit.next_look_s(gate, tolerance)
-                if held_s + wait > self.settings.limiter_max_wait_s:
-                    described = circuit.describe(gate, self.endpoint)
-                    raise errors.Deferred(f"{described}: back at its next probe", retry_after_s=wait)
-                self.circuit.hold(wait)
-                held_s += wait
-            return gate
-        finally:
-            if (gate is not None and gate.verdict == "open") or held_s:
-                sink(self._held(stage, model, held_s, gate))
+        held_s, gate, tolerance, span = 0.0, None, None, None
+        with ExitStack() as held_span:
+            try:
+                while (gate := self._admit()) is not None and gate.verdict == "open":
+                    if tolerance is None:
+                        tolerance = circuit.tolerance(self.settings)
+                        attributes = {"llm.stage": stage, "llm.model": model, "llm.circuit": "open"}
+                        span = held_span.enter_context(tracing.span("llm.held", attributes))
+                    if (reason := tolerance.outlasted(gate, self.endpoint)) is not None:
+                        raise errors.OutageOutlasted(reason)
+                    wait = circuit.next_look_s(gate, tolerance)
+                    if held_s + wait > self.settings.limiter_max_wait_s:
+                        described = circuit.describe(gate, self.endpoint)
+                        raise errors.Deferred(f"{described}: back at its next probe", retry_after_s=wait)
+                    self.circuit.hold(wait)
+                    held_s += wait
+                return gate
+            finally:
+                if (gate is not None and gate.verdict == "open") or held_s:
+                    sink(self._held(stage, model, held_s, gate))
+                    self.circuit.count_held(held_s)
+                if span is not None:
+                    span.set_attribute("llm.held_s", round(held_s, 3))
 
     def _admit(self) -> circuit.Gate | None:
         assert self.circuit is not None
