@@ -28,21 +28,29 @@ class Settings(BaseSettings):
     )
 
     database_url: str | None = Field(
-        default=None, description="SQLAlchemy URL; unset: SQLite file in the data directory"
+        default=None,
+        description="SQLAlchemy URL (postgresql://... is used with psycopg 3); unset: a SQLite file in "
+        "the data directory, for `pipeline run`, `status` and `report` only (`worker`, `submit`, "
+        "`resume` and `watchdog` refuse to start without it)",
     )
     redis_url: str | None = Field(
-        default=None, description="Broker and result backend; unset: embedded Redis (pipeline run)"
+        default=None,
+        description="broker and result backend, redis:// or rediss://; unset: an embedded Redis "
+        "(`pipeline run` only)",
     )
     llm_base_url: str | None = Field(
         default=None,
         validation_alias=AliasChoices("PIPELINE_LLM_BASE_URL", "OPENAI_BASE_URL"),
-        description="OpenAI-compatible endpoint; unset: the built-in simulator (pipeline run)",
+        description="OpenAI-compatible endpoint, e.g. https://api.openai.com/v1; unset: the built-in "
+        "simulator (`pipeline run` only)",
     )
     llm_api_key: SecretStr | None = Field(
-        default=None, validation_alias=AliasChoices("PIPELINE_LLM_API_KEY", "OPENAI_API_KEY")
+        default=None,
+        validation_alias=AliasChoices("PIPELINE_LLM_API_KEY", "OPENAI_API_KEY"),
+        description="the endpoint's API key, sent only in the Authorization header",
     )
-    llm_model: str = c.DEFAULT_MODEL
-    llm_timeout_s: float = Field(default=c.DEFAULT_LLM_TIMEOUT_S, gt=0)
+    llm_model: str = Field(default=c.DEFAULT_MODEL, description="model name sent to the endpoint")
+    llm_timeout_s: float = Field(default=c.DEFAULT_LLM_TIMEOUT_S, gt=0, description="timeout of one LLM call")
     llm_structured_output: Literal["auto", "json_schema", "json_object_schema", "json_object", "prompt"] = (
         Field(
             default="auto",
@@ -53,7 +61,12 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = Field(
         default="text", description="worker logs: text with run/document ids, or JSON lines"
     )
-    worker_concurrency: int = Field(default=8, ge=1, le=512)
+    worker_concurrency: int = Field(
+        default=8,
+        ge=1,
+        le=512,
+        description="threads per worker process (and its HTTP and database pool size)",
+    )
     worker_pool: Literal["threads", "prefork", "solo"] = Field(
         default="threads", description="set by `pipeline worker --pool`: sizes the per-process pools"
     )
@@ -63,19 +76,42 @@ class Settings(BaseSettings):
         le=10_000,
         description="a larger run's first documents go to the workers while the rest is still being stored",
     )
-    data_dir: Path = Path(".pipeline")
+    data_dir: Path = Field(
+        default=Path(".pipeline"),
+        description="the SQLite file, embedded Redis, logs and report files of `pipeline run`",
+    )
 
-    chunk_tokens: int = Field(default=c.DEFAULT_CHUNK_TOKENS, ge=200)
+    chunk_tokens: int = Field(
+        default=c.DEFAULT_CHUNK_TOKENS, ge=200, description="largest chunk, in estimated tokens"
+    )
     model_context_tokens: int = Field(
         default=c.DEFAULT_MODEL_CONTEXT_TOKENS,
         ge=1000,
-        description="the extraction model's context window; chunks fit it with the prompt and answer",
+        description=f"the extraction model's context window: chunks are at most this less "
+        f"{c.EXTRACT_PROMPT_RESERVE_TOKENS} tokens of prompt and PIPELINE_EXTRACT_MAX_TOKENS, and at "
+        "most PIPELINE_CHUNK_TOKENS",
     )
-    chunk_overlap_tokens: int = Field(default=c.DEFAULT_CHUNK_OVERLAP_TOKENS, ge=0)
-    extract_max_tokens: int = Field(default=c.DEFAULT_EXTRACT_MAX_TOKENS, ge=64)
-    context_budget_tokens: int = Field(default=c.DEFAULT_CONTEXT_BUDGET_TOKENS, ge=500)
-    max_file_bytes: int = Field(default=c.DEFAULT_MAX_FILE_BYTES, ge=1)
-    task_max_retries: int = Field(default=c.DEFAULT_TASK_MAX_RETRIES, ge=0)
+    chunk_overlap_tokens: int = Field(
+        default=c.DEFAULT_CHUNK_OVERLAP_TOKENS, ge=0, description="overlap between consecutive chunks"
+    )
+    extract_max_tokens: int = Field(
+        default=c.DEFAULT_EXTRACT_MAX_TOKENS, ge=64, description="`max_tokens` of an extraction answer"
+    )
+    context_budget_tokens: int = Field(
+        default=c.DEFAULT_CONTEXT_BUDGET_TOKENS,
+        ge=500,
+        description="prompt budget of one synthesis call; more summaries are synthesized in batches, "
+        "recursively",
+    )
+    max_file_bytes: int = Field(
+        default=c.DEFAULT_MAX_FILE_BYTES, ge=1, description="larger files are skipped with the reason"
+    )
+    task_max_retries: int = Field(
+        default=c.DEFAULT_TASK_MAX_RETRIES,
+        ge=0,
+        description="retries of a transient failure (its calls' own tries spent) within one delivery "
+        "of a task, with capped, jittered backoff",
+    )
     document_max_attempts: int = Field(
         default=c.DEFAULT_DOCUMENT_MAX_ATTEMPTS,
         ge=1,
@@ -89,7 +125,8 @@ class Settings(BaseSettings):
     lease_s: float = Field(
         default=c.DEFAULT_LEASE_S,
         ge=3,
-        description="a running document's lease, renewed by its worker's heartbeat; live workers reclaim it this long after its worker died",
+        description="a running document's lease, renewed by its worker's heartbeat every third of it; "
+        "live workers reclaim it this long after its worker died",
     )
     watchdog_idle_s: float = Field(
         default=c.DEFAULT_WATCHDOG_IDLE_S,
@@ -130,11 +167,14 @@ class Settings(BaseSettings):
         default=2, ge=0, description="resumes without progress before the watchdog marks a run stalled"
     )
     inbox: str | None = Field(
-        default=None, description="directory or glob that beat submits nightly (new content only)"
+        default=None,
+        description="directory or glob that beat submits nightly, new content only (a worker reads it: "
+        "mount it there)",
     )
     inbox_schedule: str = Field(
         default="30 1 * * *",
-        description="crontab expression (minute hour day month weekday) of the nightly submit",
+        description="crontab expression (minute hour day month weekday) of the nightly submit, in "
+        "beat's time zone (UTC)",
     )
     inbox_query: str | None = Field(default=None, description="the nightly run's report question")
     watchdog_interval_s: float = Field(default=300.0, gt=0, description="how often beat runs the watchdog")
@@ -142,7 +182,8 @@ class Settings(BaseSettings):
         default=2,
         ge=1,
         le=4,
-        description="the final synthesis call goes this many times at once, the first answer is the report",
+        description="the final synthesis call goes this many times at once, the first answer is the report "
+        "(a hedged request: one call more per run); 1 for a local server that answers one request at a time",
     )
     run_failure_threshold: float = Field(
         default=0.10,
@@ -161,9 +202,17 @@ class Settings(BaseSettings):
     )
 
     # The global rate limit, shared by every worker through Redis (0: no limit of that kind).
-    rate_limit_rpm: int = Field(default=0, ge=0, description="requests per minute per scope")
-    rate_limit_tpm: int = Field(default=0, ge=0, description="tokens per minute per scope")
-    max_inflight: int = Field(default=0, ge=0, description="LLM calls in flight per scope")
+    rate_limit_rpm: int = Field(
+        default=0, ge=0, description="requests per window, per endpoint, model and API key (0: no limit)"
+    )
+    rate_limit_tpm: int = Field(
+        default=0, ge=0, description="tokens per window, per endpoint, model and API key (0: no limit)"
+    )
+    max_inflight: int = Field(
+        default=0,
+        ge=0,
+        description="LLM calls in flight at once, per endpoint, model and API key (0: no cap)",
+    )
     rate_limit_window_s: float = Field(default=60.0, gt=0, description="the provider's window")
     rate_limit_margin_s: float = Field(
         default=c.DEFAULT_RATE_LIMIT_MARGIN_S,
@@ -192,7 +241,9 @@ class Settings(BaseSettings):
         default=True,
         description="the provider's x-ratelimit-limit-* headers set the limits (none configured) or lower them",
     )
-    rate_limit_min_factor: float = Field(default=0.2, gt=0, le=1)
+    rate_limit_min_factor: float = Field(
+        default=0.2, gt=0, le=1, description="floor of the cut to the paced rate after a 429"
+    )
     rate_limit_recovery_s: float | None = Field(
         default=None, gt=0, description="time to climb back from a cut to the full rate (default: one window)"
     )
@@ -206,7 +257,8 @@ class Settings(BaseSettings):
     run_budget_usd: float | None = Field(
         default=None,
         gt=0,
-        description="once a run has spent this, its remaining documents fail with 'budget'",
+        description="a run's spending cap, fixed at submit: once spent, no new LLM call is made, its "
+        "remaining documents fail with reason 'budget' and the report says so",
     )
     max_document_tokens: int = Field(
         default=0, ge=0, description="files estimated above this many tokens are skipped (0: no cap)"
@@ -219,17 +271,23 @@ class Settings(BaseSettings):
     llm_mode: Literal["sync", "batch", "auto"] = Field(
         default="sync",
         description="sync: HTTP calls under the global limit; batch: the Batch API first, then sync what "
-        "it has not answered in time; auto: batch when the deadline leaves room",
+        "it has not answered in time; auto: batch when the deadline leaves room (`--mode`)",
     )
     run_deadline: str | None = Field(
-        default=None, description="when the report must be there: a time of day (06:00) or an ISO timestamp"
+        default=None,
+        description="when the report must be there: a time of day (06:00, the next one, local time) or "
+        "an ISO timestamp (`--deadline`)",
     )
     llm_batch_prices: str | None = Field(
         default=None,
         description="batch prices like PIPELINE_LLM_PRICES, per model; others: sync prices x the discount",
     )
     llm_batch_discount: float = Field(
-        default=0.5, gt=0, le=1, description="batch price / sync price where no batch price is set"
+        default=0.5,
+        gt=0,
+        le=1,
+        description="batch price / sync price where no batch price is set (0.5: each provider's "
+        "documented Batch discount)",
     )
     batch_max_requests: int = Field(
         default=50_000, ge=1, description="requests per input file (OpenAI: 50,000)"
@@ -266,21 +324,27 @@ class Settings(BaseSettings):
     llm_models: str | None = Field(
         default=None, description="extract models with weights, e.g. 'gpt-4o-mini:80,gpt-4o:20'"
     )
-    llm_fallback_model: str | None = None
+    llm_fallback_model: str | None = Field(
+        default=None,
+        description="model used once a document has failed PIPELINE_LLM_FALLBACK_AFTER attempts",
+    )
     llm_fallback_after: int = Field(default=2, ge=1, description="failed attempts before fallback")
     llm_api_keys: SecretStr | None = Field(
         default=None, description="several API keys, comma-separated, each with its own limits"
     )
 
     # Flower, the web monitor (`pipeline flower`): basic auth is required unless --unauthenticated.
-    flower_user: str | None = Field(default=None, description="Flower basic-auth user name")
+    flower_user: str | None = Field(
+        default=None,
+        description="Flower basic-auth user name (`pipeline flower` refuses to start without one)",
+    )
     flower_password: SecretStr | None = Field(default=None, description="Flower basic-auth password")
     flower_address: str = Field(default="127.0.0.1", description="interface Flower listens on")
-    flower_port: int = Field(default=5555, ge=1, le=65535)
+    flower_port: int = Field(default=5555, ge=1, le=65535, description="port Flower listens on")
     task_events: bool = Field(
         default=False,
         description="workers send Celery task events (what Flower lists; a Redis publish each); "
-        "`pipeline flower` turns them on in the running workers",
+        "`pipeline flower` turns them on in the running workers, `pipeline worker -E` from the start",
     )
 
     @field_validator(
