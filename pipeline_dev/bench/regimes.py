@@ -70,7 +70,7 @@ class BenchConfig:
         R1t's calls average (~4,800) though a third of them (compressions, last chunks) are
         small. At R1's 600 both quotas bind by turns: a run of small calls spends request time
         while token time idles, and pacing calls in the order they come does not reach the
-        token minimum (README, Performance, measures it)."""
+        token minimum (docs/benchmarks.md, R1t, measures it)."""
         return 2 * self.rpm
 
     def limit_args(self) -> list[str]:

@@ -1,4 +1,4 @@
-"""The benchmark's results as JSON and as the Markdown table the README quotes."""
+"""The benchmark's results as JSON and as the Markdown table docs/benchmarks.md quotes."""
 
 from __future__ import annotations
 
