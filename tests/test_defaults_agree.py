@@ -1,6 +1,7 @@
 """Every default agrees: each PIPELINE_* value that .env.example, docker-compose.yml, the image,
-the systemd units and the README's configuration table state is the code's default (Settings),
-unless it is listed in DIFFERENT with the reason a deployment file sets another value.
+the systemd units, the README's configuration table and the generated reference
+(docs/configuration.md) state is the code's default (Settings), unless it is listed in DIFFERENT
+with the reason a deployment file sets another value.
 
 Values are compared after parsing by Settings itself, so `0.10` and `0.1`, `true` and `True`
 agree, and a name that is no setting (a typo) fails as well."""
@@ -23,6 +24,7 @@ from tests.test_deploy_files import (
 )
 
 README = ROOT / "README.md"
+REFERENCE = ROOT / "docs" / "configuration.md"
 UNITS = sorted((ROOT / "ops" / "systemd").glob("*.service"))
 
 NOT_SETTINGS = {
@@ -135,8 +137,9 @@ def comment_values() -> dict[str, str]:
 
 
 def readme_defaults() -> dict[str, str]:
-    """The configuration table's `default` cells that are one literal (`60`, `true`) or `none`;
-    `PIPELINE_A_B` / `_C` rows name PIPELINE_A_C too, each with its part of the cell."""
+    """The README's configuration table (the settings most deployments set): its `default` cells
+    that are one literal (`60`, `true`) or `none`; `PIPELINE_A_B` / `_C` rows name PIPELINE_A_C
+    too, each with its part of the cell."""
     section = README.read_text().split("## Configuration", 1)[1].split("\n## ", 1)[0]
     found = {}
     for row in re.findall(r"^\| (`PIPELINE_.*?) \| (.*?) \| .* \|$", section, re.M):
@@ -155,11 +158,25 @@ def readme_defaults() -> dict[str, str]:
     return found
 
 
+def reference_defaults() -> dict[str, str]:
+    """The generated reference's rows: every environment name of a setting with its default
+    (`60`, or unset)."""
+    found = {}
+    for names, cell in re.findall(
+        r"^\| (`[A-Z][A-Z0-9_]*`(?: or `[A-Z0-9_]+`)*) \| (.*?) \| ", REFERENCE.read_text(), re.M
+    ):
+        literal = re.fullmatch(r"`([^`]*)`", cell)
+        for name in re.findall(r"`([A-Z0-9_]+)`", names):
+            if name.startswith("PIPELINE_"):
+                found[name] = literal[1] if literal else ("" if cell == "unset" else cell)
+    return found
+
+
 def _expand(first: str, short: str) -> str:
     """`_TPM` after `PIPELINE_RATE_LIMIT_RPM`: the setting named by replacing the first's
     trailing parts with it."""
     parts = first.split("_")
-    for cut in range(len(parts) - 1, 1, -1):
+    for cut in range(len(parts), 1, -1):
         name = "_".join(parts[:cut]) + short
         if name in env_names():
             return name
@@ -199,9 +216,17 @@ def test_the_deployment_files_comments_state_the_codes_defaults() -> None:
 
 def test_the_readmes_configuration_table_states_the_codes_defaults() -> None:
     values = readme_defaults()
-    for name in ("PIPELINE_LLM_TIMEOUT_S", "PIPELINE_RATE_LIMIT_TPM", "PIPELINE_BATCH_MAX_FILE_BYTES"):
+    for name in ("PIPELINE_LLM_TIMEOUT_S", "PIPELINE_RATE_LIMIT_TPM", "PIPELINE_INBOX_SCHEDULE"):
         assert name in values, name
     assert disagreements("README's configuration table", values) == []
+
+
+def test_the_configuration_reference_states_the_codes_defaults() -> None:
+    # Right by construction (tests/test_config_reference.py: the page is what the generator
+    # writes); this reads the written page back through Settings, as a user would copy a value.
+    values = reference_defaults()
+    assert set(env_names()) <= set(values)
+    assert disagreements("docs/configuration.md", values) == []
 
 
 def test_a_changed_default_is_found() -> None:

@@ -1,8 +1,9 @@
-"""Every ```sql block of the README runs as written: in the real psql, connected by the README's
-own psql line with `-v run=…`, against a Postgres run of `pipeline run`; and in the real sqlite3
-(Python's sqlite3 where the CLI is missing) on the SQLite file of another, with `:'run'` written
-as the quoted id, as the README says to. Both runs are on the simulator with nothing configured
-but the database, so the default model's shipped list price gives every call its cost."""
+"""Every ```sql block of the README and of docs/querying.md runs as written: in the real psql,
+connected by the README's own psql line with `-v run=…`, against a Postgres run of `pipeline run`;
+and in the real sqlite3 (Python's sqlite3 where the CLI is missing) on the SQLite file of another,
+with `:'run'` written as the quoted id, as the README says to. Both runs are on the simulator with
+nothing configured but the database, so the default model's shipped list price gives every call
+its cost."""
 
 from __future__ import annotations
 
@@ -25,6 +26,9 @@ from pipeline.storage.models import LLMCall
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+QUERYING = ROOT / "docs" / "querying.md"
+PAGES = (README, QUERYING)
+"""The pages whose SQL is run; the README also holds the psql and sqlite3 lines."""
 EXAMPLES = ROOT / "examples" / "filings"
 PSQL = shutil.which("psql")
 SQLITE3 = shutil.which("sqlite3")
@@ -44,18 +48,18 @@ class Run:
     database_url: str | None
 
 
-def blocks(kind: str) -> list[str]:
-    return re.findall(rf"```{kind}\n(.*?)```", README.read_text(), flags=re.S)
+def blocks(kind: str, pages: tuple[Path, ...] = PAGES) -> list[str]:
+    return [b for page in pages for b in re.findall(rf"```{kind}\n(.*?)```", page.read_text(), flags=re.S)]
 
 
 def statements(block: str) -> list[str]:
-    """A block's statements (none of the README's holds a ';' inside a literal)."""
+    """A block's statements (none of the pages' holds a ';' inside a literal)."""
     return [s.strip() + ";" for s in block.split(";") if s.strip()]
 
 
 def readme_line(starting: str) -> str:
     """The README's shell line that starts with `starting`."""
-    lines = [ln for block in blocks("sh") for ln in block.splitlines() if ln.startswith(starting)]
+    lines = [ln for block in blocks("sh", (README,)) for ln in block.splitlines() if ln.startswith(starting)]
     assert len(lines) == 1, f"the README shows no single `{starting}…` line: {lines}"
     return lines[0]
 
@@ -152,8 +156,9 @@ def sqlite_rows(run: Run, sql: str) -> list[str]:
 
 
 def test_the_readme_has_queries_and_names_the_run_as_psql_reads_it() -> None:
+    assert len([q for block in blocks("sql", (README,)) for q in statements(block)]) >= 3
+    assert len([q for block in blocks("sql", (QUERYING,)) for q in statements(block)]) >= 5
     queries = [q for block in blocks("sql") for q in statements(block)]
-    assert len(queries) >= 5
     # `:run` is a syntax error in psql (its unquoted form); `:'run'` is the quoted literal.
     assert not [q for q in queries if re.search(r"(?<!')\s*:run\b", q.replace(":'run'", ""))]
     assert any(":'run'" in q for q in queries)
