@@ -39,6 +39,7 @@ CRONTAB = ROOT / "ops" / "crontab.example"
 WORKER_UNIT = ROOT / "ops" / "systemd" / "pipeline-worker@.service"
 BEAT_UNIT = ROOT / "ops" / "systemd" / "pipeline-beat.service"
 FLOWER_UNIT = ROOT / "ops" / "systemd" / "pipeline-flower.service"
+FLOWER_ENV = ROOT / "ops" / "systemd" / "flower.env.example"
 PROMETHEUS = ROOT / "ops" / "prometheus.yml"
 
 SECRET_NAME = re.compile(r"(?:^|_)(?:PASSWORD|SECRET|TOKEN|API_KEY)(?:$|_)", re.IGNORECASE)
@@ -128,13 +129,15 @@ def dockerfile_json(instruction: str) -> list[str]:
     return parsed
 
 
-def env_example() -> dict[str, str]:
-    """KEY=value lines of .env.example, including commented-out ones (# KEY=value)."""
+def env_example(path: Path = ENV_EXAMPLE) -> dict[str, str]:
+    """KEY=value lines of .env.example (or another env file), including commented-out ones
+    (# KEY=value), a double-quoted value without its quotes."""
     found = {}
-    for line in ENV_EXAMPLE.read_text().splitlines():
+    for line in path.read_text().splitlines():
         m = re.match(r"^#?\s*([A-Z][A-Z0-9_]*)=(.*)$", line.strip())
         if m:
-            found[m[1]] = m[2]
+            quoted = re.fullmatch(r'"(.*)"', m[2])
+            found[m[1]] = quoted[1] if quoted else m[2]
     return found
 
 
@@ -176,17 +179,20 @@ def test_compose_has_the_services_and_no_version_key(compose: dict[str, Any]) ->
     assert set(pipeline_services(compose["services"])) == {"migrate", "worker", "beat", "flower", "sim"}
 
 
-def test_redis_is_a_durable_password_protected_broker(services: dict[str, dict[str, Any]]) -> None:
-    redis = services["redis"]
+def test_redis_is_a_durable_password_protected_broker(compose: dict[str, Any]) -> None:
+    # Run for real, password and healthcheck included, in test_deploy_secrets.py.
+    redis = compose["services"]["redis"]
     assert redis["image"] == "redis:7-alpine"
     args = as_args(redis["command"])
     assert args[args.index("--appendonly") + 1] == "yes"
     assert args[args.index("--maxmemory-policy") + 1] == "noeviction"
-    raw = [str(a) for a in redis["command"]]
-    assert raw[raw.index("--requirepass") + 1] == "${REDIS_PASSWORD:?set REDIS_PASSWORD}"
+    # The password: a secret file made from REDIS_PASSWORD, read by the server and the check.
+    assert redis["secrets"] == ["redis_password"]
+    assert compose["secrets"]["redis_password"] == {"environment": "REDIS_PASSWORD"}
+    assert redis["environment"] == {"REDIS_PASSWORD_FILE": "/run/secrets/redis_password"}
+    assert '"$$REDIS_PASSWORD_FILE"' in " ".join(redis["entrypoint"])
     check = " ".join(redis["healthcheck"]["test"])
-    assert 'redis-cli --no-auth-warning -a "$$REDIS_PASSWORD" ping' in check
-    assert redis["environment"]["REDIS_PASSWORD"].startswith("${REDIS_PASSWORD")
+    assert 'REDISCLI_AUTH="$$(cat "$$REDIS_PASSWORD_FILE")" redis-cli ping' in check
     assert any(v.endswith(":/data") for v in redis["volumes"])
 
 
@@ -321,8 +327,8 @@ def test_flower_needs_a_login_and_is_published_on_loopback_only(compose: dict[st
     port = Settings.model_fields["flower_port"].default
     assert flower["ports"] == [f"127.0.0.1:{port}:{port}"]
     env = flower["environment"]
-    assert env["PIPELINE_FLOWER_USER"] == "${FLOWER_USER:?set FLOWER_USER}"
-    assert env["PIPELINE_FLOWER_PASSWORD"] == "${FLOWER_PASSWORD:?set FLOWER_PASSWORD}"
+    assert env["PIPELINE_FLOWER_USER"] == "${PIPELINE_FLOWER_USER:?set PIPELINE_FLOWER_USER}"
+    assert env["PIPELINE_FLOWER_PASSWORD"] == "${PIPELINE_FLOWER_PASSWORD:?set PIPELINE_FLOWER_PASSWORD}"
     # The broker only: no database URL and no LLM key in the monitor's container.
     assert set(env) == {"PIPELINE_REDIS_URL", "PIPELINE_FLOWER_USER", "PIPELINE_FLOWER_PASSWORD"}
     assert env["PIPELINE_REDIS_URL"] == compose["x-pipeline-env"]["PIPELINE_REDIS_URL"]
@@ -374,7 +380,7 @@ def test_compose_has_no_literal_secrets(compose: dict[str, Any]) -> None:
     environments = [env] + [svc.get("environment", {}) for svc in compose["services"].values()]
     for environment in environments:
         for key, value in environment.items():
-            if SECRET_NAME.search(key):
+            if SECRET_NAME.search(key) and not key.endswith("_FILE"):  # a _FILE is the secret's path
                 assert ONLY_INTERPOLATION.match(str(value)), f"{key} is not only ${{...}}"
             assert url_password(str(value)) in (None, "${}"), f"literal password in {key}"
 
@@ -499,11 +505,12 @@ def test_prestart_gives_up_after_its_tries(tmp_path: Path) -> None:
 
 
 def test_env_example_has_placeholders_only() -> None:
+    for path in (ENV_EXAMPLE, FLOWER_ENV):
+        for key, value in env_example(path).items():
+            if SECRET_NAME.search(key):
+                assert value in ("", "change-me"), f"{key} in {path.name} must be a placeholder"
+            assert url_password(value) in (None, "change-me"), key
     values = env_example()
-    for key, value in values.items():
-        if SECRET_NAME.search(key):
-            assert value in ("", "change-me"), f"{key} in .env.example must be a placeholder"
-        assert url_password(value) in (None, "change-me"), key
     assert values["REDIS_PASSWORD"] == "change-me" and values["POSTGRES_PASSWORD"] == "change-me"
 
 
@@ -546,10 +553,13 @@ def test_systemd_worker_unit_is_templated_and_stops_gracefully() -> None:
     assert command.name == "worker"
 
 
-@pytest.mark.parametrize(("path", "name"), [(BEAT_UNIT, "beat"), (FLOWER_UNIT, "flower")])
-def test_systemd_beat_and_flower_units_run_existing_commands(path: Path, name: str) -> None:
+@pytest.mark.parametrize(
+    ("path", "name", "env_file"),
+    [(BEAT_UNIT, "beat", "/etc/pipeline/env"), (FLOWER_UNIT, "flower", "/etc/pipeline/flower.env")],
+)
+def test_systemd_beat_and_flower_units_run_existing_commands(path: Path, name: str, env_file: str) -> None:
     service = read_unit(path)
-    assert service["EnvironmentFile"] == "/etc/pipeline/env"  # secrets, like the workers'
+    assert service["EnvironmentFile"] == env_file  # secrets: beat the workers', Flower its own
     assert service["User"] not in ("", "root", "0")
     assert service["Restart"] == "on-failure"
     assert service["ProtectSystem"] == "strict" and service["NoNewPrivileges"] == "yes"
@@ -566,9 +576,9 @@ def test_systemd_flower_unit_keeps_the_password_off_its_command_line() -> None:
     _, *args = shlex.split(service["ExecStart"])
     assert args == ["flower"]  # address, port and login come from the environment file
     assert "PASSWORD" not in service["ExecStart"].upper() and "basic" not in service["ExecStart"]
-    values = env_example()
+    values = env_example(FLOWER_ENV)
     for key in ("PIPELINE_FLOWER_USER", "PIPELINE_FLOWER_PASSWORD", "PIPELINE_FLOWER_ADDRESS"):
-        assert key in values, f"{key} missing from .env.example"
+        assert key in values, f"{key} missing from {FLOWER_ENV.name}"
     assert values["PIPELINE_FLOWER_ADDRESS"] == Settings.model_fields["flower_address"].default
 
 
@@ -585,4 +595,8 @@ def test_prometheus_scrapes_flowers_metrics_with_a_password_file() -> None:
     assert static["targets"] == [f"127.0.0.1:{port}"]
     auth = job["basic_auth"]
     assert "password" not in auth and Path(auth["password_file"]).is_absolute()
-    assert auth["username"] == env_example()["FLOWER_USER"]
+    assert (
+        auth["username"]
+        == env_example()["PIPELINE_FLOWER_USER"]
+        == env_example(FLOWER_ENV)["PIPELINE_FLOWER_USER"]
+    )

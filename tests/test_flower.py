@@ -7,6 +7,7 @@ workers, Redis, the database and the simulator.
 from __future__ import annotations
 
 import ast
+import os
 import re
 import socket
 import subprocess
@@ -22,6 +23,7 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 import redis
+from dotenv import dotenv_values
 from sqlalchemy import select
 
 from pipeline.core import constants as c
@@ -54,11 +56,13 @@ class Flower:
 
 
 @contextmanager
-def running_flower(env: dict[str, str], log: Path, *args: str) -> Iterator[Flower]:
-    """`pipeline flower ARGS` on a free loopback port, listening; stopped at the end."""
+def running_flower(env: dict[str, str], log: Path, *args: str, inherit: bool = True) -> Iterator[Flower]:
+    """`pipeline flower ARGS` on a free loopback port, listening; stopped at the end. Its
+    environment: this process's with `env` over it, or (`inherit` False) `env` alone."""
     port = embedded.free_port()
     argv = [sys.executable, "-m", "pipeline", "flower", "--port", str(port), *args]
-    with embedded.Child("flower", argv, env=embedded.child_env(env), log_path=log) as child:
+    environment = embedded.child_env(env) if inherit else env
+    with embedded.Child("flower", argv, env=environment, log_path=log) as child:
         try:
             embedded.wait_for_port(port, child=child)
         except RuntimeError as exc:
@@ -297,6 +301,33 @@ def test_flower_unauthenticated_starts_with_a_loud_warning(
         assert open_flower.get("/api/workers", auth=None).status_code == 401
     log = (tmp_path / "flower.log").read_text()
     assert "WARNING: Flower starts WITHOUT authentication on 127.0.0.1:" in log
+
+
+def test_flower_under_systemd_serves_with_its_own_env_file_alone(
+    pipeline_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The unit's EnvironmentFile, filled in from its example, is all the environment Flower
+    gets (systemd adds little else): no database URL, no LLM key. It serves its API, and the
+    circuits' metrics it reads from the broker's Redis."""
+    unit = Path(__file__).resolve().parents[1] / "ops" / "systemd" / "pipeline-flower.service"
+    (env_file,) = re.findall(r"^EnvironmentFile=-?(.+)$", unit.read_text(), re.M)
+    example = unit.with_name(f"{Path(env_file).name}.example")
+    assert example.is_file(), f"{env_file} has no example next to the unit"
+    values = {key: value or "" for key, value in dotenv_values(example).items()}
+    values.update(
+        PIPELINE_REDIS_URL=pipeline_env["PIPELINE_REDIS_URL"],
+        PIPELINE_FLOWER_USER=USER,
+        PIPELINE_FLOWER_PASSWORD=PASSWORD,
+    )
+    env = {"PATH": os.environ["PATH"], **values}
+    with running_flower(env, tmp_path / "flower.log", inherit=False) as alone:
+        assert alone.get("/api/workers", auth=None).status_code == 401
+        assert alone.get("/api/workers").status_code == 200
+        assert "pipeline_circuit_redis_up 1.0" in alone.get("/metrics", auth=None).text
+        environ = Path(f"/proc/{alone.child.process.pid}/environ").read_bytes().split(b"\0")
+        names = {entry.partition(b"=")[0].decode() for entry in environ if entry}
+    assert "PIPELINE_REDIS_URL" in names
+    assert not names & {"PIPELINE_DATABASE_URL", "PIPELINE_LLM_API_KEY", "PIPELINE_LLM_BASE_URL"}
 
 
 # -- the options, pure --------------------------------------------------------------------

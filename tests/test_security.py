@@ -138,7 +138,7 @@ def test_a_pickled_message_is_refused_and_never_run(
 
 
 def test_rediss_urls_verify_the_server_certificate() -> None:
-    env = {**os.environ, "PIPELINE_REDIS_URL": "rediss://:secret@redis.example:6380/0"}
+    env = {**os.environ, "PIPELINE_REDIS_URL": "rediss://:s3cret-pw@redis.example:6380/0"}
     code = (
         "import ssl; from workers.app import app; "
         "assert app.conf.broker_use_ssl == {'ssl_cert_reqs': ssl.CERT_REQUIRED}; "

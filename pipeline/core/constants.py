@@ -112,3 +112,7 @@ outage is probed 13 times, and work resumes within 30 s of the provider's return
 DEFAULT_OUTAGE_TOLERANCE_S = 2 * 60 * 60
 """With PIPELINE_OUTAGE_TOLERANCE_S unset and no run deadline: an outage this long fails the
 documents still waiting for it (a provider's bad hour is waited out, a dead endpoint is not)."""
+
+PLACEHOLDER_PASSWORDS = frozenset({"change-me", "changeme", "change_me", "changethis", "password", "secret"})
+"""Refused as passwords (compared without case): `.env.example`'s placeholder and its like. The
+Redis and database URLs are checked when the settings are read, Flower's login when it starts."""

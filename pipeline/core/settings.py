@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from pydantic import AliasChoices, Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -411,6 +411,18 @@ class Settings(BaseSettings):
             )
         return value
 
+    @field_validator("database_url", "redis_url", "limiter_redis_url")
+    @classmethod
+    def _no_placeholder_password(cls, value: str | None, info: ValidationInfo) -> str | None:
+        for password in url_passwords(value or ""):
+            if password.lower() in c.PLACEHOLDER_PASSWORDS:
+                name = f"PIPELINE_{str(info.field_name).upper()}"
+                raise ValueError(
+                    f"{name} has the placeholder password {password}: replace it with "
+                    f"{PASSWORD_OF[str(info.field_name)]}"
+                )
+        return value
+
     @field_validator("llm_base_url")
     @classmethod
     def _http_endpoint(cls, value: str | None) -> str | None:
@@ -481,6 +493,21 @@ def parse_models(text: str) -> list[tuple[str, float]]:
 
 
 REDIS_SCHEMES = ("redis", "rediss", "unix")
+
+PASSWORD_OF = {
+    "database_url": "the database's real password (under compose: POSTGRES_PASSWORD in .env)",
+    "redis_url": "the Redis server's real password (under compose: REDIS_PASSWORD in .env)",
+    "limiter_redis_url": "the real password of the limiter's Redis server",
+}
+"""The password a URL setting carries: what its placeholder refusal says to put there."""
+
+
+def url_passwords(url: str) -> list[str]:
+    """The passwords a database or Redis URL carries, decoded: in its user part
+    (`scheme://user:password@host`) and in a `password=` query parameter (libpq, redis-py)."""
+    parts = urlsplit(url)
+    found = [unquote(parts.password)] if parts.password else []
+    return found + [p for p in parse_qs(parts.query).get("password", []) if p]
 
 
 def _check_database_url(value: str) -> None:

@@ -10,6 +10,7 @@ every other page and the HTTP API need the credentials.
 
 from __future__ import annotations
 
+from pipeline.core.constants import PLACEHOLDER_PASSWORDS
 from pipeline.core.errors import ConfigError
 from pipeline.core.settings import Settings
 
@@ -21,9 +22,6 @@ UNAUTHENTICATED_API_ENV = "FLOWER_UNAUTHENTICATED_API"
 
 METRICS_PATH = "/metrics"
 HEALTHCHECK_PATH = "/healthcheck"
-
-PLACEHOLDER_PASSWORDS = frozenset({"change-me", "changeme", "password", "secret"})
-"""Refused as Flower passwords: `.env.example`'s placeholder and its like."""
 
 
 def basic_auth(settings: Settings, *, unauthenticated: bool) -> str | None:
