@@ -19,8 +19,9 @@ import os
 import socket
 import subprocess
 import sys
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
@@ -38,6 +39,22 @@ from pipeline.runtime import embedded
 from pipeline.storage.db import get_engine, session_scope
 
 T = TypeVar("T")
+
+EVENTUALLY_S = 60.0
+POLL_S = 0.05
+
+
+def eventually(what: str, check: Callable[[], T | None], timeout_s: float = EVENTUALLY_S) -> T:
+    """`check()`'s first truthy value, looked at every POLL_S until `timeout_s`; else the test
+    fails naming `what` and the last value seen. The one way tests wait for a condition (a
+    worker's write, a process's output): never a sleep of a guessed length."""
+    deadline = time.monotonic() + timeout_s
+    while not (found := check()):
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {timeout_s:g} s (last seen: {found!r})")
+        time.sleep(POLL_S)
+    return found
+
 
 pytest_plugins = ("celery.contrib.pytest",)
 

@@ -4,8 +4,7 @@ wait for."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,15 +80,6 @@ def repair_stack(
         }
         with running_workers(stack_env, logs, count=1, concurrency=concurrency):
             yield Stack(stack_env, sim, redis_url, get_engine(pipeline_env["PIPELINE_DATABASE_URL"]))
-
-
-def until(condition: Callable[[], object], what: str, timeout_s: float = WAIT_S, step_s: float = 0.05) -> Any:
-    """Poll `condition` until it is true (its value), failing with `what` after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while not (found := condition()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(step_s)
-    return found
 
 
 def statuses(engine: Engine, run_id: str) -> dict[str, int]:

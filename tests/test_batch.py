@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -14,14 +13,14 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import select
+from sqlalchemy import Engine, select
 
 from pipeline.core.cost import parse_prices
 from pipeline.runtime.embedded import Child
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Chunk, Document, LLMBatch, LLMCall, Report, Run
 from pipeline_dev.synth_filings import write_filings
-from tests.conftest import PRICES, run_cli
+from tests.conftest import PRICES, eventually, run_cli
 
 SIM_DEFAULTS = {
     "batch_duration_s": 2.0,
@@ -195,14 +194,8 @@ def test_auto_mode_records_why(batch_env: dict[str, str], tmp_path: Path) -> Non
     result = run_cli("submit", str(tmp_path), "--fresh", "--mode", "auto", "--deadline", soon, env=batch_env)
     assert result.returncode == 0, result.stderr
     run_id = result.stdout.strip().splitlines()[-1]
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        with session_scope(get_engine(batch_env["PIPELINE_DATABASE_URL"])) as session:
-            run = session.get(Run, run_id)
-            assert run is not None
-            if run.status == "completed":
-                break
-        time.sleep(0.3)
+    engine = get_engine(batch_env["PIPELINE_DATABASE_URL"])
+    run = eventually("the run completed", lambda: _completed(engine, run_id))
     assert run.mode == "sync" and run.mode_reason and "less than" in run.mode_reason, run.mode_reason
     bad = run_cli("submit", str(tmp_path), "--mode", "batch", "--deadline", "tomorrow-ish", env=batch_env)
     assert bad.returncode == 2 and "--deadline" in bad.stderr + bad.stdout
@@ -252,3 +245,11 @@ def test_once_the_budget_is_spent_batch_answers_get_no_synchronous_repair(
         (d.status, d.error) for d in documents
     ]
     assert result.returncode != 0, result.stdout
+
+
+def _completed(engine: Engine, run_id: str) -> Run | None:
+    with session_scope(engine) as session:
+        run = session.get(Run, run_id)
+        assert run is not None
+        session.expunge(run)
+        return run if run.status == "completed" else None

@@ -4,7 +4,6 @@ cut-off answer) is paid for once, whatever that call's wait."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from pipeline.storage.db import session_scope
 from pipeline.storage.models import Chunk, Document, LLMBatch, LLMCall, Run
 from pipeline_dev.sim import SimConfig, SimServer
 from pipeline_dev.synth_filings import write_filings
+from tests.conftest import eventually
 
 IDLE_IN_TRANSACTION_TIMEOUT_MS = 1_000
 SYNC_CALL_S = 1.5
@@ -61,10 +61,7 @@ def _wait_until_ended(ctx: Context, run_id: str) -> None:
     assert batch_id, "the first tick created the batch"
     api = BatchAPI(ctx.settings.llm_base_url or "", ctx.settings.api_key_value(), 10.0)
     try:
-        deadline = time.monotonic() + 20
-        while not api.retrieve(batch_id).ended:
-            assert time.monotonic() < deadline, "the simulator's batch did not end"
-            time.sleep(0.05)
+        eventually("the simulator's batch ended", lambda: api.retrieve(batch_id).ended, 20)
     finally:
         api.close()
 

@@ -27,7 +27,7 @@ from pipeline.storage import run_state
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Document, LLMBatch, RunStatus
 from pipeline_dev.synth_filings import write_filings
-from tests.conftest import run_cli
+from tests.conftest import eventually, run_cli
 from tests.repair_stack import (
     Stack,
     answered_chunks,
@@ -36,7 +36,6 @@ from tests.repair_stack import (
     reports_of,
     run_row,
     statuses,
-    until,
 )
 
 
@@ -55,14 +54,14 @@ def test_a_cancelled_run_sends_no_call_more_and_reports_what_it_did(stack: Stack
     write_filings(tmp_path, 8, seed=291, sizes=[40_000] * 8)  # 3 chunks each, and a summary
     before = stack.stats()["requests_total"]
     run_id = stack.submit(tmp_path)
-    until(lambda: answered_chunks(stack.engine, run_id) >= 2, "the run's first answers")
+    eventually("the run's first answers", lambda: answered_chunks(stack.engine, run_id) >= 2)
 
     cancelled = run_cli("cancel", run_id, "--reason", "submitted by mistake", env=stack.env)
     received = stack.stats()["requests_total"] - before  # every call the run made until now
 
     assert cancelled.returncode == 0, cancelled.stderr
     assert f"run {run_id} cancelled:" in cancelled.stderr and "no new LLM call" in cancelled.stderr
-    until(stack.idle, "the worker to be idle, with nothing queued")
+    eventually("the worker to be idle, with nothing queued", stack.idle)
     assert stack.stats()["requests_total"] - before == received, "the provider got calls after the cancel"
     calls = calls_of(stack.engine, run_id)
     assert len(calls) == received, "every call recorded was one the provider had before the cancel"
@@ -98,8 +97,8 @@ def test_cancelling_a_batch_run_cancels_its_batch_at_the_provider(stack: Stack, 
         write_filings(tmp_path, 3, seed=293, sizes=[30_000] * 3)
         before = stack.stats()["requests_total"]
         run_id = stack.submit(tmp_path, "--mode", "batch")
-        batch_id = until(lambda: _provider_batch(stack, run_id, "in_progress"), "the batch in progress")
-        until(lambda: _at_provider(stack, batch_id)["request_counts"]["completed"] >= 1, "a line done")
+        batch_id = eventually("the batch in progress", lambda: _provider_batch(stack, run_id, "in_progress"))
+        eventually("a line done", lambda: _at_provider(stack, batch_id)["request_counts"]["completed"] >= 1)
 
         cancelled = run_cli("cancel", run_id, env=stack.env)
 
@@ -108,7 +107,7 @@ def test_cancelling_a_batch_run_cancels_its_batch_at_the_provider(stack: Stack, 
         # the run cancelled a moment before, did it first: either way it is cancelling now.
         assert _at_provider(stack, batch_id)["status"] in ("cancelling", "cancelled"), cancelled.stderr
         # The provider ends a cancel in its own time (the simulator: within its batch window).
-        until(lambda: _row_status(stack, run_id) == "ingested", "its completed lines ingested", timeout_s=90)
+        eventually("its completed lines ingested", lambda: _row_status(stack, run_id) == "ingested", 90)
         batch = _at_provider(stack, batch_id)
         assert batch["status"] == "cancelled"
         done = batch["request_counts"]["completed"]
@@ -161,7 +160,7 @@ def test_a_batch_the_runs_poll_cancelled_first_counts_as_cancelled(stack: Stack,
         input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
     )
     sdk.batches.cancel(batch.id)  # the poll's cancel
-    until(lambda: sdk.batches.retrieve(batch.id).status == "cancelled", "the batch cancelled")
+    eventually("the batch cancelled", lambda: sdk.batches.retrieve(batch.id).status == "cancelled")
     with session_scope(engine) as session:
         session.add(LLMBatch(run_id=run_id, provider_batch_id=batch.id, status="in_progress", requests=1))
     api = BatchAPI(stack.sim, stack.env["PIPELINE_LLM_API_KEY"], 10.0)

@@ -21,7 +21,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -36,7 +36,7 @@ from pipeline.runtime import embedded
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Chunk, Content, Document, Extraction, LLMCall, Report, Run
 from pipeline_dev.synth_filings import write_filings
-from tests.conftest import WORKER_READY_TIMEOUT_S, claimed_redis_db, run_cli, running_simulator
+from tests.conftest import WORKER_READY_TIMEOUT_S, claimed_redis_db, eventually, run_cli, running_simulator
 
 SHIM_SOURCE = Path(__file__).with_name("clockshift.c")
 SHIFT_S = 60.0
@@ -57,15 +57,6 @@ T = TypeVar("T")
 
 def _in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
-
-
-def _wait_for(what: str, check: Callable[[], T | None], timeout_s: float = WAIT_S) -> T:
-    """`check()` once it is truthy, polled until `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while not (found := check()):
-        assert time.monotonic() < deadline, f"{what}: not within {timeout_s:.0f} s"
-        time.sleep(0.05)
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -298,10 +289,11 @@ def check_duplicates(sender: Celery, engine: Engine, run_id: str, pair: tuple[Wo
     """A duplicate delivery of each document either worker holds, to the other: none takes the
     live lease (its fence stays). Returns how many reached the worker ahead under a live lease."""
     ahead, _ = pair
-    _wait_for("both workers hold documents", lambda: all(held(engine, run_id, w) for w in pair))
+    eventually("both workers hold documents", lambda: all(held(engine, run_id, w) for w in pair))
     duplicates = send_duplicates(sender, engine, run_id, pair)
     returned = {
-        d.task_id: _wait_for("the duplicate ran", partial(outcome, d.receiver, d.task_id)) for d in duplicates
+        d.task_id: eventually("the duplicate ran", partial(outcome, d.receiver, d.task_id))
+        for d in duplicates
     }
     after = leases(engine, [d.document_id for d in duplicates])
     for d in duplicates:
@@ -395,7 +387,7 @@ def test_workers_a_minute_apart_pay_each_chunk_once_and_reclaim_only_from_the_de
             resent = check_resume(engine, run_id, env)
             victim, held_at_kill = kill_a_holder(engine, run_id, pair)
             killed = time.monotonic()
-            status = _wait_for("the run ended", lambda: run_status(engine, run_id), RECOVERY_S)
+            status = eventually("the run ended", lambda: run_status(engine, run_id), RECOVERY_S)
             ended_s = time.monotonic() - killed
             assert status == "completed", status
             assert all(w.child.problem() is None for w in pair if w is not victim), "the survivor died"

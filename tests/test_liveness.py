@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -33,7 +32,14 @@ from pipeline.storage import documents as repo
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Document, Extraction, Run
 from pipeline_dev.synth_filings import write_filings
-from tests.conftest import WORKER_READY_TIMEOUT_S, claimed_redis_db, run_cli, running_simulator, stored
+from tests.conftest import (
+    WORKER_READY_TIMEOUT_S,
+    claimed_redis_db,
+    eventually,
+    run_cli,
+    running_simulator,
+    stored,
+)
 
 LEASE_S = 30.0
 ANSWER = FilingExtraction(
@@ -267,14 +273,6 @@ def test_a_stuck_threads_document_may_be_started_by_another_thread_of_its_proces
 HUNG_LEASE_S = 3.0
 
 
-def _wait_for(what: str, check: Callable[[], object], timeout_s: float = 60.0) -> object:
-    deadline = time.monotonic() + timeout_s
-    while not (found := check()):
-        assert time.monotonic() < deadline, f"{what} within {timeout_s:.0f} s"
-        time.sleep(0.1)
-    return found
-
-
 def test_a_worker_whose_limiter_never_answers_loses_its_document_to_another_within_two_leases(
     pipeline_env: dict[str, str], redis_base: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
@@ -314,7 +312,7 @@ def test_a_worker_whose_limiter_never_answers_loses_its_document_to_another_with
                     run = session.get(Run, run_id)
                     return run is not None and run.status in ("completed", "failed")
 
-            _wait_for("the run ended", ended, timeout_s=90)
+            eventually("the run ended", ended, timeout_s=90)
             assert stuck.problem() is None and other.problem() is None
         finally:
             embedded.stop_all(children)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from sqlalchemy import func, select
+from sqlalchemy import Engine, func, select
 
 from pipeline.core.settings import get_settings
 from pipeline.ingest.producer import prepare_run
@@ -16,7 +16,7 @@ from pipeline.storage import documents as repo
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Chunk, Document, LLMCall, Run
 from pipeline_dev.synth_filings import write_filings
-from tests.conftest import claimed_redis_db, run_cli
+from tests.conftest import claimed_redis_db, eventually, run_cli
 
 
 def test_attempts_are_capped_across_deliveries_and_hand_backs_do_not_count(
@@ -163,13 +163,13 @@ def test_pipeline_watchdog_finishes_a_run_whose_queue_was_lost(
     waited = run_cli("status", run_id, env=env)
     assert waited.returncode == 0
     engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
-    deadline = time.monotonic() + 120
-    while True:
-        with session_scope(engine) as session:
-            run = session.get(Run, run_id)
-            assert run is not None
-            if run.status in ("completed", "failed"):
-                break
-        assert time.monotonic() < deadline, "the resumed run did not complete"
-        time.sleep(0.5)
+    run = eventually("the resumed run ended", lambda: _ended(engine, run_id), 120)
     assert run.status == "completed"
+
+
+def _ended(engine: Engine, run_id: str) -> Run | None:
+    with session_scope(engine) as session:
+        run = session.get(Run, run_id)
+        assert run is not None
+        session.expunge(run)
+        return run if run.status in ("completed", "failed") else None

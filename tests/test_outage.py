@@ -9,7 +9,6 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from pipeline.storage.models import Document, LLMCall, Run
 from pipeline_dev.bench.procs import sim_stats
 from pipeline_dev.sim import SimConfig, SimServer
 from pipeline_dev.synth_filings import write_filings
-from tests.conftest import claimed_redis_db, run_cli, running_simulator, running_workers, stored
+from tests.conftest import claimed_redis_db, eventually, run_cli, running_simulator, running_workers, stored
 
 MESSAGES: Any = [{"role": "user", "content": "Hello there. How are you?"}]
 
@@ -123,14 +122,6 @@ THREADS = 8 if FULL_NIGHT else 4
 WORK_TIMEOUT_S = OUTAGE_S + 120.0
 
 
-def _wait_for(what: str, check: Callable[[], Any], timeout_s: float = WORK_TIMEOUT_S) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while not (found := check()):
-        assert time.monotonic() < deadline, f"{what}: not within {timeout_s:.0f} s"
-        time.sleep(0.1)
-    return found
-
-
 def _calls(engine: Engine, run_id: str) -> Counter[str]:
     with session_scope(engine) as session:
         return Counter(session.scalars(select(LLMCall.status).where(LLMCall.run_id == run_id)))
@@ -165,14 +156,14 @@ def test_real_workers_ride_out_an_outage_without_failing_a_document_or_hammering
             submitted = run_cli("submit", str(tmp_path), env=env)
             assert submitted.returncode == 0, submitted.stderr
             run_id = submitted.stdout.strip().splitlines()[-1]
-            _wait_for("the run under way", lambda: _calls(engine, run_id)["ok"] >= 4)
+            eventually("the run under way", lambda: _calls(engine, run_id)["ok"] >= 4, WORK_TIMEOUT_S)
             post_outage(sim, {"seconds": OUTAGE_S, "kind": "503"})
             assert _unfinished(engine, run_id), "the outage began mid-run"
             # While it lasts, the run holds: nothing fails, the circuit is open for every worker.
-            shown = _wait_for("the circuit open", lambda: _open_circuit(redis_url, sim), timeout_s=OUTAGE_S)
+            shown = eventually("the circuit open", lambda: _open_circuit(redis_url, sim), timeout_s=OUTAGE_S)
             assert shown.state in ("open", "probing")
-            _wait_for("the outage over", lambda: not sim_stats(sim)["outage"]["active"], OUTAGE_S + 10)
-            status = _wait_for("the run ended", lambda: _ended(engine, run_id)).status
+            eventually("the outage over", lambda: not sim_stats(sim)["outage"]["active"], OUTAGE_S + 10)
+            status = eventually("the run ended", lambda: _ended(engine, run_id), WORK_TIMEOUT_S).status
             ended = time.time()
             assert all(child.problem() is None for child in children)
         stats = sim_stats(sim)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import redis
 from pipeline.recovery import deliveries
 from pipeline.runtime import embedded
 from pipeline_dev.synth_filings import write_filings
-from tests.conftest import WORKER_READY_TIMEOUT_S, claimed_redis_db, run_cli
+from tests.conftest import WORKER_READY_TIMEOUT_S, claimed_redis_db, eventually, run_cli
 
 SETTLE_TIMEOUT_S = 30.0
 """Generous: the children's beats (every second with 3 s leases) drop what they handled."""
@@ -51,10 +50,11 @@ def test_a_workers_received_sets_hold_nothing_after_its_runs(
                 submitted = run_cli("submit", str(tmp_path / f"run-{n}"), "--wait", env=env)
                 assert submitted.returncode == 0, submitted.stderr
             client = redis.Redis.from_url(redis_url)
-            deadline = time.monotonic() + SETTLE_TIMEOUT_S
-            while any((sizes := received_sets(client)).values()):
-                assert time.monotonic() < deadline, f"received sets still hold deliveries: {sizes}"
-                time.sleep(0.2)
+            eventually(
+                "the received sets emptied",
+                lambda: not any(received_sets(client).values()),
+                SETTLE_TIMEOUT_S,
+            )
             log = worker.log_path.read_text(errors="replace") if worker.log_path else ""
             assert "could not note the delivery" not in log
             client.close()

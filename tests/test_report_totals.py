@@ -5,7 +5,6 @@ copy of the final synthesis ends after the report was written."""
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -18,19 +17,12 @@ from pipeline.reporting.render import late_calls_note
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import LLMCall, Report
 from pipeline_dev.synth_filings import write_filings
-from tests.conftest import run_cli
+from tests.conftest import eventually, run_cli
 
 pytestmark = pytest.mark.usefixtures("workers")
 
 WAIT_S = 60.0
 POLL_S = 0.2
-
-
-def _until(condition: Any, what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(POLL_S)
 
 
 def _rows(engine: Engine, run_id: str) -> tuple[int, int, float]:
@@ -90,14 +82,14 @@ def test_status_report_and_page_show_the_calls_the_database_holds(
     first = _report_json(engine, run_id)["totals"]
 
     # Every synthesis request the simulator had (both copies of the final one) is recorded ...
-    _until(
-        lambda: _synthesis_rows(engine, run_id) == _synthesis_requests(sim_record, query) >= 2,
+    eventually(
         "the synthesis calls the simulator answered were never all recorded",
+        lambda: _synthesis_rows(engine, run_id) == _synthesis_requests(sim_record, query) >= 2,
     )
     # ... and the report, rewritten once its late copy ended, names no copy still running.
-    _until(
-        lambda: _report_json(engine, run_id)["totals"].get("synthesis_copies_running", 0) == 0,
+    eventually(
         "the report still names a synthesis copy running",
+        lambda: _report_json(engine, run_id)["totals"].get("synthesis_copies_running", 0) == 0,
     )
     calls, tokens, cost = _rows(engine, run_id)
 

@@ -18,7 +18,7 @@ from pipeline.storage import run_state
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Chunk, Document, DocumentAttempt, Report, RunStatus
 from pipeline_dev.synth_filings import write_filings
-from tests.conftest import run_cli
+from tests.conftest import eventually, run_cli
 from tests.repair_stack import (
     Stack,
     calls_of,
@@ -26,7 +26,6 @@ from tests.repair_stack import (
     reports_of,
     run_row,
     statuses,
-    until,
 )
 
 
@@ -47,9 +46,9 @@ def test_a_run_whose_documents_were_refused_is_retried_to_the_end_reusing_its_an
     key = stack.env["PIPELINE_LLM_API_KEY"]
     write_filings(tmp_path, 3, seed=301, sizes=[40_000] * 3)  # 3 chunks each
     run_id = stack.submit(tmp_path)
-    until(lambda: _halfway(stack.engine, run_id), "a document with its first chunk answered")
+    eventually("a document with its first chunk answered", lambda: _halfway(stack.engine, run_id))
     stack.configure(api_key="sk-revoked-at-the-provider")  # every call from now on: 401
-    until(lambda: reports_of(stack.engine, run_id), "the run's first report")
+    eventually("the run's first report", lambda: reports_of(stack.engine, run_id))
     first = run_row(stack.engine, run_id)
     failed = _ids(stack.engine, run_id, "failed")
     answered = _answered(stack.engine, run_id)

@@ -21,7 +21,7 @@ from pipeline.ingest.producer import SubmitPlan, prepare_run
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Document, Extraction, LLMCall, Report, Run
 from pipeline_dev.synth_filings import write_filings
-from tests.conftest import claimed_redis_db
+from tests.conftest import claimed_redis_db, eventually
 
 WAIT_S = 60.0
 
@@ -58,13 +58,6 @@ def celery_worker_parameters() -> dict[str, object]:
 @pytest.fixture(scope="session")
 def celery_worker_pool() -> str:
     return "threads"
-
-
-def _until(condition: object, what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, what
-        time.sleep(0.2)
 
 
 def _reports(engine: Engine, run_id: str) -> int:
@@ -104,7 +97,7 @@ def test_a_redelivered_extract_or_finalize_changes_nothing(
 
     engine, plan = _stored_run(pipeline_env, tmp_path, seed=95)
     enqueue_run(plan.run_id, plan.document_ids)
-    _until(lambda: _reports(engine, plan.run_id) == 1, "the run's chord wrote no report")
+    eventually("the run's chord wrote no report", lambda: _reports(engine, plan.run_id) == 1)
     calls = _settled_calls(engine, plan.run_id)
     assert calls > 0
 
@@ -143,12 +136,14 @@ def test_finalize_before_every_document_is_final_waits_for_them(
 
     engine, plan = _stored_run(pipeline_env, tmp_path, seed=97)
     early = finalize.delay(plan.run_id)
-    _until(lambda: early.state == "RETRY", "finalize did not wait for the documents")
+    eventually("finalize did not wait for the documents", lambda: early.state == "RETRY")
     assert _reports(engine, plan.run_id) == 0
 
     for document_id in plan.document_ids:
         assert extract.delay(document_id).get(timeout=WAIT_S) == "extracted"
-    _until(lambda: _reports(engine, plan.run_id) == 1, "finalize never fired once the documents were final")
+    eventually(
+        "finalize never fired once the documents were final", lambda: _reports(engine, plan.run_id) == 1
+    )
     with session_scope(engine) as session:
         run = session.get(Run, plan.run_id)
         assert run is not None and run.status == "completed"

@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from collections import defaultdict
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -29,7 +28,7 @@ from pipeline.storage.db import session_scope
 from pipeline.storage.models import Document
 from pipeline_dev.sim import SimConfig, SimServer
 from pipeline_dev.synth_filings import write_filings
-from tests.conftest import claimed_redis_db, run_cli, running_workers
+from tests.conftest import claimed_redis_db, eventually, run_cli, running_workers
 
 KEY = "sk-trace-canary-0123456789abcdef"
 
@@ -172,7 +171,7 @@ def test_a_documents_trace_spans_the_submit_and_the_worker_processes(
         with running_workers(env, logs, 1):
             submitted = run_cli("submit", str(tmp_path), "--wait", "--fresh", env=env)
             assert submitted.returncode == 0, submitted.stderr
-            _wait_for(lambda: len(_whole_traces(collector)) == 2, f"two whole traces in {collector.spans}")
+            eventually("two whole traces", lambda: len(_whole_traces(collector)) == 2, 30)
     by_id = {span["id"]: span for span in collector.spans}
     extracts = [span for span in collector.spans if span["name"] == "extract document"]
     assert len(extracts) == 2
@@ -195,10 +194,3 @@ def _whole_traces(collector: Collector) -> list[set[tuple[str, str]]]:
         if {("pipeline-submit", "submit document"), ("pipeline-worker", "store extraction")} <= names
         and ("pipeline-worker", "llm.call") in names
     ]
-
-
-def _wait_for(condition: Any, what: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.1)

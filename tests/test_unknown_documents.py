@@ -5,7 +5,6 @@ database for a worker that knows them."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from pipeline.runtime.embedded import Child
 from pipeline.storage.db import get_engine, session_scope, upgrade
 from pipeline.storage.models import Document, Run
 from pipeline_dev.synth_filings import write_filings
-from tests.conftest import claimed_redis_db, running_workers
+from tests.conftest import claimed_redis_db, eventually, running_workers
 
 WAIT_S = 60.0
 
@@ -47,13 +46,6 @@ def _log_of(worker: Child) -> Path:
     return worker.log_path
 
 
-def _until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.2)
-
-
 def test_a_document_the_workers_database_lacks_goes_back_to_the_queue_not_done(
     pipeline_env: dict[str, str], elsewhere: tuple[str, Path], tmp_path: Path
 ) -> None:
@@ -75,13 +67,13 @@ def test_a_document_the_workers_database_lacks_goes_back_to_the_queue_not_done(
 
             return seen
 
-        _until(
-            said(extract.id, "pipeline.extract", f"document {document_id} is not in the database"),
+        eventually(
             "the extract was not sent back with its reason",
+            said(extract.id, "pipeline.extract", f"document {document_id} is not in the database"),
         )
-        _until(
-            said(finalize.id, "pipeline.finalize", f"run {plan.run_id} is not in the database"),
+        eventually(
             "the finalize was not sent back with its reason",
+            said(finalize.id, "pipeline.finalize", f"run {plan.run_id} is not in the database"),
         )
         text = log.read_text()
         assert "is PIPELINE_DATABASE_URL the one the producer used?" in text
