@@ -25,6 +25,8 @@ from typing import Any
 import pytest
 import redis
 from dotenv import dotenv_values
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from pipeline.core.constants import PLACEHOLDER_PASSWORDS
 from pipeline.core.errors import ConfigError
@@ -280,8 +282,8 @@ def test_composes_redis_takes_its_password_from_the_secret_file_only(
         except RuntimeError as exc:
             pytest.fail(f"{exc}: {(tmp_path / 'redis.log').read_text()[-2000:]}")
         with pytest.raises(redis.AuthenticationError):
-            redis.Redis(port=port).ping()
-        assert redis.Redis(port=port, password=password).ping()
+            redis.Redis(host="127.0.0.1", port=port, retry=Retry(NoBackoff(), 0)).ping()  # no retries
+        assert redis.Redis(host="127.0.0.1", port=port, password=password, socket_timeout=5).ping()
         cmdline = Path(f"/proc/{server.process.pid}/cmdline").read_bytes()
         assert password.encode() not in cmdline
 
