@@ -132,9 +132,48 @@ the real-model and limits files both came late to one process, which ran 329 s w
 idled after 196 s."""
 
 
+SLOW_FILES = frozenset(
+    {
+        *SLOW_FILES_FIRST,
+        "test_bench_sizes.py",
+        "test_cancel.py",
+        "test_clock_skew.py",
+        "test_cost.py",
+        "test_custom_schema.py",
+        "test_doctor.py",
+        "test_end_to_end.py",
+        "test_flower.py",
+        "test_liveness.py",
+        "test_local_run.py",
+        "test_lose_nothing.py",
+        "test_outage.py",
+        "test_prefork.py",
+        "test_prune.py",
+        "test_readme_sql.py",
+        "test_report_browser.py",
+        "test_report_totals.py",
+        "test_resume.py",
+        "test_retry.py",
+        "test_round_trips.py",
+        "test_schedule.py",
+        "test_security.py",
+        "test_status.py",
+        "test_timeouts.py",
+        "test_tracing.py",
+        "test_trust.py",
+    }
+)
+"""Files whose tests start processes of their own (workers, servers, a browser, a model) or run
+whole pipelines: marked `slow`, so `pytest -m "not slow"` is the quick subset for local work
+(CI runs everything). A file with one slow test marks that test instead."""
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(SLOW_FILES_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: files stay whole
+    for item in items:
+        if item.path.name in SLOW_FILES:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

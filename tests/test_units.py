@@ -163,6 +163,7 @@ def test_unset_database_means_sqlite_in_the_data_dir(monkeypatch: pytest.MonkeyP
     assert settings.resolved_database_url == "sqlite:////tmp/x/pipeline.db"
 
 
+@pytest.mark.slow  # a fresh interpreter imports the whole domain
 def test_the_domain_package_never_imports_celery() -> None:
     code = (
         "import sys, pkgutil, importlib, pipeline\n"
