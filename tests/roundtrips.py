@@ -487,10 +487,17 @@ def _wait_idle(client: redis.Redis, settle_s: float = 1.0) -> int:
 
 
 def measure(
-    scenario: str, documents: int, workers: int = 2, concurrency: int = 4, size: int = 25_000
+    scenario: str,
+    documents: int,
+    workers: int = 2,
+    concurrency: int = 4,
+    size: int = 25_000,
+    idle_s: float = IDLE_S,
 ) -> Measured:
     """One run of `documents` synthetic filings (two chunks each at the default size) on a fresh
-    stack; what it cost, per command and per kind of round trip."""
+    stack; what it cost, per command and per kind of round trip. The stack's background (its
+    heartbeats) is measured for `idle_s` first and taken off the run's counts; 0: not measured
+    (a test that checks what must cost nothing needs no baseline)."""
     from pipeline.storage.models import Chunk, Document, LLMCall
     from pipeline_dev.synth_filings import write_filings
 
@@ -540,10 +547,11 @@ def measure(
                     # probe, the structured-output mode and the token counters are behind it.
                     _submit(warm_up, submit_env)
                     _wait_idle(client)
-                    time.sleep(2.0)  # start-up queries and first heartbeats over
+                    if idle_s:
+                        time.sleep(2.0)  # start-up queries and first heartbeats over
                     redis_before, pg_before = command_counts(client), workers_proxy.count.snapshot()
                     trips_before, sent_before = workers_redis.count.snapshot()
-                    time.sleep(IDLE_S)
+                    time.sleep(idle_s)
                     redis_idle = command_counts(client) - redis_before
                     trips_idle, sent_idle = workers_redis.count.snapshot()
                     trips_idle, sent_idle = trips_idle - trips_before, sent_idle - sent_before
@@ -577,7 +585,7 @@ def measure(
                     client.close()
             for proxy in (workers_proxy, producer_proxy, workers_redis, producer_redis):
                 proxy.close()
-            idle_scale = run_s / IDLE_S
+            idle_scale = run_s / idle_s if idle_s else 0.0
             requests = Counter({k: max(0, v - round(sent_idle[k] * idle_scale)) for k, v in sent_run.items()})
             background = Counter({k: round(v * idle_scale) for k, v in redis_idle.items()})
             redis_net = Counter({k: max(0, v - background[k]) for k, v in redis_run.items()})
@@ -606,7 +614,7 @@ def measure(
                 run_s=run_s,
                 redis=redis_net,
                 redis_raw=sum(redis_run.values()) - redis_run["info"] - 3 * looks,
-                redis_idle_per_s=sum(redis_idle.values()) / IDLE_S,
+                redis_idle_per_s=sum(redis_idle.values()) / idle_s if idle_s else 0.0,
                 redis_round_trips=trips_run - round(trips_idle * idle_scale),
                 redis_requests=requests,
                 producer_redis=(producer_trips, sum(producer_sent.values())),
@@ -614,7 +622,7 @@ def measure(
                 producer_pg=producer_pg,
                 events=tap.seen,
                 scripts=scripts.seen,
-                workers_pg_idle_per_s=pg_idle["round_trips"] / IDLE_S,
+                workers_pg_idle_per_s=pg_idle["round_trips"] / idle_s if idle_s else 0.0,
             )
 
 
