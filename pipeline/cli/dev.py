@@ -252,6 +252,20 @@ def sim(
     "--p50", default=1.42, show_default=True, help="Median latency of the rate- and latency-bound regimes."
 )
 @click.option("--p95", default=3.81, show_default=True, help="Their 95th percentile latency.")
+@click.option(
+    "--workers",
+    default=2,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Worker processes of each run (R5 keeps its one).",
+)
+@click.option(
+    "--concurrency",
+    default=32,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Threads of each worker (R5 keeps its 64).",
+)
 def bench(
     regimes: str,
     out_dir: Path,
@@ -262,6 +276,8 @@ def bench(
     pacing: bool,
     p50: float,
     p95: float,
+    workers: int,
+    concurrency: int,
 ) -> None:
     """Measure the pipeline against a provider's limit and the peer.
 
@@ -283,6 +299,8 @@ def bench(
             pacing=pacing,
             p50_s=p50,
             p95_s=p95,
+            workers=workers,
+            concurrency=concurrency,
             say=lambda line: console.print(escape(line)),
         )
     except ValueError as exc:

@@ -28,6 +28,8 @@ def run_bench(
     pacing: bool = True,
     p50_s: float = 1.42,
     p95_s: float = 3.81,
+    workers: int = 2,
+    concurrency: int = 32,
     say: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Run `regimes` (names from REGIMES, run in that table's order) and write
@@ -51,6 +53,8 @@ def run_bench(
             pacing=pacing,
             p50_s=p50_s,
             p95_s=p95_s,
+            workers=workers,
+            concurrency=concurrency,
         )
         try:
             for name in (n for n in REGIMES if n in regimes):
@@ -69,6 +73,8 @@ def run_bench(
         "rpm": rpm,
         "tpm": tpm,
         "pacing": pacing,
+        "workers": workers,
+        "concurrency": concurrency,
         "work_dir": str(work),
     }
     (out_dir / "bench.json").write_text(json.dumps({"meta": meta, "results": cfg.results}, indent=2))
