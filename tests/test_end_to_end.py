@@ -99,7 +99,7 @@ def test_a_batch_ends_with_a_report_and_every_document_accounted_for(
     assert len(report_json["documents"]) == 6
     assert report_json["synthesis_levels"] >= 2, "the small context budget forces batched synthesis"
     _assert_each_summary_synthesized_once(engine, run_id, sim_record, recorded_before)
-    assert run_id in run_cli("runs", env=pipeline_env).stdout
+    assert run_id[:8] in run_cli("runs", env=pipeline_env).stdout  # ids shown short
     assert run_id in [r["run_id"] for r in json.loads(run_cli("runs", "--json", env=pipeline_env).stdout)]
 
 

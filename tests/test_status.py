@@ -17,7 +17,7 @@ import pytest
 from rich.console import Console
 from rich.table import Table
 
-from pipeline.cli.status_view import StatusPage, render
+from pipeline.cli.status_view import StatusPage, render, runs_table
 from pipeline.core.settings import Settings, get_settings
 from pipeline.llm.prompts import STRUCTURED_MODES
 from pipeline.runs.failures import FailureGroup, group_failures
@@ -221,6 +221,18 @@ def test_every_line_fits_80_columns_and_no_header_is_cut() -> None:
         headers = [str(column.header) for column in table.columns]
         header_line = _rendered(table).splitlines()[0]
         assert re.fullmatch(r"\s*" + r"\s+".join(map(re.escape, headers)) + r"\s*", header_line), header_line
+
+
+def test_the_runs_list_fits_80_columns_with_ids_every_command_takes() -> None:
+    busy = _busy_page().view
+    done = {"extracted": 3}
+    quick = replace(busy, run_id="0f" * 16, name=None, status="completed", elapsed_s=41.0, documents=done)
+    text = _rendered(runs_table([busy, quick]))
+    assert max(len(line) for line in text.splitlines()) <= 80, text
+    assert "…" not in text, text
+    busy_row = r"^81bdbd5c +FAILED +9,870/10,000 +120 +2026-12-02 01:30 +2h11m +nightly-2026"
+    assert re.search(busy_row, text, re.M), text
+    assert re.search(r"^0f0f0f0f +completed +3/10,000 +2026-12-02 01:30 +41 s *$", text, re.M), text
 
 
 def test_the_view_is_a_summary_and_short_rows_not_a_dump_of_fields() -> None:

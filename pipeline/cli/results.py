@@ -119,20 +119,12 @@ def runs(limit: int, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([v.as_dict() for v in views], indent=2))
         return
-    table = Table("name", "status", "mode", "documents", "created", "elapsed s")
-    table.add_column("run", no_wrap=True)
-    for view in views:
-        docs = ", ".join(f"{n} {s}" for s, n in sorted(view.documents.items()))
-        table.add_row(
-            view.name or "",
-            view.status,
-            view.mode,
-            docs,
-            view.created_at,
-            f"{view.elapsed_s:.1f}",
-            view.run_id,
-        )
-    Console(width=200).print(table)
+    if not views:
+        console.print("no runs yet: `pipeline submit PATHS…` starts one")
+        return
+    from pipeline.cli.status_view import runs_table
+
+    Console().print(runs_table(views))
 
 
 @main.command()

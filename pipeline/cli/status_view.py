@@ -266,11 +266,12 @@ def _report(view: RunStatusView) -> str:
     return "not written yet"
 
 
-FOLDED = ("why", "document", "batch", "model")
+FOLDED = ("why", "document", "batch", "model", "name")
 """The columns that give way when a table is too wide (their text folds onto more lines); the
 others keep their width, so no header is ever cut."""
 RIGHT = (
     "documents",
+    "extracted",
     "quotes",
     "found",
     "requests",
@@ -435,6 +436,25 @@ def _count(n: int) -> str:
 def _shortened(text: str, limit: int) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def runs_table(views: list[RunStatusView]) -> Table:
+    """`pipeline runs`: one row a run, newest first, made for 80 columns (the id is its first
+    characters, which every command takes; `--json` has it whole). `failed` counts the
+    documents not extracted for a fault (failed or cancelled); `status RUN` says why."""
+    table = _table("run", "status", "extracted", "failed", "started UTC", "took", "name")
+    for view in views:
+        failed = sum(view.documents.get(s, 0) for s in ("failed", "cancelled"))
+        table.add_row(
+            view.run_id[:SHORT_ID],
+            view.status if view.status != "failed" else "FAILED",
+            f"{view.documents.get('extracted', 0):,}/{view.documents_total:,}",
+            f"{failed:,}" if failed else "",
+            _moment(view.created_at)[:16],
+            span(view.elapsed_s),
+            escape(view.name or ""),
+        )
+    return table
 
 
 def status_json(page: StatusPage) -> dict[str, Any]:
