@@ -179,4 +179,9 @@ async def _load(ws_url: str, url: str, bypass_csp: bool, screenshot: bool) -> Lo
 
 def load(ws_url: str, page: Path, *, bypass_csp: bool = False, screenshot: bool = False) -> Loaded:
     """Open `page` (a file) in a new tab and report what happened."""
-    return asyncio.run(_load(ws_url, page.resolve().as_uri(), bypass_csp, screenshot))
+    return load_url(ws_url, page.resolve().as_uri(), bypass_csp=bypass_csp, screenshot=screenshot)
+
+
+def load_url(ws_url: str, url: str, *, bypass_csp: bool = False, screenshot: bool = False) -> Loaded:
+    """Open `url` in a new tab and report what happened."""
+    return asyncio.run(_load(ws_url, url, bypass_csp, screenshot))

@@ -20,7 +20,10 @@ from pipeline.reporting.render import late_calls_note, money
 from pipeline.reporting.run_charts import calls_section
 from pipeline.runs.failures import group_failures
 
-CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
+CSP = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
+"""Sent as the page's first `<meta http-equiv>`: nothing may load (the charts are inline SVG, the
+fonts the system's), only the page's own `<style>` and style attributes apply, and neither a
+`<base>` nor a form could point anywhere."""
 STYLE = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;margin:0 auto;
 max-width:70rem;padding:1rem 1.5rem 3rem;color:#1d232a;line-height:1.45}

@@ -1,4 +1,6 @@
-"""Rendering the run report as Markdown and JSON (pure). Filing text is escaped."""
+"""Rendering the run report as Markdown and JSON (pure). Text from a filing or a model is
+escaped with `escape`, the one Markdown escaper of the code base (the HTML page has its own
+target language: `html_parts.text`)."""
 
 from __future__ import annotations
 
@@ -6,16 +8,31 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-_HTML = str.maketrans({"<": "&lt;", ">": "&gt;", "&": "&amp;"})
-_MD_LINK = re.compile(r"!?\[([^\]]*)\]\(([^)]*)\)")
-_BARE_URL = re.compile(r"\b(https?|ftp)://", re.IGNORECASE)
+_LINKIFY_TLDS = (
+    "[a-z]{2}|xn--[\\w-]*|biz|com|edu|gov|net|org|pro|web|xxx|aero|asia|coop|info|museum|name|shop|рф"
+)
+"""What linkify (markdown-it's, VS Code's preview) takes as a domain's end in bare text: two
+letters (a country code), an encoded zone, or one of its generic names."""
+_ACTIVE = re.compile(
+    r"[\\\[\]!<&@]"  # escapes, links, images, reference definitions, raw HTML, autolinks, entities, e-mail
+    r"|/(?=/)"  # `//`: a scheme's (`https://`) or a protocol-relative URL's
+    rf"|(?i:(?<=www)\.|\.(?=(?:{_LINKIFY_TLDS})(?![^\W_])))",  # `www.x`, `x.com`; not `10k.txt` or `$1.2`
+)
 
 
 def escape(text: str) -> str:
-    """Text from a filing or a model, safe to put in Markdown: no HTML, images or links."""
-    text = text.translate(_HTML)
-    text = _MD_LINK.sub(lambda m: f"{m.group(1)} ({m.group(2)})", text)
-    return _BARE_URL.sub(lambda m: f"{m.group(1)}[:]//", text)
+    """Text from a filing or a model, inert in Markdown: no link, image, reference definition,
+    autolink, bare URL or e-mail address made a link, entity or raw HTML survives it (CommonMark,
+    GFM, markdown-it with linkify). Each character that could start one is backslash-escaped, so
+    the text still reads as written once rendered; emphasis, headings and lists stay (they load
+    nothing).
+
+    `[`, `]` and `!` make links, images and reference definitions (a definition anywhere in the
+    document makes `![c][1]` anywhere an image); `<` raw HTML and autolinks; `&` entities; `@`,
+    `//`, `www.` and the dot before a top-level domain the links GFM and linkify make of bare
+    text; and `\\` itself, or the text could cancel an escape (`\\[` would leave `[` active).
+    """
+    return _ACTIVE.sub(lambda m: "\\" + m.group(0), text)
 
 
 def cell(value: object) -> str:
@@ -166,9 +183,7 @@ def markdown(r: ReportInput) -> str:
             "| File | Excerpt |",
             "| --- | --- |",
         ]
-        lines += [
-            f"| {cell(d.path)} | `{cell(d.injection_excerpt).replace('`', chr(39))}` |" for d in flagged
-        ]
+        lines += [f"| {cell(d.path)} | {cell(d.injection_excerpt)} |" for d in flagged]
         lines.append("")
     other = [d for d in r.documents if d.status != "extracted"]
     if other:
