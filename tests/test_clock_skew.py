@@ -32,6 +32,7 @@ import pytest
 from celery import Celery
 from sqlalchemy import Engine, func, select
 
+from pipeline.llm.prompts import delimited
 from pipeline.runtime import embedded
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Chunk, Content, Document, Extraction, LLMCall, Report, Run
@@ -272,9 +273,7 @@ def paid_per_chunk(engine: Engine, run_id: str, record: Path) -> Counter[tuple[i
             .join(Content, Content.sha256 == Document.sha256)
             .where(Document.run_id == run_id)
         ).tuples()
-        parts = {
-            f"<document>\n{text[start:end]}\n</document>": (int(d), int(i)) for d, i, start, end, text in rows
-        }
+        parts = {delimited(text[start:end]): (int(d), int(i)) for d, i, start, end, text in rows}
     paid: Counter[tuple[int, int]] = Counter()
     for line in record.read_text().splitlines():
         entry = json.loads(line)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,9 @@ from pipeline.storage.models import (
 )
 from pipeline_dev.synth_filings import generate_filing
 from tests.conftest import run_cli
+
+DOCUMENT = re.compile(r"^<(document-[0-9a-f]+)>\n(.*?)\n</\1>$", re.DOTALL | re.MULTILINE)
+"""A chunk as the prompt sends it: between the tags of its boundary (`prompts.delimited`)."""
 
 pytestmark = pytest.mark.usefixtures("workers")
 
@@ -153,9 +157,7 @@ def test_a_1mb_filing_reaches_the_llm_chunk_by_chunk_in_full(
     sent = set()
     for line in sim_record.read_text().splitlines():
         for message in json.loads(line)["messages"]:
-            content = message.get("content") or ""
-            if "<document>\n" in content:
-                sent.add(content.split("<document>\n", 1)[1].rsplit("\n</document>", 1)[0])
+            sent.update(m.group(2) for m in DOCUMENT.finditer(message.get("content") or ""))
     for start, end in spans:
         assert text[start:end] in sent, f"chunk {start}:{end} never reached the LLM"
 

@@ -68,7 +68,7 @@ def test_the_prompt_says_which_section_and_what_to_look_for() -> None:
     user = prompts.extract_messages("Item 8. Financial Statements", 0, 3, hint("Item 8. x", None))[1][
         "content"
     ]
-    assert "from Item 8 of the filing" in user and user.index("Item 8 of") < user.index("<document>")
+    assert "from Item 8 of the filing" in user and user.index("Item 8 of") < user.index("<document-")
 
 
 def test_the_chunk_budget_comes_from_the_model_context() -> None:

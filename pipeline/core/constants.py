@@ -1,6 +1,6 @@
 """Defaults and fixed names, with their units in their names."""
 
-PROMPT_VERSION = "extract-v2"
+PROMPT_VERSION = "extract-v3"
 """Bump when a prompt changes: stored answers are keyed on it."""
 
 DEFAULT_MODEL = "gpt-4o-mini"

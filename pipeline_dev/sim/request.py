@@ -89,7 +89,11 @@ def content_text(content: Any) -> str:
     return ""
 
 
-_DOCUMENT = re.compile(r"<document>(.*?)</document>", re.DOTALL)
+_DOCUMENT = re.compile(r"<(document(?:-[0-9A-Za-z]+)?)>\n(.*?)</\1>", re.DOTALL)
+"""Data from a line's opening tag, `<document>` or one of a boundary the prompt names
+(`<document-1f2e3d4c>`), to its own closing tag: with a boundary nothing else ends it, as a
+model that reads its instructions takes it; with plain tags the first `</document>` does, as
+it would a model's (where a filing held one, the rest read as instructions)."""
 _SCHEMA = re.compile(r"<schema>(.*?)</schema>", re.DOTALL)
 _KEPT = re.compile(r"<kept>(.*?)</kept>", re.DOTALL)
 
@@ -123,12 +127,13 @@ def without_kept(instance: Any, kept: dict[str, Any]) -> Any:
 
 
 def document_text(messages: list[dict[str, Any]]) -> str:
-    """The source text: what lies between `<document>` tags in user messages, else all of them.
+    """The source text: what lies between `<document>` (or `<document-…>`) tags in user
+    messages, else all of them.
 
     Text outside the tags is instructions and is never used as a source.
     """
     user = [content_text(m.get("content")) for m in messages if m.get("role") == "user"]
-    inside = [match.group(1).strip("\n") for text in user for match in _DOCUMENT.finditer(text)]
+    inside = [match.group(2).strip("\n") for text in user for match in _DOCUMENT.finditer(text)]
     return "\n\n".join(inside) if inside else "\n\n".join(user)
 
 
