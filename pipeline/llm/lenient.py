@@ -6,10 +6,15 @@ breaks the schema (an empty quote), an absurd figure (revenue of 1.4e46 dollars)
 escaped, an invalid list item is dropped and an invalid nullable field nulled (and said so),
 and a cut-off answer keeps its complete items. What cannot be mended is handed back with the
 validation error, for the client's one repair.
+
+`read` never raises, whatever the text (tests/test_fuzz_model_text.py): a lone surrogate, which a
+provider's JSON can carry (`"\\ud800"` in its body decodes to one) and no UTF-8 encoder takes,
+is read as U+FFFD.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, get_args, get_origin
 
@@ -17,6 +22,7 @@ import pydantic_core
 from pydantic import BaseModel, ValidationError
 
 M = TypeVar("M", bound=BaseModel)
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 MAX_DROPPED = 5
 """More invalid items than this and the answer is not mended but repaired. The repair's answer is
 the last: its valid items are kept however many are dropped (a small model blanked eight titles of
@@ -36,12 +42,16 @@ def read(
     content: str, schema: type[M], finish_reason: str = "stop", max_dropped: int | None = MAX_DROPPED
 ) -> Reading[M]:
     """`content` validated against `schema`, mended where it can be: at most `max_dropped`
-    invalid items dropped (None: any number, for the last answer there will be)."""
+    invalid items dropped (None: any number, for the last answer there will be). Never raises:
+    what cannot be read is a Reading without a value, with the validation error."""
+    notes: list[str] = []
+    if _LONE_SURROGATE.search(content):
+        content = _LONE_SURROGATE.sub("\ufffd", content)
+        notes.append("lone surrogates read as U+FFFD")
     try:
-        return Reading(schema.model_validate_json(content))
+        return Reading(schema.model_validate_json(content), notes=notes)
     except ValidationError as exc:
         strict_error = exc
-    notes: list[str] = []
     text = escape_control_characters(content)
     if text != content:
         notes.append("control characters inside strings escaped")
