@@ -82,6 +82,11 @@ from pipeline.core.settings import get_settings
 )
 @click.option("--reject-status", default=500, show_default=True, help="The status of that error.")
 @click.option("--api-key", "sim_api_key", default=None, help="Refuse any other key with 401.")
+@click.option(
+    "--echo-key",
+    is_flag=True,
+    help="Every error quotes the request's API key whole (OpenAI masks it): the redaction test's worst case.",
+)
 @click.option("--serve-model", "served_models", multiple=True, help="Refuse any other model with 404.")
 @click.option(
     "--context-tokens", default=0, show_default=True, help="Refuse prompt + max_tokens above it (400)."
@@ -170,6 +175,7 @@ def sim(
     rejected_shapes: tuple[str, ...],
     reject_status: int,
     sim_api_key: str | None,
+    echo_key: bool,
     served_models: tuple[str, ...],
     context_tokens: int,
     unsupported_params: tuple[str, ...],
@@ -208,6 +214,7 @@ def sim(
         rejected_shapes=rejected_shapes,
         rejected_status=reject_status,
         api_key=sim_api_key,
+        echo_key=echo_key,
         served_models=served_models,
         context_tokens=context_tokens,
         unsupported_params=unsupported_params,

@@ -15,6 +15,8 @@ task of its own (timestamps in Unix seconds, as OpenAI's):
   file, the others in the error file with `batch_expired`.
 - cancelling (`batch_validate_s`) -> cancelled: likewise, the others with `batch_cancelled`.
 
+With `echo_key`, a batch's errors and its error file's lines quote the API key that created it.
+
 Every line is answered as POST /v1/chat/completions would answer it (`parse`, `compose`,
 `finish`: structured output, usage, the bad-JSON, truncation and ungrounded-quote knobs and the
 `[[sim:...]]` hooks, the refusals of models, parameters and context), without the synchronous
@@ -40,7 +42,14 @@ from typing import Any
 from aiohttp import web
 
 from pipeline_dev.sim import faults
-from pipeline_dev.sim.errors import error_body, error_response, request_refusal
+from pipeline_dev.sim.errors import (
+    asked_failure,
+    echo_into,
+    error_body,
+    error_response,
+    presented_key,
+    request_refusal,
+)
 from pipeline_dev.sim.files import FILES, FileStore, cursor_page, list_limit, no_such_file, refused_key
 from pipeline_dev.sim.request import ChatRequest, Composed, RequestError, compose, finish, parse
 from pipeline_dev.sim.state import SimState
@@ -212,6 +221,7 @@ class Batch:
     created_at: int
     expires_at: int
     deadline: float  # event-loop time at which the batch expires
+    api_key: str = ""  # the key that created it
     status: str = "validating"
     model: str | None = None
     errors: list[dict[str, Any]] = field(default_factory=list)
@@ -294,6 +304,7 @@ class BatchService:
         endpoint: str,
         completion_window: str,
         metadata: dict[str, str] | None,
+        api_key: str = "",
     ) -> Batch:
         loop = asyncio.get_running_loop()
         window = self.state.config.batch_expire_after_s
@@ -307,6 +318,7 @@ class BatchService:
             created_at=int(now),
             expires_at=int(now + window),
             deadline=loop.time() + window,
+            api_key=api_key,
         )
         self.batches[batch.id] = batch
         self.state.batch_counters.batches_created += 1
@@ -327,7 +339,12 @@ class BatchService:
 
     # --- the state machine --------------------------------------------------------------------
 
+    def _echoed(self, batch: Batch, error: dict[str, Any]) -> dict[str, Any]:
+        return echo_into(error, batch.api_key) if self.state.config.echo_key else error
+
     def _move(self, batch: Batch, status: str) -> None:
+        if status == "failed":
+            batch.errors = [self._echoed(batch, error) for error in batch.errors]
         batch.status = status
         batch.times[f"{status}_at"] = _now()
         counters = self.state.batch_counters
@@ -398,7 +415,7 @@ class BatchService:
         duration = self.state.config.batch_duration_s
         for done, line in enumerate(order):
             due = start + duration * (done + 1) / len(order)
-            answer = await self._answer(line)
+            answer = await self._answer(batch, line)
             await self._wait(batch, due)
             if batch.cancel.is_set() or max(due, loop.time()) >= batch.deadline:
                 return order[done:]
@@ -431,6 +448,7 @@ class BatchService:
             )
             counters.batch_lines_expired += len(unrun)
         batch.failed += len(unrun)
+        batch.failures = [self._echoed_line(batch, line) for line in batch.failures]
         loop = asyncio.get_running_loop()
         if batch.outputs:
             content = await loop.run_in_executor(None, _jsonl, batch.outputs)
@@ -443,7 +461,17 @@ class BatchService:
 
     # --- one line -----------------------------------------------------------------------------
 
-    async def _answer(self, line: Line) -> Answer:
+    def _echoed_line(self, batch: Batch, line: dict[str, Any]) -> dict[str, Any]:
+        """An error file's line quoting the batch's key (`echo_key`): its answer's error body, or
+        the error of a request never sent."""
+        response = line.get("response")
+        if isinstance(response, dict) and isinstance(response.get("body"), dict):
+            line = {**line, "response": {**response, "body": self._echoed(batch, response["body"])}}
+        if isinstance(line.get("error"), dict):
+            line = {**line, "error": self._echoed(batch, line["error"])}
+        return line
+
+    async def _answer(self, batch: Batch, line: Line) -> Answer:
         """What POST /v1/chat/completions would answer the line (composed on a worker thread)."""
         config = self.state.config
         failing = self.rng.random() < config.batch_fail_rate  # drawn for every line: a seeded
@@ -453,7 +481,7 @@ class BatchService:
             return self._failed(
                 line, 400, error_body(line.problem or "Invalid request.", "invalid_request_error")
             )
-        refusal = request_refusal(chat, config)
+        refusal = request_refusal(chat, config) or asked_failure(chat, batch.api_key, config)
         if refusal is not None:
             return self._failed(line, refusal.status, refusal.body)
         if chat.shape in config.rejected_shapes:
@@ -557,8 +585,9 @@ async def create_batch(request: web.Request) -> web.Response:
     if stored.purpose != "batch":
         message = f"The input file must have been uploaded with purpose 'batch', not '{stored.purpose}'."
         return _invalid(message, "input_file_id")
+    key = presented_key(request.headers.get("Authorization", ""))
     batch = request.app[BATCHES].create(
-        stored.id, stored.content, body["endpoint"], body["completion_window"], metadata
+        stored.id, stored.content, body["endpoint"], body["completion_window"], metadata, key
     )
     return web.json_response(batch.to_object())
 

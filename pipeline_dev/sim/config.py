@@ -41,6 +41,9 @@ class SimConfig:
     """The status of that error: 500 as llama-cpp-python answers json_schema, or 400/422."""
     api_key: str | None = None
     """When set, any other key is refused with 401 (invalid_api_key), as providers do."""
+    echo_key: bool = False
+    """Every error answered quotes the request's API key whole, a 401 included (OpenAI masks it),
+    and so do a batch's errors and error-file lines (the key that created the batch)."""
     served_models: tuple[str, ...] = ()
     """When set, any other model is refused with 404 (model_not_found)."""
     context_tokens: int = 0

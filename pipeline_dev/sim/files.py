@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import BodyPartReader, web
 
-from pipeline_dev.sim.errors import error_response, key_refusal
+from pipeline_dev.sim.errors import documented, error_response, key_refusal, presented_key
 from pipeline_dev.sim.state import STATE
 
 MAX_UPLOAD_BYTES = 512 * 1024 * 1024  # OpenAI's limit for one file
@@ -66,9 +66,22 @@ def no_such_file(file_id: str) -> web.Response:
     return error_response(404, f"No such File object: {file_id}", "invalid_request_error", param="id")
 
 
+BATCH_API_STATUSES = (401, 403, 429, 500, 503)
+"""What POST /sim/batch-api-errors may queue: the documented errors any Files or Batches API
+request can meet, whatever it asks for."""
+
+
 def refused_key(request: web.Request) -> web.Response | None:
-    """401 for a wrong API key, as on every endpoint of the provider."""
-    refusal = key_refusal(request.headers.get("Authorization", ""), request.app[STATE].config)
+    """401 for a wrong API key, as on every endpoint of the provider; else the next queued error
+    (POST /sim/batch-api-errors), if any."""
+    state = request.app[STATE]
+    authorization = request.headers.get("Authorization", "")
+    refusal = key_refusal(authorization, state.config)
+    if refusal is None and state.batch_api_errors:
+        key = presented_key(authorization)
+        refusal = documented(
+            state.batch_api_errors.popleft(), key, "requests", whole_key=state.config.echo_key
+        )
     return None if refusal is None else refusal.response()
 
 

@@ -15,6 +15,8 @@ from pipeline_dev.sim.replies import build_text_answer, malformed_json, truncate
 from pipeline_dev.sim.ungrounded import replace_quotes
 
 CHARS_PER_TOKEN = 4
+FAILING_STATUSES = (400, 401, 403, 404, 429, 500, 503)
+"""The statuses `[[sim:fail-NNN]]` asks for (one documented error each)."""
 HOOKS = (
     "invalid",
     "error",
@@ -26,6 +28,7 @@ HOOKS = (
     "nulchar",
     "longstring",
     "slowcopy",
+    *(f"fail-{status}" for status in FAILING_STATUSES),
 )
 """What a prompt can ask for with `[[sim:NAME]]`: a schema violation, a 5xx, broken JSON, a 401
 that echoes the key, and as small models write: a raw control character inside a string, one
@@ -33,7 +36,8 @@ list item that breaks the schema (an empty string), an answer cut off at max_tok
 and answers valid JSON and schema allow but a database refuses: a NUL character (`\\u0000`) in
 one list item's string, a first string field of `LONG_STRING_CHARS` characters; and `slowcopy`:
 a request the simulator has had before (the same model and messages) is answered SLOW_COPY_S
-later, as the slower of hedged copies is."""
+later, as the slower of hedged copies is. `fail-NNN`: OpenAI's documented error of that status
+(`pipeline_dev.sim.errors.DOCUMENTED`), on the chat endpoint and in a batch's lines."""
 SLOW_COPY_S = 1.5
 _FORMATS = ("text", "json_object", "json_schema")
 

@@ -17,7 +17,14 @@ from aiohttp import web
 
 from pipeline_dev.sim import batches, faults, files, outage
 from pipeline_dev.sim.config import SimConfig
-from pipeline_dev.sim.errors import error_response, key_refusal, request_refusal
+from pipeline_dev.sim.errors import (
+    asked_failure,
+    echo_into,
+    error_response,
+    key_refusal,
+    presented_key,
+    request_refusal,
+)
 from pipeline_dev.sim.limits import Decision, openai_duration
 from pipeline_dev.sim.request import SLOW_COPY_S, ChatRequest, Composed, RequestError, compose, finish, parse
 from pipeline_dev.sim.state import STATE, Recorder, SimState
@@ -27,6 +34,24 @@ MAX_BODY_BYTES = 64 * 1024 * 1024  # whole filings arrive in one request
 INLINE_CHARS = 20_000
 MAX_CACHED_ANSWERS = 200_000  # bigger prompts are answered on a worker thread, off the event loop
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def _echo_key(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """With `echo_key`, every JSON error answered quotes the request's API key (`echoed`)."""
+    response = await handler(request)
+    if (
+        not request.app[STATE].config.echo_key
+        or response.status < 400
+        or not isinstance(response, web.Response)
+        or response.content_type != "application/json"
+        or not isinstance(response.body, bytes)
+    ):
+        return response
+    body = json.loads(response.body)
+    key = presented_key(request.headers.get("Authorization", ""))
+    kept = {k: v for k, v in response.headers.items() if k.lower() not in ("content-type", "content-length")}
+    return web.json_response(echo_into(body, key), status=response.status, headers=kept)
 
 
 @web.middleware
@@ -150,10 +175,9 @@ async def _chat(request: web.Request, state: SimState) -> web.StreamResponse:
         charge = chat.prompt_tokens + composed.tokens
     else:
         charge = chat.prompt_tokens + chat.max_tokens
-    if "badkey" in chat.hooks:  # a provider that echoes the key it refused (redaction test)
-        presented = request.headers.get("Authorization", "").removeprefix("Bearer ")
-        message = f"Incorrect API key provided: {presented}. You can find your API key in your account."
-        return error_response(401, message, "invalid_request_error", "invalid_api_key")
+    presented = presented_key(request.headers.get("Authorization", ""))
+    if (asked := asked_failure(chat, presented, state.config)) is not None:  # [[sim:fail-NNN]]
+        return asked.response()
     now = time.monotonic()
     decision = state.limiter.check(now, charge)
     if not decision.admitted:
@@ -272,7 +296,14 @@ async def reset(request: web.Request) -> web.Response:
     return web.json_response(request.app[STATE].stats())
 
 
-CONFIGURABLE = {
+def _boolean(value: object) -> bool:
+    """A JSON true or false, nothing else (bool("false") would be True)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {value!r}")
+    return value
+
+
+CONFIGURABLE: dict[str, Callable[[Any], Any]] = {
     "ungrounded_rate": float,
     "batch_duration_s": float,
     "batch_validate_s": float,
@@ -280,9 +311,11 @@ CONFIGURABLE = {
     "batch_expire_after_s": float,
     "batch_enqueued_tokens": int,
     "api_key": str,
+    "echo_key": _boolean,
 }
 """What POST /sim/config may change while the simulator runs (batches take it at creation);
-`api_key`: from now on only this key is taken (a key revoked, then put back)."""
+`api_key`: from now on only this key is taken (a key revoked, then put back); `echo_key`: errors
+quote the request's key from now on (true or false)."""
 
 
 async def configure(request: web.Request) -> web.Response:
@@ -315,9 +348,25 @@ async def start_outage(request: web.Request) -> web.Response:
     return web.json_response(state.outages.stats())
 
 
+async def queue_batch_api_errors(request: web.Request) -> web.Response:
+    """POST /sim/batch-api-errors {"statuses": [503, 401, ...]}: the next requests to the Files and
+    Batches API are answered, one each in this order, with OpenAI's documented error of these
+    statuses (BATCH_API_STATUSES); then as usual. Answers the statuses still queued."""
+    state = request.app[STATE]
+    try:
+        body = await _read_json(request)
+        statuses = body.get("statuses") if isinstance(body, dict) else None
+        if not isinstance(statuses, list) or not set(statuses) <= set(files.BATCH_API_STATUSES):
+            raise RequestError(f'expected {{"statuses": [...]}} of some of {list(files.BATCH_API_STATUSES)}')
+        state.batch_api_errors.extend(statuses)
+    except RequestError as exc:
+        return error_response(400, str(exc), "invalid_request_error")
+    return web.json_response({"statuses": list(state.batch_api_errors)})
+
+
 def build_app(config: SimConfig) -> web.Application:
     """The simulator as an aiohttp application (state in `app[STATE]`)."""
-    app = web.Application(middlewares=[_json_errors], client_max_size=MAX_BODY_BYTES)
+    app = web.Application(middlewares=[_echo_key, _json_errors], client_max_size=MAX_BODY_BYTES)
     state = SimState(config)
     app[STATE] = state
     app.router.add_post("/v1/chat/completions", chat_completions)
@@ -327,6 +376,7 @@ def build_app(config: SimConfig) -> web.Application:
     app.router.add_post("/sim/reset", reset)
     app.router.add_post("/sim/config", configure)
     app.router.add_post("/sim/outage", start_outage)
+    app.router.add_post("/sim/batch-api-errors", queue_batch_api_errors)
     batches.setup(app, state, files.setup(app))
 
     async def recorder(_: web.Application) -> AsyncIterator[None]:

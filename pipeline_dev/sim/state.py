@@ -9,6 +9,7 @@ import queue
 import random
 import threading
 import time
+from collections import deque
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -118,6 +119,8 @@ class SimState:
         self.invented_quotes: list[str] = []  # GET /sim/invented
         self.admissions: list[tuple[float, int]] = []  # (monotonic s, tokens charged) per admitted request
         self.refusals: list[float] = []  # monotonic s of each 429
+        self.batch_api_errors: deque[int] = deque()
+        """Statuses the next Files and Batches API requests are answered with (POST /sim/batch-api-errors)."""
         self.answers: dict[bytes, Composed] = {}  # --cache-answers: composed answers by request
         self.copies_seen: set[bytes] = set()  # `[[sim:slowcopy]]` requests had, by model and messages
         self.outages = Outages()
