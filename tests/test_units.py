@@ -12,12 +12,12 @@ import pytest
 from markdown_it import MarkdownIt
 from pydantic import ValidationError
 
+from pipeline.core.redaction import redact
 from pipeline.core.retry import backoff_s
 from pipeline.core.settings import Settings
 from pipeline.extraction.merge import merge_chunks
 from pipeline.extraction.schemas import FilingExtraction, RiskFactor
 from pipeline.ingest import chunking
-from pipeline.llm.client import redact
 from pipeline.reporting import render
 from pipeline.reporting.reduce import first_answer, pack, reduce_to_one
 
@@ -139,7 +139,7 @@ def test_backoff_is_jittered_capped_and_honours_retry_after() -> None:
 
 def test_redact_removes_keys() -> None:
     message = "Incorrect API key provided: sk-abc123***xyz and my-secret-value"
-    cleaned = redact(message, "my-secret-value")
+    cleaned = redact(message, Settings(llm_api_key="my-secret-value"))
     assert "sk-abc" not in cleaned and "my-secret-value" not in cleaned
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from celery import Celery, signals
 from celery.schedules import crontab
 
-from pipeline.core import logs
+from pipeline.core import logs, redaction
 from pipeline.core.constants import (
     EXTRACT_QUEUE,
     REDIS_CLIENT_OPTIONS,
@@ -103,6 +103,7 @@ def redis_timeouts() -> dict[str, Any]:
 
 
 def create_app() -> Celery:
+    redaction.install_logging()  # however the worker was started: its log records are redacted
     settings = get_settings()
     redis_url = settings.redis_url or LOCAL_REDIS_URL
     app = Celery(
@@ -110,6 +111,7 @@ def create_app() -> Celery:
         broker=redis_url,
         backend=backend_url(redis_url),
         include=["workers.tasks", "workers.heartbeat"],
+        events="workers.events:RedactingEvents",  # what Flower receives, redacted
     )
     transport = {"visibility_timeout": VISIBILITY_TIMEOUT_S}
     app.conf.update(

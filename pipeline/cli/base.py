@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from pipeline import __version__
-from pipeline.core import exits
+from pipeline.core import exits, redaction
 from pipeline.core.settings import Settings, get_settings
 
 if TYPE_CHECKING:
@@ -118,7 +118,7 @@ def setting_source(*names: str) -> str:
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    console.print(f"[bold red]error:[/] {escape(message)}")
+    console.print(f"[bold red]error:[/] {escape(redaction.redact(message))}")
     sys.exit(code)
 
 
@@ -224,6 +224,7 @@ def main(ctx: click.Context, debug: bool) -> None:
     each host and one `pipeline beat`, then `pipeline submit FILES --wait`; `pipeline status`
     shows where a run stands."""
     ctx.meta["pipeline.debug"] = debug
+    redaction.install_logging()  # before anything logs: every record of the command, redacted
     try:
         get_settings()
     except ValidationError as exc:

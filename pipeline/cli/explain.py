@@ -17,6 +17,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from pipeline.core import exits
 from pipeline.core.errors import ConfigError, InputError, database_label
+from pipeline.core.redaction import redact
 from pipeline.core.settings import Settings
 
 MAX_REASON_CHARS = 300
@@ -62,9 +63,7 @@ def explain(exc: BaseException, settings: Settings | None) -> Explained:
         )
     if isinstance(exc, OSError) and exc.filename:
         return Explained(f"{exc.filename}: {exc.strerror or exc}", exits.USAGE)
-    from pipeline.llm.client import redact  # an error's words may quote anything
-
-    said = redact(_reason(exc), *(settings.api_keys() if settings else []))
+    said = redact(_reason(exc), settings)  # an error's words may quote anything
     return Explained(
         f"internal error: {type(exc).__name__}: {said} "
         "(run it again as `pipeline --debug …` for the traceback, and report it)",

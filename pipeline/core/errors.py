@@ -20,16 +20,22 @@
         └── OutageOutlasted         the endpoint's circuit stayed open past the outage tolerance
 
 Tasks decide by class: retry a RetryableError with backoff, record a PermanentError
-as the document's failure reason.
+as the document's failure reason. A message never holds a secret: it is redacted as the error is
+made (`pipeline.core.redaction`), whatever a provider's answer quoted.
 """
 
 from __future__ import annotations
 
 from urllib.parse import urlsplit
 
+from pipeline.core.redaction import redact
+
 
 class PipelineError(Exception):
     """Base of every error the pipeline raises on purpose."""
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(redact(message))
 
 
 class ConfigError(PipelineError):

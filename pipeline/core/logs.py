@@ -60,7 +60,9 @@ class JsonFormatter(logging.Formatter):
             "message": record.getMessage(),
             **_ids(record),
         }
-        if record.exc_info:
+        if record.exc_text:  # the traceback as redaction left it (`pipeline.core.redaction`)
+            entry["exception"] = record.exc_text
+        elif record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry, ensure_ascii=False, default=str)
 

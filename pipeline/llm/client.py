@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import math
 import random
-import re
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -27,6 +26,7 @@ from pydantic import BaseModel, ValidationError
 from pipeline.core import constants as c
 from pipeline.core import errors, progress, tracing
 from pipeline.core.cost import call_cost
+from pipeline.core.redaction import redact
 from pipeline.core.retry import backoff_s
 from pipeline.core.settings import Settings
 from pipeline.llm import circuit, lenient, prompts, stops
@@ -37,7 +37,6 @@ from pipeline.llm.tokens import counter_for, estimate_prompt
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
-_SECRET_PATTERN = re.compile(r"sk-[A-Za-z0-9_\-*.]{3,}")
 MAX_ERROR_CHARS = 500
 CALL_ATTEMPTS = 4
 """Tries of one call on 5xx, dropped connections and timeouts before the task decides."""
@@ -81,14 +80,6 @@ class Completion:
     content: str
     finish_reason: str
     record: CallRecord
-
-
-def redact(text: str, *secrets: str) -> str:
-    """`text` with the API keys, and anything shaped like one, removed; cut to a sane length."""
-    for secret in secrets:
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, "[redacted]")
-    return _SECRET_PATTERN.sub("[redacted]", text)[:MAX_ERROR_CHARS]
 
 
 class LLMClient:
@@ -612,7 +603,8 @@ class LLMClient:
                 )
 
     def _map_error(self, exc: openai.APIError, told: ProviderLimits | None) -> errors.PipelineError:
-        message = redact(f"{type(exc).__name__}: {exc}", *self._keys)
+        # Redacted before it is cut: a key cut in two would no longer be found.
+        message = redact(f"{type(exc).__name__}: {exc}", self.settings)[:MAX_ERROR_CHARS]
         if isinstance(exc, openai.RateLimitError):
             spent = told.spent if told is not None else True
             return errors.RateLimited(message, provider_wait_s(exc.response.headers), quota_spent=spent)

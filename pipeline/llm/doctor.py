@@ -22,9 +22,9 @@ import openai
 from pydantic import BaseModel, ValidationError
 
 from pipeline.core import exits
+from pipeline.core.redaction import redact
 from pipeline.core.settings import Settings
 from pipeline.llm import prompts
-from pipeline.llm.client import redact
 from pipeline.llm.ratelimit.policy import ProviderLimits, provider_limits
 
 CONTEXT_FIELDS = ("context_window", "context_length", "max_model_len", "max_context_length")
@@ -147,7 +147,6 @@ def diagnose(settings: Settings) -> Diagnosis:
 def _reach_and_authenticate(clients: list[openai.OpenAI], found: Diagnosis, settings: Settings) -> None:
     """/v1/models with each key: a connection that fails stops at reachability, a 401 or 403
     at authentication; another refusal (a server without /v1/models) leaves the models unlisted."""
-    keys = settings.api_keys()
     for slot, client in enumerate(clients):
         try:
             listed = list(client.models.list())
@@ -156,9 +155,9 @@ def _reach_and_authenticate(clients: list[openai.OpenAI], found: Diagnosis, sett
         except openai.APIStatusError as exc:
             _answered(found)
             if exc.status_code in AUTH_STATUSES:
-                raise _Stop(key_refused(settings, slot, exc.status_code, _said(exc), keys)) from None
+                raise _Stop(key_refused(settings, slot, exc.status_code, _said(exc))) from None
             if slot == 0:
-                found.models_problem = redact(f"HTTP {exc.status_code}: {_said(exc)}", *keys)
+                found.models_problem = redact(f"HTTP {exc.status_code}: {_said(exc)}", settings)
             continue
         _answered(found)
         if slot == 0:
@@ -227,7 +226,6 @@ def _batch(client: openai.OpenAI) -> str:
 def _try_mode(client: openai.OpenAI, found: Diagnosis, mode: str, settings: Settings) -> ModeResult:
     """One one-line call in `mode`. A refused key or an unreachable server stops the diagnosis
     there (the key is the problem, not the mode); a missing model too."""
-    keys = settings.api_keys()
     messages: list[prompts.Message] = [
         {"role": "system", "content": "You answer with JSON only."},
         {"role": "user", "content": 'Answer with the JSON object {"ok": true}.'},
@@ -251,12 +249,12 @@ def _try_mode(client: openai.OpenAI, found: Diagnosis, mode: str, settings: Sett
         found.limits = provider_limits(exc.response.headers)
         said = _said(exc)
         if exc.status_code in AUTH_STATUSES:
-            raise _Stop(key_refused(settings, 0, exc.status_code, said, keys)) from None
+            raise _Stop(key_refused(settings, 0, exc.status_code, said)) from None
         if _code(exc) == "model_not_found":
             raise _Stop(model_refused(found.model, said)) from None
-        return ModeResult(mode, False, redact(f"HTTP {exc.status_code}: {said}", *keys))
+        return ModeResult(mode, False, redact(f"HTTP {exc.status_code}: {said}", settings))
     except openai.APIError as exc:
-        return ModeResult(mode, False, redact(f"{type(exc).__name__}: {exc}", *keys))
+        return ModeResult(mode, False, redact(f"{type(exc).__name__}: {exc}", settings))
     latency = round(time.monotonic() - started, 3)
     try:
         Probe.model_validate_json(answer)
@@ -303,7 +301,7 @@ def unreachable(settings: Settings, exc: openai.APIConnectionError) -> Verdict:
         why = _connect_reason(str(cause) if cause else str(exc))
     return Verdict(
         "reachability",
-        f"cannot reach the LLM endpoint at {host} (PIPELINE_LLM_BASE_URL): {redact(why, *settings.api_keys())}; "
+        f"cannot reach the LLM endpoint at {host} (PIPELINE_LLM_BASE_URL): {redact(why, settings)}; "
         "start the server there or correct PIPELINE_LLM_BASE_URL",
         exits.UNREACHABLE,
     )
@@ -327,10 +325,10 @@ def key_setting(settings: Settings, slot: int) -> tuple[str, str]:
     return "PIPELINE_LLM_API_KEY", "PIPELINE_LLM_API_KEY"
 
 
-def key_refused(settings: Settings, slot: int, status: int, said: str, keys: list[str]) -> Verdict:
+def key_refused(settings: Settings, slot: int, status: int, said: str) -> Verdict:
     """The key was refused: the endpoint's words (with any key shape removed) and the fix."""
     variable, shown = key_setting(settings, slot)
-    words = redact(said, *keys).rstrip(". ")
+    words = redact(said, settings).rstrip(". ")
     if not settings.llm_api_key and not settings.llm_api_keys:
         message = (
             f"the endpoint refused the request without an API key (PIPELINE_LLM_API_KEY is not set): "

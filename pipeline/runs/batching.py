@@ -201,7 +201,7 @@ def _give_up(ctx: Context, run: Run, row: LLMBatch, reason: str) -> None:
     another batch (their try counted) or synchronously."""
     log.warning("run %s: batch row %s given up: %s", run.id, row.id, reason)
     with session_scope(ctx.engine) as session:
-        repo.update_row(session, row.id, error=reason[:2000])
+        repo.update_row(session, row.id, error=reason)
         repo.release(session, row.id)
 
 

@@ -283,7 +283,7 @@ def note_failure(session: Session, batch_id: int, reason: str) -> int:
     session.execute(
         update(LLMBatch)
         .where(LLMBatch.id == batch_id)
-        .values(failures=LLMBatch.failures + 1, error=reason[:2000], updated_at=clock.now(session))
+        .values(failures=LLMBatch.failures + 1, error=reason, updated_at=clock.now(session))
     )
     return int(session.scalar(select(LLMBatch.failures).where(LLMBatch.id == batch_id)) or 0)
 

@@ -18,16 +18,43 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    TypeDecorator,
     UniqueConstraint,
     false,
     true,
 )
 from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from pipeline.core.redaction import redact
 
 JSONType = JSON().with_variant(JSONB(), "postgresql")
 # SQLite only auto-increments INTEGER PRIMARY KEY; Postgres gets a 64-bit identity.
 IdType = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class RedactedText(TypeDecorator[str]):
+    """Text that never holds a secret: every value written passes through
+    `pipeline.core.redaction` (an error column may quote a provider's refusal, which may quote the
+    API key), then is cut to `max_chars` (0: whole). The column itself is plain TEXT."""
+
+    impl = Text
+    cache_ok = True
+
+    def __init__(self, max_chars: int = 0) -> None:
+        super().__init__()
+        self.max_chars = max_chars
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> str | None:
+        if value is None:
+            return None
+        cleaned = redact(value)
+        return cleaned[: self.max_chars] if self.max_chars else cleaned
+
+
+ERROR_MAX_CHARS = 2000
+"""A batch's error, as stored: the provider's list of a file's bad lines can be long."""
 
 
 def utcnow() -> datetime:
@@ -98,7 +125,7 @@ class Run(Base):
     """The run's spending cap (PIPELINE_RUN_BUDGET_USD at submit); None: no cap."""
     cost_usd: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     """Sum of the priced calls' `llm_calls.cost_usd`, kept up to date as calls are recorded."""
-    error: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(RedactedText)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None]
     stored_at: Mapped[datetime | None]
@@ -152,7 +179,7 @@ class Document(Base):
     sha256: Mapped[str | None] = mapped_column(ForeignKey("contents.sha256"), index=True)
     bytes: Mapped[int] = mapped_column(BigInteger, default=0)
     status: Mapped[str] = mapped_column(String(16), default=DocStatus.PENDING)
-    error: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(RedactedText)
     """Why the document failed or was skipped (None otherwise)."""
     note: Mapped[str | None] = mapped_column(Text)
     """What intake remarked on a usable file (text not UTF-8, decoded as Windows-1252)."""
@@ -282,7 +309,7 @@ class LLMCall(Base):
     prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
     completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
     latency_ms: Mapped[int] = mapped_column(Integer, default=0)
-    error: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(RedactedText)
     key_slot: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     """Which configured API key (by position) the call used; never the key itself."""
     limiter_wait_ms: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
@@ -321,7 +348,7 @@ class LLMBatch(Base):
     """Uploads begun (more than one: a crash interrupted one)."""
     failures: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     """Polls in a row that failed on this batch; at five its lines go elsewhere."""
-    error: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(RedactedText(ERROR_MAX_CHARS))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime | None]
     submitted_at: Mapped[datetime | None]
@@ -353,7 +380,7 @@ class DocumentAttempt(Base):
     round: Mapped[int] = mapped_column(Integer)
     """1 for the document's first round, then one more per retry."""
     status: Mapped[str] = mapped_column(String(16))
-    error: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(RedactedText)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     """Deliveries the round counted (`documents.attempts` then)."""
     started_at: Mapped[datetime | None]
