@@ -34,9 +34,11 @@ def stack(
     pipeline_env: dict[str, str], redis_base: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Stack]:
     """One thread: a document's chunks are asked one after another, so a key revoked after its
-    first answer fails it with that answer kept."""
+    first answer fails it with that answer kept. Each answer takes 0.8 s or more: the key is
+    revoked within that of the first answer (at 0.4 s, a loaded machine once let the document's
+    next two chunks be answered first, and none failed with an answer kept)."""
     logs = tmp_path_factory.mktemp("retry")
-    with repair_stack(pipeline_env, redis_base, logs, "--p50", "0.4", "--p95", "0.5", concurrency=1) as found:
+    with repair_stack(pipeline_env, redis_base, logs, "--p50", "0.8", "--p95", "1.0", concurrency=1) as found:
         yield found
 
 
@@ -85,6 +87,37 @@ def test_a_run_whose_documents_were_refused_is_retried_to_the_end_reusing_its_an
     again = run_cli("retry", run_id, "--failed", env=stack.env)
     assert again.returncode == 0, again.stderr
     assert "nothing to retry" in again.stderr
+
+
+def test_a_batch_run_refused_by_the_provider_is_retried_to_the_end(stack: Stack, tmp_path: Path) -> None:
+    """A batch run: the provider refuses the key when the batch is sent, so the run ends failed
+    with its report; once the key works, `retry --failed` ends it completed with one report,
+    every document extracted."""
+    key = stack.env["PIPELINE_LLM_API_KEY"]
+    write_filings(tmp_path, 2, seed=305, sizes=[21_000] * 2)
+    stack.configure(api_key="sk-revoked-at-the-provider")
+    try:
+        run_id = stack.submit(tmp_path, "--mode", "batch")
+        eventually("the batch run's first report", lambda: reports_of(stack.engine, run_id))
+    finally:
+        stack.configure(api_key=key)
+    first = run_row(stack.engine, run_id)
+    assert first.status == "failed", statuses(stack.engine, run_id)
+    failed = _ids(stack.engine, run_id, "failed")
+    assert len(failed) == 2, statuses(stack.engine, run_id)
+
+    retried = run_cli("retry", run_id, "--failed", "--wait", env=stack.env)
+
+    assert retried.returncode == 0, retried.stderr
+    assert statuses(stack.engine, run_id) == {"extracted": 2}
+    assert run_row(stack.engine, run_id).status == "completed"
+    (report,) = reports_of(stack.engine, run_id)
+    assert report.json["totals"]["documents"] == {"extracted": 2}
+    # A refused batch hands the run to the synchronous path (its calls refused in turn), so the
+    # retry sends the documents to the workers; the calls refused before stay recorded.
+    assert "sent to the workers: 0 of 4 chunks answered before are reused, 4 asked" in retried.stderr
+    calls = Counter((c.stage, c.status) for c in calls_of(stack.engine, run_id))
+    assert calls[("extract", "ok")] == 4 and calls[("extract", "rejected")] >= 1, calls
 
 
 def test_retry_of_an_unknown_run_fails_clearly(pipeline_env: dict[str, str]) -> None:
