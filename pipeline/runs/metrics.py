@@ -13,17 +13,48 @@ A scrape never fails for Redis: `pipeline_circuit_redis_up` says 0, with the err
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import redis
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from pipeline.llm import circuit
+from pipeline.llm.circuit import CircuitState
 
 log = logging.getLogger(__name__)
 SCRAPE_TIMEOUT_S = 2.0
 """Each Redis command of a scrape waits this long at most (Prometheus's own timeout is 10 s)."""
+
+
+Series = tuple[type[GaugeMetricFamily] | type[CounterMetricFamily], str, str, Callable[[CircuitState], float]]
+SERIES: tuple[Series, ...] = (
+    (
+        GaugeMetricFamily,
+        "open",
+        "1 while the endpoint's circuit is open (or probing)",
+        lambda s: s.state != "closed",
+    ),
+    (GaugeMetricFamily, "open_seconds", "How long the current outage has lasted", lambda s: s.open_for_s),
+    (GaugeMetricFamily, "failed_probes", "Probes failed in the current outage", lambda s: s.probes),
+    (
+        GaugeMetricFamily,
+        "consecutive_failures",
+        "Consecutive failed calls while closed (PIPELINE_CIRCUIT_FAILURES opens it)",
+        lambda s: s.failures,
+    ),
+    (
+        GaugeMetricFamily,
+        "last_outage_seconds",
+        "How long the last outage that ended lasted",
+        lambda s: s.last_outage_s or 0.0,
+    ),
+    (CounterMetricFamily, "outages", "Times the circuit opened", lambda s: s.outages),
+    (CounterMetricFamily, "held_calls", "Calls the open circuit held, never sent", lambda s: s.held_calls),
+    (CounterMetricFamily, "held_seconds", "Time the held calls waited, in all", lambda s: s.held_s),
+)
+"""Each metric `pipeline_llm_circuit_<name>` (counters get `_total`), by endpoint: its kind, help
+and value."""
 
 
 class CircuitCollector(Collector):
@@ -47,55 +78,11 @@ class CircuitCollector(Collector):
             return
         up.add_metric([], 1)
         yield up
-        families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {
-            "open": GaugeMetricFamily(
-                "pipeline_llm_circuit_open",
-                "1 while the endpoint's circuit is open (or probing)",
-                labels=["endpoint"],
-            ),
-            "open_for": GaugeMetricFamily(
-                "pipeline_llm_circuit_open_seconds",
-                "How long the current outage has lasted",
-                labels=["endpoint"],
-            ),
-            "probes": GaugeMetricFamily(
-                "pipeline_llm_circuit_failed_probes",
-                "Probes failed in the current outage",
-                labels=["endpoint"],
-            ),
-            "failures": GaugeMetricFamily(
-                "pipeline_llm_circuit_consecutive_failures",
-                "Consecutive failed calls while closed (PIPELINE_CIRCUIT_FAILURES opens it)",
-                labels=["endpoint"],
-            ),
-            "last": GaugeMetricFamily(
-                "pipeline_llm_circuit_last_outage_seconds",
-                "How long the last outage that ended lasted",
-                labels=["endpoint"],
-            ),
-            "outages": CounterMetricFamily(
-                "pipeline_llm_circuit_outages", "Times the circuit opened", labels=["endpoint"]
-            ),
-            "held": CounterMetricFamily(
-                "pipeline_llm_circuit_held_calls",
-                "Calls the open circuit held, never sent",
-                labels=["endpoint"],
-            ),
-            "held_s": CounterMetricFamily(
-                "pipeline_llm_circuit_held_seconds", "Time the held calls waited, in all", labels=["endpoint"]
-            ),
-        }
-        for one in found:
-            label = [one.endpoint]
-            families["open"].add_metric(label, 0 if one.state == "closed" else 1)
-            families["open_for"].add_metric(label, one.open_for_s)
-            families["probes"].add_metric(label, one.probes)
-            families["failures"].add_metric(label, one.failures)
-            families["last"].add_metric(label, one.last_outage_s or 0.0)
-            families["outages"].add_metric(label, one.outages)
-            families["held"].add_metric(label, one.held_calls)
-            families["held_s"].add_metric(label, one.held_s)
-        yield from families.values()
+        for kind, name, help_text, value in SERIES:
+            family = kind(f"pipeline_llm_circuit_{name}", help_text, labels=["endpoint"])
+            for state in found:
+                family.add_metric([state.endpoint], float(value(state)))
+            yield family
 
 
 def register(redis_url: str) -> None:
