@@ -30,7 +30,7 @@ def test_bad_inputs_are_recorded_with_their_reasons(pipeline_env: dict[str, str]
     (tmp_path / "latin1.txt").write_bytes("Soci\xe9t\xe9 G\xe9n\xe9rale revenue grew.".encode("latin-1"))
     missing = tmp_path / "missing.txt"
     os.mkfifo(tmp_path / "fifo.txt")  # a special file: never opened (it would block)
-    # Unreadable even for root (chmod 000 is not): reading its own memory at 0 fails with EIO.
+    # A link is not followed (issue 30): this one to /proc/self/mem is skipped, never read.
     (tmp_path / "unreadable.txt").symlink_to("/proc/self/mem")
     # Binary junk, whatever its name says: none of it may reach the LLM (finding 5 of issue 27),
     # and a NUL past the first 8 KB once aborted the whole batch on Postgres (finding 4).
@@ -69,7 +69,7 @@ def test_bad_inputs_are_recorded_with_their_reasons(pipeline_env: dict[str, str]
         assert docs["missing.txt"].error == "no such file"
         assert docs["nothing-*.pdf"].error == "the pattern matches no file"
         assert docs["fifo.txt"].error == "not a regular file"
-        assert docs["unreadable.txt"].error == "cannot be read: Input/output error"
+        assert (docs["unreadable.txt"].error or "").startswith("a symbolic link, not followed: ")
         assert docs["inner.txt"].status == "pending"
         usable = ("good.txt", "latin1.txt", "inner.txt")
         assert {d.status for n, d in docs.items() if n not in usable} == {"skipped"}
@@ -79,6 +79,12 @@ def test_bad_inputs_are_recorded_with_their_reasons(pipeline_env: dict[str, str]
             good.read_text()
         )
     assert sorted(plan.document_ids) == sorted(docs[n].id for n in usable)
+
+
+def test_a_file_that_cannot_be_read_is_skipped_with_the_reason() -> None:
+    # Unreadable even for root (chmod 000 is not): reading its own memory at 0 fails with EIO.
+    loaded = inputs.load(inputs.Candidate("/proc/self/mem"), 50_000)
+    assert loaded.problem == "cannot be read: Input/output error"
 
 
 def test_real_and_legacy_filings_read_as_text() -> None:

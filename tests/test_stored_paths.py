@@ -23,7 +23,7 @@ def test_relative_paths_are_stored_absolute_and_shown_as_typed(
     inbox.mkdir()
     (inbox / "a.txt").write_text("Item 7. Revenue was $12 million in fiscal 2024.\n" * 40)
     (inbox / "empty.txt").write_text(" \n")
-    (tmp_path / "linked.txt").symlink_to(inbox / "a.txt")  # same content: a duplicate
+    (tmp_path / "linked.txt").symlink_to(inbox / "a.txt")  # a link: skipped, not followed
     monkeypatch.chdir(tmp_path)
     plan = prepare_run(
         get_engine(pipeline_env["PIPELINE_DATABASE_URL"]),

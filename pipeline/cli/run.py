@@ -34,6 +34,25 @@ if TYPE_CHECKING:
     from pipeline.ingest.producer import SubmitPlan
 
 
+def _links_option(command: F) -> F:
+    """`--follow-links`, for `submit` and `run`."""
+    return click.option(
+        "--follow-links/--no-follow-links",
+        default=None,
+        help="Read a symbolic link when it resolves under the directory named: a directory PATH, a "
+        "glob's directories before its first wildcard, or the directory holding a file PATH (so "
+        "`dir/*.txt` expanded by the shell reads links into dir only). Without it every link is "
+        "skipped with the reason, as special files are [default: PIPELINE_FOLLOW_LINKS, off].",
+    )(command)
+
+
+def with_links(settings: Settings, follow_links: bool | None) -> Settings:
+    """`settings` with `--follow-links` or `--no-follow-links` applied."""
+    if follow_links is None or follow_links == settings.follow_links:
+        return settings
+    return settings.model_copy(update={"follow_links": follow_links})
+
+
 def _mode_options(command: F) -> F:
     """`--mode` and `--deadline`, for `submit` and `run`."""
     command = click.option(
@@ -65,6 +84,7 @@ def _mode_options(command: F) -> F:
     help="Extract with this pydantic model instead of the 10-K schema.",
 )
 @click.option("--new-only", is_flag=True, help="Leave out files whose content an earlier run extracted.")
+@_links_option
 @_mode_options
 def submit(
     paths: tuple[str, ...],
@@ -74,6 +94,7 @@ def submit(
     fresh: bool,
     schema: str | None,
     new_only: bool,
+    follow_links: bool | None,
     mode: str | None,
     deadline: str | None,
 ) -> None:
@@ -81,7 +102,7 @@ def submit(
 
     Prints the run id on stdout. With --wait, follows the run and ends with its summary, why
     documents were not extracted, and the report's path (under PIPELINE_DATA_DIR/reports)."""
-    settings = with_mode(deployment_settings("submit"), mode, deadline)
+    settings = with_links(with_mode(deployment_settings("submit"), mode, deadline), follow_links)
     if wait:
         stop_on_sigterm()
     code, _ = submit_and_wait(
@@ -310,6 +331,7 @@ def resume(run: str | None, stale_after_s: float, wait: bool) -> None:
     is_flag=True,
     help="Go ahead when the configured LLM endpoint is not on this machine (it may cost money).",
 )
+@_links_option
 @_mode_options
 def run(
     paths: tuple[str, ...],
@@ -319,6 +341,7 @@ def run(
     fresh: bool,
     schema: str | None,
     yes: bool,
+    follow_links: bool | None,
     mode: str | None,
     deadline: str | None,
 ) -> None:
@@ -335,7 +358,7 @@ def run(
     try:
         with local_stack(settings, worker_count, console) as parts:
             code, run_id = submit_and_wait(
-                with_mode(parts.settings, mode, deadline),
+                with_links(with_mode(parts.settings, mode, deadline), follow_links),
                 list(paths),
                 query=query,
                 name=name,

@@ -106,6 +106,11 @@ class Settings(BaseSettings):
     max_file_bytes: int = Field(
         default=c.DEFAULT_MAX_FILE_BYTES, ge=1, description="larger files are skipped with the reason"
     )
+    follow_links: bool = Field(
+        default=False,
+        description="read a symbolic link under a submitted directory (submit, run, the nightly inbox) when "
+        "it resolves under that directory; off: every link is skipped with the reason",
+    )
     task_max_retries: int = Field(
         default=c.DEFAULT_TASK_MAX_RETRIES,
         ge=0,

@@ -1,20 +1,42 @@
-"""Finding and checking the files a user submits. Nothing is dropped silently.
+"""Checking the files a user submits. Nothing is dropped silently.
 
-Every path the user named ends as a usable file or as a rejected one with its reason;
-the producer records both in `documents`.
+Every path the user named ends as a usable file or as a rejected one with its reason (finding
+them, links refused: `walk`); the producer records both in `documents`.
 """
 
 from __future__ import annotations
 
+import errno
 import glob
 import hashlib
 import os
 import re
-from collections.abc import Iterator, Sequence
+import stat
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.core.errors import InputError
+from pipeline.ingest.walk import (
+    NOT_REGULAR,
+    NOTHING_THERE,
+    Candidate,
+    expand,
+    link_not_followed,
+    printable,
+)
+
+__all__ = [
+    "NOTHING_THERE",
+    "Candidate",
+    "LoadedFile",
+    "check_bases",
+    "expand",
+    "load",
+    "load_bytes",
+    "printable",
+    "stored_path",
+]
 
 MAX_CONTROL_SHARE = 0.01
 """Text has almost no control characters (tabs, line ends and form feeds aside); random bytes
@@ -33,14 +55,6 @@ BINARY_SIGNATURES = {
 
 
 @dataclass(frozen=True)
-class Candidate:
-    """A file to read, or a path that cannot be one (`problem` says why)."""
-
-    path: str
-    problem: str | None = None
-
-
-@dataclass(frozen=True)
 class LoadedFile:
     path: str
     size_bytes: int
@@ -48,11 +62,6 @@ class LoadedFile:
     text: str | None = None
     problem: str | None = None
     note: str | None = None
-
-
-NO_MATCH = "the pattern matches no file"
-EMPTY_DIRECTORY = "the directory holds no file"
-NOTHING_THERE = (NO_MATCH, EMPTY_DIRECTORY)
 
 
 def check_bases(patterns: Sequence[str]) -> None:
@@ -96,61 +105,40 @@ def fixed_part(pattern: str) -> str:
     return str(Path(*fixed)) if fixed else "."
 
 
-def expand(patterns: Sequence[str]) -> Iterator[Candidate]:
-    """Files named by `patterns` (paths, globs, directories), in a stable order."""
-    seen: set[str] = set()
-    for pattern in patterns:
-        for candidate in _expand_one(pattern):
-            if candidate.path not in seen:
-                seen.add(candidate.path)
-                yield candidate
-
-
-def _expand_one(pattern: str) -> Iterator[Candidate]:
-    if glob.has_magic(pattern):
-        matches = sorted(glob.glob(pattern, recursive=True))
-        if not matches:
-            yield Candidate(printable(pattern), NO_MATCH)
-        for match in matches:
-            yield from _expand_one(match)
-        return
-    path = Path(pattern)
-    if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if not p.is_dir() and not p.name.startswith("."))
-        if not files:
-            yield Candidate(printable(pattern), EMPTY_DIRECTORY)
-        for file in files:
-            yield _check(file)
-        return
-    yield _check(path)
-
-
-def _check(path: Path) -> Candidate:
-    shown = printable(str(path))
-    if shown != str(path):
-        return Candidate(shown, "the file name is not valid UTF-8 (rename the file)")
-    if not path.exists():
-        return Candidate(shown, "no such file" if not path.is_symlink() else "broken link")
-    if not path.is_file():
-        return Candidate(shown, "not a regular file")
-    return Candidate(shown)
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+"""A link put in place of a checked file is not followed, and a FIFO does not block the open."""
 
 
 def load(candidate: Candidate, max_bytes: int) -> LoadedFile:
-    """Read and check one file: size, binary content, encoding; hash what is usable."""
+    """Read and check one file: size, binary content, encoding; hash what is usable. What is
+    opened is checked again once open: a regular file, not a link, at most `max_bytes` (a file
+    that grows, or says it is empty as /proc's do, is read no further than that)."""
     if candidate.problem:
         return LoadedFile(candidate.path, 0, problem=candidate.problem)
     try:
-        size = os.path.getsize(candidate.path)
-        if size > max_bytes:
-            return LoadedFile(
-                candidate.path, size, problem=f"{size:,} bytes is over the {max_bytes:,}-byte limit"
-            )
-        with open(candidate.path, "rb") as handle:
-            data = handle.read()
+        fd = os.open(candidate.open_path or candidate.path, _OPEN_FLAGS)
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return LoadedFile(candidate.path, 0, problem=link_not_followed(_directory_of(candidate.path)))
         return LoadedFile(candidate.path, 0, problem=f"cannot be read: {exc.strerror or exc}")
+    with open(fd, "rb") as handle:
+        try:
+            status = os.fstat(fd)
+            if not stat.S_ISREG(status.st_mode):
+                return LoadedFile(candidate.path, 0, problem=NOT_REGULAR)
+            data = b"" if status.st_size > max_bytes else handle.read(max_bytes + 1)
+        except OSError as exc:
+            return LoadedFile(candidate.path, 0, problem=f"cannot be read: {exc.strerror or exc}")
+    size = max(status.st_size, len(data))
+    if size > max_bytes:
+        return LoadedFile(
+            candidate.path, size, problem=f"{size:,} bytes is over the {max_bytes:,}-byte limit"
+        )
     return load_bytes(candidate.path, data)
+
+
+def _directory_of(path: str) -> str:
+    return printable(os.path.abspath(os.path.dirname(path) or "."))
 
 
 def load_bytes(path: str, data: bytes) -> LoadedFile:
@@ -183,12 +171,6 @@ def stored_path(path: str) -> str:
     submitting shell's directory is gone, and the nightly's paths are absolute), normalised but
     with symlinks kept, so the name is the one the user gave."""
     return printable(os.path.abspath(path))
-
-
-def printable(path: str) -> str:
-    """`path` as it can be stored and shown: bytes of a file name that are not UTF-8 (which
-    Python keeps as lone surrogates, and no database column takes) become U+FFFD."""
-    return path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def _binary(data: bytes) -> str | None:

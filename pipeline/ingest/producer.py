@@ -101,7 +101,7 @@ def prepare_run(
             schema=schema,
         )
     first_path_of: dict[str, str] = {}
-    candidates = inputs.expand(paths)
+    candidates = inputs.expand(paths, follow_links=settings.follow_links)
     first = settings.early_documents if on_early else COMMIT_EVERY_DOCUMENTS
     for number, batch in enumerate(_batches(candidates, COMMIT_EVERY_DOCUMENTS, first=first)):
         if number == 1 and on_early and plan.document_ids:
