@@ -62,7 +62,29 @@ def test_the_readme_is_a_guide_of_at_most_300_lines() -> None:
     headings = re.findall(r"^## (.+)$", README.read_text(), re.M)
     for section in ("Quick start", "Configuration", "Querying the results", "Deploying", "Security"):
         assert section in headings, section
-    assert "<!-- security table -->" in README.read_text()
+
+
+def test_the_security_table_names_tests_that_exist() -> None:
+    """Each row of the README's Security table names the tests that check it: every file and
+    every `file::test` it names is there."""
+    section = README.read_text().split("## Security", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert {row.split("|")[1].strip() for row in rows} >= {
+        "Secrets",
+        "Files",
+        "Report",
+        "Prompt delimiters",
+        "Flower",
+        "Compose and ops",
+    }
+    for row in rows:
+        named = re.findall(r"`(test_\w+\.py)(?:::(\w+))?`", row.split("|")[3])
+        assert named, f"a Security row names no test: {row}"
+        for file, test in named:
+            path = ROOT / "tests" / file
+            assert path.is_file(), f"the Security table names {file}, which is not in tests/"
+            if test:
+                assert re.search(rf"^def {test}\(", path.read_text(), re.M), f"{file} has no {test}"
 
 
 def test_the_quick_start_commands_are_the_ones_ci_and_the_local_run_test_run() -> None:
