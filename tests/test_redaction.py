@@ -30,6 +30,7 @@ import httpx
 import openai
 import pytest
 import redis
+from pydantic import ValidationError
 from sqlalchemy import Engine, func, select, text
 from sqlalchemy.engine import make_url
 
@@ -351,3 +352,12 @@ def test_redact_masks_configured_secrets_urls_and_key_shapes() -> None:
     assert redact("task-abc disk-full the API key (PIPELINE_LLM_API_KEY)", settings) == (
         "task-abc disk-full the API key (PIPELINE_LLM_API_KEY)"
     )
+
+
+def test_a_refused_setting_does_not_quote_the_url_it_refused() -> None:
+    """Pydantic quotes a refused value in its message (and the traceback `--debug` shows): a
+    URL's password with it, before any setting could tell redaction what to mask."""
+    with pytest.raises(ValidationError) as refused:
+        Settings(_env_file=None, redis_url="http://:canary-pw-5e1f@cache:6379/0")
+    assert "canary-pw-5e1f" not in str(refused.value), str(refused.value)
+    assert "redis_url" in str(refused.value)

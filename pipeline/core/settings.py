@@ -25,6 +25,7 @@ class Settings(BaseSettings):
         env_file_encoding="utf-8",
         extra="ignore",
         populate_by_name=True,
+        hide_input_in_errors=True,  # a refused URL's password stays out of the message
     )
 
     database_url: str | None = Field(
