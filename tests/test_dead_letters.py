@@ -14,7 +14,7 @@ from sqlalchemy import Engine, text, update
 from pipeline.core.errors import BudgetSpent
 from pipeline.llm.ratelimit.budget import SpendMeter
 from pipeline.runs.cancel import document_reason
-from pipeline.storage import documents
+from pipeline.storage import document_leases
 from pipeline.storage.db import dispose_engines, get_engine, session_scope, upgrade
 from pipeline.storage.models import Document, DocumentAttempt, Run
 
@@ -110,7 +110,7 @@ def _gave_up_message(engine: Engine, run_id: str) -> str:
         doc = Document(run_id=run_id, path="lost.txt", status="pending", attempts=5)
         session.add(doc)
         session.flush()
-        documents.start_document(session, doc.id, 5, "owner", 30.0)
+        document_leases.start_document(session, doc.id, 5, "owner", 30.0)
         session.flush()
         session.refresh(doc)
         assert doc.status == "failed" and doc.error

@@ -28,8 +28,7 @@ from pipeline.recovery.heartbeat import (
 )
 from pipeline.recovery.leases import Leases
 from pipeline.recovery.steps import StepLease
-from pipeline.storage import clock
-from pipeline.storage import documents as repo
+from pipeline.storage import clock, document_leases, documents, reclaims
 from pipeline.storage.db import session_scope
 from pipeline.storage.models import Document
 from pipeline_dev.synth_filings import write_filings
@@ -62,11 +61,13 @@ def test_a_running_document_under_a_live_lease_is_not_started_again(engine: Engi
     worker extracted (and paid for) it again."""
     (doc_id,) = _documents(engine, tmp_path, 1)
     with session_scope(engine) as session:
-        first = repo.start_document(session, doc_id, 3, "worker-a", lease_s=60)
+        first = document_leases.start_document(session, doc_id, 3, "worker-a", lease_s=60)
         assert first is not None and first.fence == 1
     with session_scope(engine) as session:
-        assert repo.start_document(session, doc_id, 3, "worker-b", lease_s=60) is None
-        assert repo.start_document(session, doc_id, 3, "worker-a", lease_s=60) is None, "a's other thread"
+        assert document_leases.start_document(session, doc_id, 3, "worker-b", lease_s=60) is None
+        assert document_leases.start_document(session, doc_id, 3, "worker-a", lease_s=60) is None, (
+            "a's other thread"
+        )
     doc = _doc(engine, doc_id)
     assert (doc.lease_owner, doc.fence, doc.attempts) == ("worker-a", 1, 1)
 
@@ -74,28 +75,30 @@ def test_a_running_document_under_a_live_lease_is_not_started_again(engine: Engi
 def test_a_holder_that_lost_its_lease_cannot_write(engine: Engine, tmp_path: Path) -> None:
     (doc_id,) = _documents(engine, tmp_path, 1)
     with session_scope(engine) as session:
-        old = repo.start_document(session, doc_id, 3, "slow", lease_s=0)  # its lease runs out at once
+        old = document_leases.start_document(
+            session, doc_id, 3, "slow", lease_s=0
+        )  # its lease runs out at once
         assert old is not None
         old_fence = old.fence
     with session_scope(engine) as session:
-        new = repo.start_document(session, doc_id, 3, "new", lease_s=60)
+        new = document_leases.start_document(session, doc_id, 3, "new", lease_s=60)
         assert new is not None and new.fence == old_fence + 1
-        chunk = repo.chunks_of(session, doc_id)[0]
+        chunk = documents.chunks_of(session, doc_id)[0]
         session.expunge(chunk)
     for late_write in (
-        lambda session: repo.save_chunk_result(
+        lambda session: documents.save_chunk_result(
             session, chunk, old_fence, ANSWER, model="m", prompt_version="v"
         ),
-        lambda session: repo.mark_extracted(session, doc_id, old_fence),
+        lambda session: document_leases.mark_extracted(session, doc_id, old_fence),
     ):
         with pytest.raises(LeaseLost), session_scope(engine) as session:
             late_write(session)
     with session_scope(engine) as session:
-        repo.fail_document(session, doc_id, "the slow worker's verdict", old_fence)
+        document_leases.fail_document(session, doc_id, "the slow worker's verdict", old_fence)
     assert _doc(engine, doc_id).status == "running", "a failure from the old owner is refused too"
     with session_scope(engine) as session:
-        repo.save_chunk_result(session, chunk, new.fence, ANSWER, model="m", prompt_version="v")
-        repo.mark_extracted(session, doc_id, new.fence)
+        documents.save_chunk_result(session, chunk, new.fence, ANSWER, model="m", prompt_version="v")
+        document_leases.mark_extracted(session, doc_id, new.fence)
     doc = _doc(engine, doc_id)
     assert (doc.status, doc.lease_owner) == ("extracted", None)
 
@@ -108,18 +111,18 @@ def test_a_give_up_after_another_delivery_took_the_document_fails_nothing(
     delivery had taken and handed back since could still fail it."""
     (doc_id,) = _documents(engine, tmp_path, 1)
     with session_scope(engine) as session:
-        first = repo.start_document(session, doc_id, 5, "gives-up", lease_s=60)
+        first = document_leases.start_document(session, doc_id, 5, "gives-up", lease_s=60)
         assert first is not None
-        repo.hand_back_attempt(session, doc_id, first.fence, grace_s=60)  # a transient error
+        document_leases.release_for_retry(session, doc_id, first.fence, grace_s=60)  # a transient error
     with session_scope(engine) as session:  # meanwhile a duplicate delivery took it, and handed it back
-        second = repo.start_document(session, doc_id, 5, "another", lease_s=60)
+        second = document_leases.start_document(session, doc_id, 5, "another", lease_s=60)
         assert second is not None
-        repo.hand_back_attempt(session, doc_id, second.fence, grace_s=60)
+        document_leases.release_for_retry(session, doc_id, second.fence, grace_s=60)
     with session_scope(engine) as session:
-        repo.fail_document(session, doc_id, "gave up after 4 attempts", first.fence)
+        document_leases.fail_document(session, doc_id, "gave up after 4 attempts", first.fence)
     assert _doc(engine, doc_id).status == "running", "a stale attempt's verdict is refused"
     with session_scope(engine) as session:
-        repo.fail_document(session, doc_id, "gave up after 4 attempts", second.fence)
+        document_leases.fail_document(session, doc_id, "gave up after 4 attempts", second.fence)
     assert _doc(engine, doc_id).status == "failed"
 
 
@@ -128,9 +131,9 @@ def test_a_lease_its_owner_could_not_release_is_taken_over_by_the_same_process(
 ) -> None:
     (doc_id,) = _documents(engine, tmp_path, 1)
     with session_scope(engine) as session:
-        assert repo.start_document(session, doc_id, 3, "me", lease_s=60) is not None
+        assert document_leases.start_document(session, doc_id, 3, "me", lease_s=60) is not None
     with session_scope(engine) as session:  # the retry arrives here; no thread works on it
-        again = repo.start_document(session, doc_id, 3, "me", lease_s=60, mine_idle=True)
+        again = document_leases.start_document(session, doc_id, 3, "me", lease_s=60, owner_idle=True)
         assert again is not None and again.fence == 2
 
 
@@ -139,14 +142,14 @@ def test_a_handed_back_document_is_free_for_its_retry_and_not_reclaimed(
 ) -> None:
     (doc_id,) = _documents(engine, tmp_path, 1)
     with session_scope(engine) as session:
-        doc = repo.start_document(session, doc_id, 3, "dead-owner", lease_s=0)
+        doc = document_leases.start_document(session, doc_id, 3, "dead-owner", lease_s=0)
         assert doc is not None
-        repo.hand_back_attempt(session, doc_id, doc.fence, grace_s=60)
+        document_leases.release_for_retry(session, doc_id, doc.fence, grace_s=60)
     sent: list[list[Reclaimed]] = []
     taken = reclaim(engine, client, Leases(owner="live"), sent.append)
     assert doc_id not in [item.document_id for item in taken]
     with session_scope(engine) as session:
-        assert repo.start_document(session, doc_id, 3, "retry", lease_s=60) is not None
+        assert document_leases.start_document(session, doc_id, 3, "retry", lease_s=60) is not None
 
 
 def test_a_live_worker_reclaims_the_documents_of_a_dead_one_once(
@@ -156,8 +159,8 @@ def test_a_live_worker_reclaims_the_documents_of_a_dead_one_once(
     (alive_id,) = _documents(engine, tmp_path / "b", 1)
     with session_scope(engine) as session:
         for doc_id in dead_ids:
-            assert repo.start_document(session, doc_id, 3, "host:1:dead", lease_s=0) is not None
-        assert repo.start_document(session, alive_id, 3, "host:2:slow", lease_s=0) is not None
+            assert document_leases.start_document(session, doc_id, 3, "host:1:dead", lease_s=0) is not None
+        assert document_leases.start_document(session, alive_id, 3, "host:2:slow", lease_s=0) is not None
     client.set(worker_key("host:2:slow"), '{"at": 0}', ex=60)  # its lease ran out, but it beats
     sent: list[list[Reclaimed]] = []
     first, second = Leases(owner="host:3:a"), Leases(owner="host:4:b")
@@ -171,7 +174,7 @@ def test_a_live_worker_reclaims_the_documents_of_a_dead_one_once(
         doc = _doc(engine, doc_id)
         assert (doc.reclaims, doc.reclaimed_from, doc.lease_owner) == (1, "host:1:dead", None)
         with session_scope(engine) as session:  # the reclaim's delivery starts it
-            assert repo.start_document(session, doc_id, 3, "host:3:a", lease_s=60) is not None
+            assert document_leases.start_document(session, doc_id, 3, "host:3:a", lease_s=60) is not None
     assert _doc(engine, alive_id).reclaims == 0
 
 
@@ -188,7 +191,7 @@ def test_what_a_dead_worker_received_but_never_started_is_sent_again_once(
     dead.handled(deliveries.delivery(started, "task-1", 0))
     deliveries.keep(client, dead.owner, dead.take_handled())  # its last beat
     with session_scope(engine) as session:
-        assert repo.start_document(session, leased, 3, dead.owner, lease_s=60) is not None
+        assert document_leases.start_document(session, leased, 3, dead.owner, lease_s=60) is not None
     deliveries.note_received(client, live.owner, other, "task-3", 0)
     deliveries.keep(client, live.owner, [])
     client.set(worker_key(live.owner), "{}", ex=60)  # the live one beats; the dead one's key ran out
@@ -208,7 +211,7 @@ def test_what_a_dead_worker_received_but_never_started_is_sent_again_once(
     with clock.moved(31):  # no new delivery started it within its grace: the deployment's reclaim sees it
         assert unstarted in [item.document_id for item in reclaim(engine, client, second, lambda _: None)]
     with session_scope(engine) as session:  # the new delivery starts it
-        assert repo.start_document(session, unstarted, 3, first.owner, lease_s=60) is not None
+        assert document_leases.start_document(session, unstarted, 3, first.owner, lease_s=60) is not None
     deliveries.forget(client, live.owner)
     assert not client.exists(deliveries.received_key(live.owner), deliveries.RECEIVERS_KEY)
 
@@ -223,7 +226,7 @@ def test_a_reclaim_skips_a_document_a_transaction_holds_and_takes_it_later(
         pytest.skip("row locks: Postgres")
     (doc_id,) = _documents(engine, tmp_path, 1)
     with session_scope(engine) as session:
-        assert repo.start_document(session, doc_id, 3, "host:1:paused", lease_s=0) is not None
+        assert document_leases.start_document(session, doc_id, 3, "host:1:paused", lease_s=0) is not None
     impatient = create_engine(engine.url, connect_args={"options": "-c lock_timeout=2000"})
     reclaimer = Leases(owner="host:5:r")
     try:
@@ -245,7 +248,7 @@ def test_a_document_whose_redelivery_waits_in_the_queue_is_sent_again_later_each
     retry waits behind the whole queue): eight copies of a document in a 4-minute run."""
     (doc_id,) = _documents(engine, tmp_path, 1)
     with session_scope(engine) as session:
-        assert repo.start_document(session, doc_id, 3, "host:11:dead", lease_s=0) is not None
+        assert document_leases.start_document(session, doc_id, 3, "host:11:dead", lease_s=0) is not None
     leases = Leases(lease_s=30, owner="host:12:live")
 
     def reclaimed(after_s: float) -> bool:
@@ -267,8 +270,8 @@ def test_the_heartbeat_renews_what_its_threads_hold_and_says_it_is_alive(
     held_id, dropped_id = _documents(engine, tmp_path, 2)
     leases = Leases(lease_s=3, owner="host:5:beat")
     with session_scope(engine) as session:
-        held = repo.start_document(session, held_id, 3, leases.owner, lease_s=0)
-        dropped = repo.start_document(session, dropped_id, 3, leases.owner, lease_s=0)
+        held = document_leases.start_document(session, held_id, 3, leases.owner, lease_s=0)
+        dropped = document_leases.start_document(session, dropped_id, 3, leases.owner, lease_s=0)
         assert held is not None and dropped is not None
         fence = held.fence
     beat = Heartbeat(engine, client, leases, lambda taken: None, lambda run_id: None, name="worker-5@host")
@@ -320,13 +323,13 @@ def test_after_a_reclaim_the_old_holder_writes_nothing_even_before_the_new_deliv
 ) -> None:
     (doc_id,) = _documents(engine, tmp_path, 1)
     with session_scope(engine) as session:
-        old = repo.start_document(session, doc_id, 3, "host:9:gone", lease_s=0)
+        old = document_leases.start_document(session, doc_id, 3, "host:9:gone", lease_s=0)
         assert old is not None
         fence = old.fence
     taken = reclaim(engine, client, Leases(owner="host:10:live"), lambda taken: None)
     assert doc_id in [item.document_id for item in taken]
     with pytest.raises(LeaseLost), session_scope(engine) as session:
-        repo.mark_extracted(session, doc_id, fence)
+        document_leases.mark_extracted(session, doc_id, fence)
 
 
 def test_a_lease_long_expired_is_reclaimed_whatever_deployment_it_names(
@@ -337,7 +340,8 @@ def test_a_lease_long_expired_is_reclaimed_whatever_deployment_it_names(
     (doc_id,) = _documents(engine, tmp_path, 1)
     with session_scope(engine) as session:
         assert (
-            repo.start_document(session, doc_id, 3, "host:11:old", lease_s=-60, scope="lost-id") is not None
+            document_leases.start_document(session, doc_id, 3, "host:11:old", lease_s=-60, scope="lost-id")
+            is not None
         )
     # Ran out 60 s ago: left to its deployment for an hour; taken once it is that stale.
     other = Leases(owner="host:13:x", scope="new-id")
@@ -366,14 +370,14 @@ def test_a_host_whose_clock_runs_ahead_does_not_take_a_live_lease(
         pytest.skip("SQLite is one host's file: its host's clock is the only clock (Postgres under CI)")
     (doc_id,) = _documents(engine, tmp_path, 1)
     with session_scope(engine) as session:
-        first = repo.start_document(session, doc_id, 3, "host-a:1:x", lease_s=30)
+        first = document_leases.start_document(session, doc_id, 3, "host-a:1:x", lease_s=30)
         assert first is not None and first.fence == 1
     ahead = datetime.now(UTC) + timedelta(seconds=45)
     for module in ("pipeline.storage.documents", "pipeline.storage.models"):
         monkeypatch.setattr(f"{module}.utcnow", lambda: ahead)
     with session_scope(engine) as session:  # host b, 45 s ahead, with the same message
-        assert repo.start_document(session, doc_id, 3, "host-b:1:y", lease_s=30) is None
-        expired = [row[0] for row in repo.expired_leases(session, scope="", stale_s=3600)]
+        assert document_leases.start_document(session, doc_id, 3, "host-b:1:y", lease_s=30) is None
+        expired = [row[0] for row in reclaims.expired_leases(session, scope="", stale_s=3600)]
         assert doc_id not in expired  # nor does its heartbeat reclaim it
     doc = _doc(engine, doc_id)
     assert (doc.lease_owner, doc.fence) == ("host-a:1:x", 1)
@@ -421,7 +425,7 @@ def test_a_heartbeat_job_that_raises_leaves_the_others_running(
     (held_id,) = _documents(engine, tmp_path, 1)
     leases = Leases(lease_s=3, owner="host:8:jobs")
     with session_scope(engine) as session:
-        held = repo.start_document(session, held_id, 3, leases.owner, lease_s=0)
+        held = document_leases.start_document(session, held_id, 3, leases.owner, lease_s=0)
         assert held is not None
     ran: list[str] = []
 
@@ -447,7 +451,7 @@ def test_a_dead_workers_received_set_past_postgres_parameter_limit_is_taken_back
     (unstarted,) = _documents(engine, tmp_path, 1)
     received = [unstarted, *range(10**9, 10**9 + 70_000)]  # ids no row has, as a stale set holds
     with session_scope(engine) as session:
-        taken = repo.take_back_deliveries(session, received, "host:9:dead", grace_s=30, scope="")
+        taken = reclaims.reclaim_unstarted(session, received, "host:9:dead", grace_s=30, scope="")
     assert [document_id for document_id, _ in taken] == [unstarted]
 
 
@@ -459,7 +463,7 @@ def test_a_live_owners_lease_that_ran_out_more_than_a_lease_ago_is_taken_back(
     (doc_id,) = _documents(engine, tmp_path, 1)
     holder, other = Leases(owner="host:31:beats", lease_s=30), Leases(owner="host:32:b", lease_s=30)
     with session_scope(engine) as session:
-        assert repo.start_document(session, doc_id, 3, holder.owner, lease_s=30) is not None
+        assert document_leases.start_document(session, doc_id, 3, holder.owner, lease_s=30) is not None
     client.set(worker_key(holder.owner), "{}", ex=600)  # alive all along
     sent: list[list[Reclaimed]] = []
     with clock.moved(45):  # ran out 15 s ago: its owner may still renew it
@@ -482,9 +486,9 @@ def test_the_stranded_run_finisher_sends_each_quiet_run_once_a_lease(
     )
     with session_scope(engine) as session:
         for doc_id in doc_ids:
-            doc = repo.start_document(session, doc_id, 3, first.owner, lease_s=30, scope="fin")
+            doc = document_leases.start_document(session, doc_id, 3, first.owner, lease_s=30, scope="fin")
             assert doc is not None
-            repo.mark_extracted(session, doc_id, doc.fence)
+            document_leases.mark_extracted(session, doc_id, doc.fence)
         run_id = doc.run_id
     sent: list[str] = []
     assert run_id not in finish_stranded(engine, client, first, sent.append), "not quiet yet"
@@ -502,7 +506,7 @@ def test_a_lease_its_thread_could_not_release_is_released_by_the_heartbeat(
     (doc_id,) = _documents(engine, tmp_path, 1)
     leases = Leases(owner="host:43:r", lease_s=30)
     with session_scope(engine) as session:
-        doc = repo.start_document(session, doc_id, 3, leases.owner, lease_s=30)
+        doc = document_leases.start_document(session, doc_id, 3, leases.owner, lease_s=30)
         assert doc is not None
     leases.release_later(doc_id, doc.fence)
     beat = Heartbeat(engine, client, leases, lambda taken: None, lambda run_id: None)

@@ -16,8 +16,7 @@ from sqlalchemy.orm import Session
 from pipeline.core.errors import LeaseLost
 from pipeline.core.settings import get_settings
 from pipeline.ingest.producer import prepare_run
-from pipeline.storage import clock, lifecycle, run_state
-from pipeline.storage import documents as repo
+from pipeline.storage import clock, document_leases, lifecycle, reclaims, run_documents, run_state
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import DocStatus, Document, Run, RunStatus
 from pipeline_dev.synth_filings import write_filings
@@ -69,73 +68,73 @@ WRITERS: list[tuple[str, str, Callable[[Session, int], object], set[str]]] = [
     (
         "lease",
         "another delivery",
-        lambda s, d: repo.start_document(s, d, 3, "owner-b", 30, scope="s"),
+        lambda s, d: document_leases.start_document(s, d, 3, "owner-b", 30, scope="s"),
         {"pending", "running, lease ran out", "running, released"},
     ),
     (
         "renew",
         "the holder",
-        lambda s, d: repo.renew_leases(s, {d: FENCE}, 30),
+        lambda s, d: document_leases.renew_leases(s, {d: FENCE}, 30),
         {"running, live lease", "running, lease ran out", "running, released"},
     ),
     (
         "release",
         "the holder",
-        lambda s, d: repo.release_lease(s, d, FENCE, grace_s=30),
+        lambda s, d: document_leases.release_lease(s, d, FENCE, grace_s=30),
         {"running, live lease", "running, lease ran out", "running, released"},
     ),
     (
         "release",
         "the holder's retry",
-        lambda s, d: repo.hand_back_attempt(s, d, FENCE, grace_s=30),
+        lambda s, d: document_leases.release_for_retry(s, d, FENCE, grace_s=30),
         {"running, live lease", "running, lease ran out", "running, released"},
     ),
     (
         "reclaim",
         "a heartbeat",
-        lambda s, d: repo.take_back(s, d, "owner-a", FENCE, grace_s=30),
+        lambda s, d: reclaims.reclaim_expired(s, d, "owner-a", FENCE, grace_s=30),
         {"running, lease ran out"},
     ),
     (
         "reclaim delivery",
         "a heartbeat",
-        lambda s, d: repo.take_back_deliveries(s, [d], "owner-a", grace_s=30, scope="s"),
+        lambda s, d: reclaims.reclaim_unstarted(s, [d], "owner-a", grace_s=30, scope="s"),
         {"pending"},
     ),
     (
         "extract",
         "the holder",
-        _quiet(lambda s, d: repo.mark_extracted(s, d, FENCE)),
+        _quiet(lambda s, d: document_leases.mark_extracted(s, d, FENCE)),
         {"running, live lease", "running, lease ran out", "running, released"},
     ),
     (
         "fail",
         "the holder's last attempt",
-        lambda s, d: repo.fail_document(s, d, "gave up", FENCE),
+        lambda s, d: document_leases.fail_document(s, d, "gave up", FENCE),
         {"running, live lease", "running, lease ran out", "running, released"},
     ),
     (
         "fail unstarted",
         "a delivery that never leased it",
-        lambda s, d: repo.fail_document(s, d, "refused", None),
+        lambda s, d: document_leases.fail_document(s, d, "refused", None),
         {"pending"},
     ),
     (
         "give up",
         "a delivery with no attempts left",
-        lambda s, d: repo.start_document(s, d, 1, "owner-b", 30, scope="s"),
+        lambda s, d: document_leases.start_document(s, d, 1, "owner-b", 30, scope="s"),
         {"pending", "running, lease ran out", "running, released"},
     ),
     (
         "cancel",
         "pipeline cancel",
-        lambda s, d: repo.cancel_documents(s, _run_of(s, d), "cancelled by a test"),
+        lambda s, d: run_documents.cancel_documents(s, _run_of(s, d), "cancelled by a test"),
         {"pending", "running, live lease", "running, lease ran out", "running, released"},
     ),
     (
         "retry",
         "pipeline retry",
-        lambda s, d: repo.retry_documents(s, _run_of(s, d), [d]),
+        lambda s, d: run_documents.retry_documents(s, _run_of(s, d), [d]),
         {"failed", "cancelled"},
     ),
 ]
@@ -257,7 +256,12 @@ def test_statuses_are_written_only_by_the_tables_writers() -> None:
     import re
 
     root = Path(__file__).resolve().parents[1]
-    writers = {"pipeline/storage/documents.py", "pipeline/storage/run_state.py"}
+    writers = {
+        "pipeline/storage/document_leases.py",
+        "pipeline/storage/reclaims.py",
+        "pipeline/storage/run_documents.py",
+        "pipeline/storage/run_state.py",
+    }
     found = []
     for folder in ("pipeline", "workers"):
         for path in sorted((root / folder).rglob("*.py")):

@@ -27,8 +27,7 @@ from pipeline.llm.ratelimit import Limits, RedisLimiter, Scope
 from pipeline.recovery.heartbeat import Heartbeat, Reclaimed, reclaim
 from pipeline.recovery.leases import Leases
 from pipeline.runtime import embedded
-from pipeline.storage import clock
-from pipeline.storage import documents as repo
+from pipeline.storage import clock, document_leases, documents
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Document, Extraction, Run
 from pipeline_dev.synth_filings import write_filings
@@ -82,7 +81,9 @@ def _started(engine: Engine, tmp_path: Path, leases: Leases) -> tuple[int, int]:
     write_filings(tmp_path, 1, seed=91, sizes=[21_000])
     (doc_id,) = prepare_run(engine, get_settings(), [str(tmp_path)]).document_ids
     with session_scope(engine) as session:
-        doc = repo.start_document(session, doc_id, 3, leases.owner, leases.lease_s, scope=leases.scope)
+        doc = document_leases.start_document(
+            session, doc_id, 3, leases.owner, leases.lease_s, scope=leases.scope
+        )
         assert doc is not None
         return doc_id, doc.fence
 
@@ -192,9 +193,9 @@ def test_a_thread_blocked_past_its_calls_bound_loses_its_lease_and_its_late_writ
     # The call ended at last (its peer answered or went away) ...
     assert raised and isinstance(raised[0], (redis.RedisError, errors.PipelineError)), raised
     with session_scope(engine) as session:  # ... and what its thread writes is refused
-        chunk = repo.chunks_of(session, doc_id)[0]
+        chunk = documents.chunks_of(session, doc_id)[0]
         with pytest.raises(LeaseLost):
-            repo.save_chunk_result(session, chunk, fence, ANSWER, model="m", prompt_version="v")
+            documents.save_chunk_result(session, chunk, fence, ANSWER, model="m", prompt_version="v")
     doc = _doc(engine, doc_id)
     assert (doc.status, doc.lease_owner, doc.reclaims, doc.reclaimed_from) == (
         "running",

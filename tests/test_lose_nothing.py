@@ -11,8 +11,7 @@ from pipeline.core.settings import get_settings
 from pipeline.ingest.producer import prepare_run
 from pipeline.runs import watchdog
 from pipeline.runtime.embedded import Child
-from pipeline.storage import clock
-from pipeline.storage import documents as repo
+from pipeline.storage import clock, document_leases
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Chunk, Document, LLMCall, Run
 from pipeline_dev.synth_filings import write_filings
@@ -28,15 +27,15 @@ def test_attempts_are_capped_across_deliveries_and_hand_backs_do_not_count(
     # Three deliveries whose worker died (each lease ran out at once): only the count is left.
     for owner in ("a", "b", "c"):
         with session_scope(engine) as session:
-            assert repo.start_document(session, doc_id, 3, owner, lease_s=0) is not None
+            assert document_leases.start_document(session, doc_id, 3, owner, lease_s=0) is not None
     with session_scope(engine) as session:  # a retried transient error: not an attempt
         fence = session.get(Document, doc_id).fence  # type: ignore[union-attr]
-        repo.hand_back_attempt(session, doc_id, fence, grace_s=60)
-        repo.note_attempt_error(session, doc_id, "UpstreamUnavailable: 503", "c")
+        document_leases.release_for_retry(session, doc_id, fence, grace_s=60)
+        document_leases.note_attempt_error(session, doc_id, "UpstreamUnavailable: 503", "c")
     with session_scope(engine) as session:
-        assert repo.start_document(session, doc_id, 3, "d", lease_s=0) is not None
+        assert document_leases.start_document(session, doc_id, 3, "d", lease_s=0) is not None
     with session_scope(engine) as session:
-        assert repo.start_document(session, doc_id, 3, "e", lease_s=0) is None
+        assert document_leases.start_document(session, doc_id, 3, "e", lease_s=0) is None
         doc = session.get(Document, doc_id)
         assert doc is not None
         assert doc.status == "failed"
@@ -120,9 +119,11 @@ def test_a_run_whose_calls_the_limiter_defers_for_an_hour_is_not_idle(
     plan = prepare_run(engine, get_settings(), [str(tmp_path)])
     (doc_id,) = plan.document_ids
     with session_scope(engine) as session:
-        assert repo.start_document(session, doc_id, 5, "host:1:w", lease_s=30) is not None
-        repo.release_lease(session, doc_id, 1, grace_s=30)  # deferred: its retry is queued ...
-        repo.expect_retry(session, doc_id, grace_s=90 * 60)  # ... with a countdown to the quota's reset
+        assert document_leases.start_document(session, doc_id, 5, "host:1:w", lease_s=30) is not None
+        document_leases.release_lease(session, doc_id, 1, grace_s=30)  # deferred: its retry is queued ...
+        document_leases.expect_retry(
+            session, doc_id, grace_s=90 * 60
+        )  # ... with a countdown to the quota's reset
     settings = get_settings().model_copy(update={"watchdog_idle_s": 1800})
     with clock.moved(60 * 60):  # an hour of the pause: no call, no write
         assert watchdog.check(engine, settings, [plan.run_id]) == []

@@ -29,7 +29,7 @@ from pipeline.llm import prompts, stops
 from pipeline.llm.circuit import run_deadline
 from pipeline.llm.client import CallRecord, LLMClient
 from pipeline.recovery.leases import Leases
-from pipeline.storage import documents, llm_calls
+from pipeline.storage import document_leases, documents, llm_calls, run_documents
 from pipeline.storage.db import session_scope
 from pipeline.storage.models import Chunk, Document, Run
 
@@ -131,7 +131,7 @@ def _cancelled(ctx: Context, doc: Document, reason: str) -> str:
     `pipeline cancel` has not ended it already), and what was answered stays for a retry."""
     log.info("document %s: its run %s was cancelled: %s", doc.id, doc.run_id, reason)
     with session_scope(ctx.engine) as session:
-        documents.cancel_documents(session, doc.run_id, reason, [doc.id])
+        run_documents.cancel_documents(session, doc.run_id, reason, [doc.id])
     return current_status(ctx, doc.id)
 
 
@@ -160,7 +160,7 @@ def _extract(
                     tracing.span("store extraction", {"llm.calls": len(calls)}),
                     session_scope(ctx.engine) as session,  # the lease's check and lock come first
                 ):
-                    documents.mark_extracted(session, document_id, work.fence)
+                    document_leases.mark_extracted(session, document_id, work.fence)
                     _save(session, work, result, model, summary)
                     llm_calls.record_calls(session, work.doc.run_id, document_id, None, calls)
             except BaseException:
@@ -168,8 +168,8 @@ def _extract(
                 raise
         except errors.PermanentError as exc:
             with session_scope(ctx.engine) as session:  # only while the lease holds
-                documents.hold(session, document_id, work.fence)
-                documents.fail_document(session, document_id, str(exc), work.fence)
+                document_leases.hold(session, document_id, work.fence)
+                document_leases.fail_document(session, document_id, str(exc), work.fence)
             raise
         except (errors.LeaseLost, errors.RetryableError):
             raise  # lost, or handed back already
@@ -216,14 +216,14 @@ def retry_due(ctx: Context, document_id: int, countdown_s: float) -> None:
     """The released document's retry is due in `countdown_s`: reclaim waits that long, and a
     lease more, for it."""
     with session_scope(ctx.engine) as session:
-        documents.expect_retry(session, document_id, countdown_s + ctx.leases.lease_s)
+        document_leases.expect_retry(session, document_id, countdown_s + ctx.leases.lease_s)
 
 
 def _release(ctx: Context, document_id: int, fence: int) -> None:
     """Best effort (the database may be what failed): the heartbeat releases it otherwise."""
     try:
         with session_scope(ctx.engine) as session:
-            documents.release_lease(session, document_id, fence, _grace_s(ctx))
+            document_leases.release_lease(session, document_id, fence, _grace_s(ctx))
     except Exception as exc:
         log.info("document %s: lease %s left to the heartbeat to release (%s)", document_id, fence, exc)
         ctx.leases.release_later(document_id, fence)
@@ -252,14 +252,14 @@ def _start(ctx: Context, document_id: int, failed_attempts: int) -> _Work | None
     """Count the attempt and load the document, its text and chunks (filling those an earlier
     run answered for the same text); None when the document is final or out of attempts."""
     with session_scope(ctx.engine) as session:
-        doc = documents.start_document(
+        doc = document_leases.start_document(
             session,
             document_id,
             ctx.settings.document_max_attempts,
             ctx.leases.owner,
             ctx.leases.lease_s,
             scope=ctx.leases.scope,
-            mine_idle=True,  # claimed by this thread: no other of the process works on it
+            owner_idle=True,  # claimed by this thread: no other of the process works on it
         )
         if doc is None:
             return None
@@ -299,7 +299,7 @@ def _answer_chunks(ctx: Context, work: _Work, started: float) -> list[tuple[Base
             # Long since a write proved the lease (a pause, a long queue in the pool): prove it
             # before paying for a call whose answer would be refused.
             with session_scope(ctx.engine) as session:
-                documents.hold(session, work.doc.id, work.fence)
+                document_leases.hold(session, work.doc.id, work.fence)
         result = _chunk_result(
             ctx,
             work.doc,
@@ -345,7 +345,7 @@ def _answer_chunks(ctx: Context, work: _Work, started: float) -> list[tuple[Base
         # Handed back to the task layer, which retries with backoff (or defers): not a lost
         # delivery. The stored count is for deliveries that never came back (a worker died).
         with session_scope(ctx.engine) as session:
-            documents.hand_back_attempt(session, work.doc.id, work.fence, _grace_s(ctx, exc))
+            document_leases.release_for_retry(session, work.doc.id, work.fence, _grace_s(ctx, exc))
         raise
 
 
@@ -470,14 +470,14 @@ def prompt_version(schema: str | None) -> str:
 def note_retry(ctx: Context, document_id: int, reason: str) -> None:
     """Remember why an attempt failed; the document is retried."""
     with session_scope(ctx.engine) as session:
-        documents.note_attempt_error(session, document_id, reason, ctx.leases.owner)
+        document_leases.note_attempt_error(session, document_id, reason, ctx.leases.owner)
 
 
 def fail(ctx: Context, document_id: int, reason: str, attempt: Attempt) -> str:
     """Record that the document cannot be extracted, and why: the verdict of `attempt`, so only
     while no later lease or reclaim took the document from it."""
     with session_scope(ctx.engine) as session:
-        documents.fail_document(session, document_id, reason, attempt.fence)
+        document_leases.fail_document(session, document_id, reason, attempt.fence)
     return current_status(ctx, document_id)
 
 

@@ -40,7 +40,7 @@ from pipeline.core import keys
 from pipeline.core.constants import REDIS_CLIENT_OPTIONS
 from pipeline.recovery import deliveries, steps
 from pipeline.recovery.leases import Leases
-from pipeline.storage import batches, clock, documents, run_state
+from pipeline.storage import batches, clock, document_leases, reclaims, run_state
 from pipeline.storage.db import session_scope
 
 log = logging.getLogger(__name__)
@@ -147,18 +147,18 @@ def reclaim(
     than a lease ago: its heartbeat, which renews every third of a lease, neither renewed nor
     took it back (its reclaim failing, say), so it is not being worked on."""
     with session_scope(engine) as session:
-        expired = documents.expired_leases(session, leases.scope, stale_s=stale_s, overdue_s=leases.lease_s)
+        expired = reclaims.expired_leases(session, leases.scope, stale_s=stale_s, overdue_s=leases.lease_s)
     if not expired:
         return []
     others = {row[2] for row in expired if row[2] is not None and row[2] != leases.owner}
     alive = {owner for owner in others if client.exists(worker_key(owner))}
     taken: list[Reclaimed] = []
-    for document_id, run_id, owner, fence, reclaims, overdue in expired:
+    for document_id, run_id, owner, fence, times_reclaimed, overdue in expired:
         if (owner in alive and not overdue) or (owner == leases.owner and leases.working(document_id)):
             continue
         with session_scope(engine) as session:
-            if documents.take_back(
-                session, document_id, owner, fence, redelivery_grace_s(leases.lease_s, reclaims)
+            if reclaims.reclaim_expired(
+                session, document_id, owner, fence, redelivery_grace_s(leases.lease_s, times_reclaimed)
             ):
                 taken.append(Reclaimed(document_id, run_id, owner))
     _send(taken, send)
@@ -181,7 +181,7 @@ def reclaim_deliveries(
         received = deliveries.take(client, owner)
         try:
             with session_scope(engine) as session:
-                pending = documents.take_back_deliveries(
+                pending = reclaims.reclaim_unstarted(
                     session, received, owner, grace_s=leases.lease_s, scope=leases.scope
                 )
         except Exception:
@@ -358,13 +358,13 @@ class Heartbeat:
             for document_id, (fence, seconds) in self.leases.renewals(clock.now(session)).items():
                 by_length.setdefault(seconds, {})[document_id] = fence
             for seconds, held in by_length.items():
-                documents.renew_leases(session, held, seconds)
+                document_leases.renew_leases(session, held, seconds)
 
     def release_leftovers(self) -> None:
         """Leases a thread could not release (the database was down) are released now."""
         for document_id, fence in self.leases.unreleased().items():
             with session_scope(self.engine) as session:  # free now: reclaimed below
-                documents.release_lease(session, document_id, fence, grace_s=0)
+                document_leases.release_lease(session, document_id, fence, grace_s=0)
             self.leases.released(document_id)
 
     def _run(self) -> None:

@@ -1,5 +1,5 @@
 """Step leases: the one lock of the pipeline's steps that are not a document's (those are leases
-in the database: `pipeline.storage.documents`).
+in the database: `pipeline.storage.document_leases`).
 
 A step lease is a Redis key, `pipeline:step:<name>` (`pipeline.core.keys.STEP`), holding its holder's token and expiring on
 Redis's clock. It is fenced (`check` before a write: a holder whose lease ran out, or was taken

@@ -27,7 +27,7 @@ from pipeline.core.settings import Settings
 from pipeline.llm.batch import BatchAPI
 from pipeline.llm.stops import StopFlags
 from pipeline.runs.batching import cancel_open_batches
-from pipeline.storage import batches, documents, run_state
+from pipeline.storage import batches, run_documents, run_state
 from pipeline.storage.db import session_scope
 from pipeline.storage.models import Run, RunStatus
 
@@ -109,7 +109,7 @@ def _cancel_in_database(engine: Engine, run_id: str, by: str, hint: str) -> Canc
                 + (f"; {hint}" if hint else "")
             )
             run_state.move_run(session, run_id, "cancel", error=outcome.reason)
-        outcome.documents = documents.cancel_documents(session, run_id, document_reason(by))
+        outcome.documents = run_documents.cancel_documents(session, run_id, document_reason(by))
         outcome.status = RunStatus.CANCELLED
     return outcome
 

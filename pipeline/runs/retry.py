@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
-from pipeline.storage import attempts, batches, documents, reports, run_state
+from pipeline.storage import attempts, batches, reports, run_documents, run_state
 from pipeline.storage.db import session_scope
 from pipeline.storage.models import Chunk, DocStatus, Document, Run, RunStatus
 
@@ -73,7 +73,7 @@ def start_retry(
             return plan
         plan.chunks, plan.answered = _chunk_counts(session, plan.document_ids)
         attempts.keep_rounds(session, run_id, plan.document_ids)
-        plan.document_ids = documents.retry_documents(session, run_id, plan.document_ids)
+        plan.document_ids = run_documents.retry_documents(session, run_id, plan.document_ids)
         plan.had_report = reports.drop_report(session, run_id)
         plan.via_batch = _batch_path_sends(session, run)
         if run.status != RunStatus.RUNNING:  # a running run's start time stays
@@ -87,7 +87,7 @@ def _chosen(
     """The documents to retry, and those named that are not retried (with why)."""
     wanted: set[int] = set()
     if failed or not document_ids:
-        statuses = (DocStatus.FAILED,) if failed else documents.RETRIED_FROM
+        statuses = (DocStatus.FAILED,) if failed else run_documents.RETRIED_FROM
         wanted |= set(
             session.scalars(
                 select(Document.id).where(Document.run_id == run_id, Document.status.in_(statuses))
@@ -111,7 +111,7 @@ def _chosen(
                 f"(its documents are listed by `pipeline status {run_id}`)"
             )
         for document_id, status in sorted(found.items()):
-            if status in documents.RETRIED_FROM:
+            if status in run_documents.RETRIED_FROM:
                 wanted.add(document_id)
             else:
                 left.append((document_id, _why_not(status)))

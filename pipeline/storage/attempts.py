@@ -13,8 +13,9 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session
 
 from pipeline.storage import clock
-from pipeline.storage.documents import MAX_IDS_PER_STATEMENT, RETRIED_FROM
+from pipeline.storage.db import MAX_IDS_PER_STATEMENT
 from pipeline.storage.models import Document, DocumentAttempt, table_of
+from pipeline.storage.run_documents import RETRIED_FROM
 
 
 def keep_rounds(session: Session, run_id: str, document_ids: Sequence[int]) -> int:

@@ -45,6 +45,9 @@ STATEMENT_TIMEOUT_MS = 300_000
 """The server ends a statement running this long: none of ours comes near it (the longest, a
 report's reads, take seconds; a lock wait ends with the idle-in-transaction timeout of the
 session holding it), so it bounds only a statement stuck for good. Migrations have none."""
+MAX_IDS_PER_STATEMENT = 1000
+"""An `IN` list is cut into statements of at most this many ids: Postgres takes 65,535 bound
+parameters in one, and a received set can grow past that (a prefork worker's, say)."""
 
 POOL_RECYCLE_S = 1800
 """A pooled Postgres connection older than this is replaced at its next checkout, before a

@@ -4,9 +4,10 @@ each move and under which fence.
 Every status write goes through a move of this table. For runs, `run_state.move_run` takes the
 move and writes only from one of its sources, so a late writer cannot undo a later state (a
 watchdog's stall over a report that just landed, a Ctrl-C's cancel over a completed run). For
-documents, each move is one statement of `pipeline.storage.documents` whose WHERE clause is the
-move's sources and fence; `tests/test_lifecycle.py` drives every one of them from every state on
-the database and checks the outcome against this table. `docs/lifecycle.md` draws it
+documents, each move is one statement of `pipeline.storage.document_leases`, `reclaims` or
+`run_documents` whose WHERE clause is the move's sources and fence; `tests/test_lifecycle.py`
+drives every one of them from every state on the database and checks the outcome against this
+table. `docs/lifecycle.md` draws it
 (`diagram()`; a test keeps the two the same).
 
 A fence is the document's `fence` column: each lease taken or reclaimed raises it, and every
@@ -48,7 +49,7 @@ DOCUMENT_MOVES: tuple[Move, ...] = (
         "lease",
         (_P, _R),
         (_R,),
-        "a delivery (`documents.start_document`)",
+        "a delivery (`document_leases.start_document`)",
         "no live lease of another owner's (expired on the database's clock), attempts left; "
         "the fence is raised",
     ),
@@ -56,21 +57,21 @@ DOCUMENT_MOVES: tuple[Move, ...] = (
         "renew",
         (_R,),
         (_R,),
-        "the holder's heartbeat (`documents.renew_leases`)",
+        "the holder's heartbeat (`document_leases.renew_leases`)",
         "the holder's fence, and its thread made progress within its calls' bound",
     ),
     Move(
         "release",
         (_R,),
         (_R,),
-        "the holder, before its retry is queued (`documents.release_lease`, `hand_back_attempt`)",
+        "the holder, before its retry is queued (`document_leases.release_lease`, `release_for_retry`)",
         "the holder's fence; the owner is cleared, a reclaim waits a grace period",
     ),
     Move(
         "reclaim",
         (_R,),
         (_R,),
-        "a live worker's heartbeat (`documents.take_back`)",
+        "a live worker's heartbeat (`reclaims.reclaim_expired`)",
         "the lease expired on the database's clock, its owner has no heartbeat (or is this "
         "process, its thread stuck), the fence as read; the fence is raised",
     ),
@@ -78,43 +79,43 @@ DOCUMENT_MOVES: tuple[Move, ...] = (
         "reclaim delivery",
         (_P,),
         (_R,),
-        "a live worker's heartbeat (`documents.take_back_deliveries`)",
+        "a live worker's heartbeat (`reclaims.reclaim_unstarted`)",
         "the owner that received its delivery has no heartbeat; the fence is raised",
     ),
-    Move("extract", (_R,), (_E,), "the holder (`documents.mark_extracted`)", "the holder's fence"),
+    Move("extract", (_R,), (_E,), "the holder (`document_leases.mark_extracted`)", "the holder's fence"),
     Move(
         "fail",
         (_R,),
         (_F,),
-        "the holder's last attempt (`documents.fail_document`)",
+        "the holder's last attempt (`document_leases.fail_document`)",
         "the attempt's fence (no later lease or reclaim since)",
     ),
     Move(
         "fail unstarted",
         (_P,),
         (_F,),
-        "a delivery that never leased it (`documents.fail_document`, no fence)",
+        "a delivery that never leased it (`document_leases.fail_document`, no fence)",
         "nobody has started it",
     ),
     Move(
         "give up",
         (_P, _R),
         (_F,),
-        "a delivery that finds its attempts used up (`documents.start_document`)",
+        "a delivery that finds its attempts used up (`document_leases.start_document`)",
         "no live lease of another owner's",
     ),
     Move(
         "cancel",
         (_P, _R),
         (_C,),
-        "`pipeline cancel`, or a delivery that finds its run cancelled (`documents.cancel_documents`)",
+        "`pipeline cancel`, or a delivery that finds its run cancelled (`run_documents.cancel_documents`)",
         "the run is cancelled; the fence is raised, so a holder's next write is refused",
     ),
     Move(
         "retry",
         (_F, _C),
         (_P,),
-        "`pipeline retry` (`documents.retry_documents`)",
+        "`pipeline retry` (`run_documents.retry_documents`)",
         "the round is kept in document_attempts; its attempts count from 0 again; the fence is raised",
     ),
 )

@@ -23,7 +23,7 @@ from sqlalchemy import ColumnElement, LargeBinary, cast, delete, exists, func, l
 from sqlalchemy.orm import Session
 
 from pipeline.storage import clock
-from pipeline.storage.documents import MAX_IDS_PER_STATEMENT
+from pipeline.storage.db import MAX_IDS_PER_STATEMENT
 from pipeline.storage.llm_calls import CallTotals, call_totals
 from pipeline.storage.models import (
     Chunk,
