@@ -119,17 +119,29 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 SLOW_FILES_FIRST = (
-    "test_chaos.py",
-    "test_real_model.py",
-    "test_limits_integration.py",
-    "test_bench.py",
-    "test_batch.py",
     "test_bench_sizes.py",
+    "test_real_model.py",
+    "test_bench.py",
+    "test_outage.py",
+    "test_clock_skew.py",
+    "test_limits_integration.py",
+    "test_round_trips.py",
+    "test_chaos.py",
+    "test_batch.py",
 )
-"""Files of a minute or more (2026-12-02, `--durations=0`), longest first. xdist hands files out
-in collection order, so these go first and land on different processes: in alphabetical order
-the real-model and limits files both came late to one process, which ran 329 s while another
-idled after 196 s."""
+"""Files of half a minute or more (a clean CI run's `--durations`, 2026-12-03), longest first.
+xdist hands files out in the order of this list, then in collection order (see
+`pytest_configure`): the longest start first, on different processes, and the many short files
+fill in behind them. Handed out last, one long file alone keeps the suite waiting for it."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """xdist's loadfile reorders files by their number of tests, most first, unless told not to
+    (`--no-loadscope-reorder`): that put the one-test bench files, the longest of all, at the end
+    of the queue, and SLOW_FILES_FIRST had no effect (the suite ran a bench file alone for its
+    last minute)."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 SLOW_FILES = frozenset(
