@@ -264,6 +264,16 @@ def client(redis_url: str) -> Iterator[redis.Redis]:
     conn.close()
 
 
+@pytest.fixture
+def redis_client(redis_base: str) -> Iterator[redis.Redis]:
+    """A connection to a Redis database of this test's own (claimed, flushed at the end): no
+    worker of the session sees its keys, and a test may assert on every key there."""
+    with claimed_redis_db(redis_base) as url:
+        conn: redis.Redis = redis.Redis.from_url(url)
+        yield conn
+        conn.close()
+
+
 def stored(engine: Engine, model: type[T], key: object) -> T:
     """The row of `model` with primary key `key`, as the database holds it now, detached."""
     with session_scope(engine) as session:
@@ -273,7 +283,7 @@ def stored(engine: Engine, model: type[T], key: object) -> T:
         return row
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def engine(pipeline_env: dict[str, str]) -> Engine:
     """The session's database (Postgres under CI)."""
     return get_engine(pipeline_env["PIPELINE_DATABASE_URL"])

@@ -46,14 +46,6 @@ ANSWER = FilingExtraction(
 )
 
 
-@pytest.fixture
-def client(redis_base: str) -> Iterator[redis.Redis]:
-    with claimed_redis_db(redis_base) as url:
-        made = redis.Redis.from_url(url)
-        yield made
-        made.close()
-
-
 class SilentPeer:
     """A listening socket that accepts connections and never answers (a failover, a NAT that
     dropped the connection): until `end`, which answers `reply` (if any) and goes away."""
@@ -161,7 +153,7 @@ REFUSED = b"HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\nConte
 )
 def test_a_thread_blocked_past_its_calls_bound_loses_its_lease_and_its_late_write_is_refused(
     engine: Engine,
-    client: redis.Redis,
+    redis_client: redis.Redis,
     tmp_path: Path,
     make_call: Callable[[SilentPeer], Callable[[], object]],
     within_s: float,
@@ -172,7 +164,7 @@ def test_a_thread_blocked_past_its_calls_bound_loses_its_lease_and_its_late_writ
     call keeps its lease up to its bound (its own measure, plus a lease), and no further: the
     process's own heartbeat takes the document back, and the thread's write is refused."""
     leases = Leases(lease_s=LEASE_S, owner=f"host:1:stuck-{uuid.uuid4().hex[:6]}")
-    beat = Heartbeat(engine, client, leases, lambda taken: None, lambda run_id: None)
+    beat = Heartbeat(engine, redis_client, leases, lambda taken: None, lambda run_id: None)
     doc_id, fence = _started(engine, tmp_path, leases)
     bound_s = within_s + LEASE_S
     peer = SilentPeer()
@@ -183,12 +175,14 @@ def test_a_thread_blocked_past_its_calls_bound_loses_its_lease_and_its_late_writ
         with clock.moved(bound_s - 1):  # within its bound: renewed, up to the bound and no further
             beat.renew()
             assert 0 < _left_s(engine, doc_id) <= 1.5, "renewed past the call's bound"
-            assert doc_id not in [i.document_id for i in reclaim(engine, client, leases, lambda t: None)]
+            assert doc_id not in [
+                i.document_id for i in reclaim(engine, redis_client, leases, lambda t: None)
+            ]
         with clock.moved(bound_s + 1):  # past it: not renewed, and taken back by its own heartbeat
             beat.renew()
             assert _left_s(engine, doc_id) < 0, "the stuck thread's lease was renewed"
             sent: list[list[Reclaimed]] = []
-            taken = [i for i in reclaim(engine, client, leases, sent.append) if i.document_id == doc_id]
+            taken = [i for i in reclaim(engine, redis_client, leases, sent.append) if i.document_id == doc_id]
             assert [(i.document_id, i.owner) for i in taken] == [(doc_id, leases.owner)]
     # The call ended at last (its peer answered or went away) ...
     assert raised and isinstance(raised[0], (redis.RedisError, errors.PipelineError)), raised
@@ -210,14 +204,14 @@ def _doc(engine: Engine, document_id: int) -> Document:
 
 
 def test_a_limiter_wait_whose_redis_keeps_answering_keeps_its_lease(
-    engine: Engine, client: redis.Redis, tmp_path: Path
+    engine: Engine, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
     """A call waits its turn (6 a minute, paced: 10 s after the first), in a sleep longer than a
     lease: it is a blocking call as long as the wait, so its lease is renewed through it, up to
     the sleep's length plus a lease; and again once the sleep ends and the limiter answers."""
     lease_s = 2.0
     leases = Leases(lease_s=lease_s, owner=f"host:2:waits-{uuid.uuid4().hex[:6]}")
-    beat = Heartbeat(engine, client, leases, lambda taken: None, lambda run_id: None)
+    beat = Heartbeat(engine, redis_client, leases, lambda taken: None, lambda run_id: None)
     doc_id, fence = _started(engine, tmp_path, leases)
     slept: list[float] = []
 
@@ -231,7 +225,7 @@ def test_a_limiter_wait_whose_redis_keeps_answering_keeps_its_lease(
             beat.renew()
             assert _left_s(engine, doc_id) < 0 and not leases.working(doc_id), "not past its bound"
 
-    limiter = RedisLimiter(client, Limits(rpm=6, burst_s=0.0), lease_s=60, max_wait_s=120, sleep=sleep)
+    limiter = RedisLimiter(redis_client, Limits(rpm=6, burst_s=0.0), lease_s=60, max_wait_s=120, sleep=sleep)
     scope = Scope("http://127.0.0.1:9/v1", f"m-{uuid.uuid4().hex[:6]}")
     with leases.holding(doc_id, fence):
         limiter.acquire([scope], 10)
