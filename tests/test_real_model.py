@@ -9,7 +9,6 @@ import importlib.util
 import json
 import os
 import sys
-import time
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
@@ -22,7 +21,7 @@ from pipeline.runtime import embedded
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Content, Document, Extraction, LLMCall, Report, RiskFactor
 from pipeline_dev.synth_filings import generate_filing
-from tests.conftest import claimed_redis_db, run_cli, running_workers
+from tests.conftest import claimed_redis_db, eventually, run_cli, running_workers
 
 MODEL = "smollm2"
 SERVER_START_S = 120
@@ -55,30 +54,28 @@ def llama_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with embedded.Child("llama-cpp-python server", argv, log_path=log) as child:
         try:
             embedded.wait_for_port(port, SERVER_START_S, child)
-            _wait_for_models(f"http://127.0.0.1:{port}/v1", child)
+            url = f"http://127.0.0.1:{port}/v1"
+            eventually(
+                f"{url}/models listing {MODEL} (see {log})",
+                lambda: _lists_the_model(url, child),
+                SERVER_START_S,
+            )
         except RuntimeError as exc:
             pytest.fail(f"{exc}; see {log}")
-        yield f"http://127.0.0.1:{port}/v1"
+        yield url
 
 
-def _wait_for_models(base_url: str, child: embedded.Child) -> None:
-    """Until the server answers /v1/models with the model: a port that accepts connections is
+def _lists_the_model(base_url: str, child: embedded.Child) -> bool:
+    """Whether the server answers /v1/models with the model: a port that accepts connections is
     not yet a server that answers (nor, should another process have taken the free port first,
-    this server)."""
-    deadline = time.monotonic() + SERVER_START_S
-    while True:
-        if problem := child.problem():
-            raise RuntimeError(problem)
-        try:
-            listed = httpx.get(f"{base_url}/models", timeout=5.0).json()
-            if any(entry.get("id") == MODEL for entry in listed.get("data", [])):
-                return
-            seen = listed
-        except (httpx.HTTPError, ValueError) as exc:
-            seen = exc
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{base_url}/models did not list {MODEL} in {SERVER_START_S} s: {seen!r}")
-        time.sleep(0.1)
+    this server). Raises RuntimeError once the server exited."""
+    if problem := child.problem():
+        raise RuntimeError(problem)
+    try:
+        listed = httpx.get(f"{base_url}/models", timeout=5.0).json()
+    except (httpx.HTTPError, ValueError):
+        return False
+    return any(entry.get("id") == MODEL for entry in listed.get("data", []))
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +132,7 @@ def test_a_filing_completes_against_a_real_model_with_auto(real_env: dict[str, s
     # of the test's time: the generator's smallest filing (11 KB, two chunks of 1,500 tokens)
     # took 117 s in a loaded suite.
     (tmp_path / "filing-10k.txt").write_text(short_filing(), encoding="utf-8")
-    with running_workers(real_env, tmp_path, count=2, concurrency=2):
+    with running_workers(real_env, tmp_path, count=1, concurrency=2):
         submitted = run_cli("submit", str(tmp_path / "*.txt"), "--wait", env=real_env, timeout_s=600)
         assert submitted.returncode == 0, submitted.stderr[-3000:]
         run_id = submitted.stdout.strip().splitlines()[-1]
@@ -155,7 +152,7 @@ def test_a_filing_completes_against_a_real_model_with_auto(real_env: dict[str, s
         calls = session.execute(select(LLMCall.status, LLMCall.error).where(LLMCall.run_id == run_id)).all()
         rejected = [error or "" for state, error in calls if state == "rejected"]
         assert all("response_format" in error or "literal_error" in error for error in rejected)
-        # One worker extracts the filing (compression and synthesis ask for plain text): its
+        # The worker extracts the filing (compression and synthesis ask for plain text): its
         # chunks share the probe, so json_schema is refused once at most, then the mode stays.
         assert len(rejected) <= 1, rejected
         extract_calls = session.execute(
