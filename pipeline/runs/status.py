@@ -6,28 +6,19 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine, func, select
-
 from pipeline.core.settings import Settings
 from pipeline.extraction.grounding import rate
 from pipeline.storage import batches as batch_repo
 from pipeline.storage import run_state as repo
+from pipeline.storage import run_totals, runs
 from pipeline.storage.db import session_scope
 from pipeline.storage.llm_calls import call_totals
-from pipeline.storage.models import (
-    TERMINAL_DOC_STATUSES,
-    Chunk,
-    Document,
-    Extraction,
-    LLMCall,
-    Report,
-    Run,
-    aware,
-    utcnow,
-)
+from pipeline.storage.models import TERMINAL_DOC_STATUSES, aware, utcnow
 from pipeline.storage.retention import kept_totals
 
 if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
     from pipeline.llm.structured import ModeStore
 
 
@@ -95,11 +86,11 @@ def resolve_run_id(engine: Engine, prefix: str | None) -> str:
     """The run whose id starts with `prefix`; the newest run when None."""
     with session_scope(engine) as session:
         if prefix is None:
-            run_id = session.scalar(select(Run.id).order_by(Run.created_at.desc()).limit(1))
-            if run_id is None:
+            newest = runs.newest_run_ids(session, 1)
+            if not newest:
                 raise UnknownRun("no runs yet")
-            return run_id
-        ids = list(session.scalars(select(Run.id).where(Run.id.startswith(prefix)).limit(2)))
+            return newest[0]
+        ids = runs.run_ids_starting(session, prefix, 2)
     if len(ids) != 1:
         raise UnknownRun(f"no run matches {prefix!r}" if not ids else f"{prefix!r} is ambiguous")
     return ids[0]
@@ -107,34 +98,19 @@ def resolve_run_id(engine: Engine, prefix: str | None) -> str:
 
 def run_status(engine: Engine, run_id: str) -> RunStatusView:
     with session_scope(engine) as session:
-        run = session.get(Run, run_id)
+        run = runs.get_run(session, run_id)
         if run is None:
             raise UnknownRun(f"no run {run_id!r}")
         counts = repo.status_counts(session, run_id)
         kept = kept_totals(run.pruned)
         calls = kept[0] if kept else call_totals(session, run_id)
-        has_report = session.scalar(select(func.count()).where(Report.run_id == run_id)) == 1
-        quotes, grounded = session.execute(
-            select(
-                func.coalesce(func.sum(Extraction.quotes_total), 0),
-                func.coalesce(func.sum(Extraction.quotes_grounded), 0),
-            ).where(Extraction.run_id == run_id)
-        ).one()
-        chunks, chunks_done = session.execute(
-            select(func.count(Chunk.id), func.count(Chunk.completed_at))
-            .join(Document, Document.id == Chunk.document_id)
-            .where(Document.run_id == run_id)
-        ).one()
+        has_report = repo.report_exists(session, run_id)
+        quotes, grounded = run_totals.quote_totals(session, run_id)
+        chunks, chunks_done = run_totals.chunk_totals(session, run_id)
         if kept:  # its chunk rows are gone
             chunks, chunks_done = kept[1], kept[2]
-        flagged = session.scalar(
-            select(func.count()).where(Document.run_id == run_id, Document.injection_flag)
-        )
-        reclaimed = session.execute(
-            select(func.coalesce(Document.reclaimed_from, "a reclaim"), func.count())
-            .where(Document.run_id == run_id, Document.reclaims > 0)
-            .group_by(Document.reclaimed_from)
-        ).all()
+        flagged = run_totals.flagged_count(session, run_id)
+        reclaimed = run_totals.reclaims_by_owner(session, run_id)
         batch_calls, batch_cost, batch_sync_cost = batch_repo.batch_totals(session, run_id)
         batches = [
             {
@@ -175,8 +151,8 @@ def run_status(engine: Engine, run_id: str) -> RunStatusView:
         quotes_total=int(quotes),
         quotes_grounded=int(grounded),
         grounding_rate=rate(int(grounded), int(quotes)),
-        injection_flagged=int(flagged or 0),
-        reclaimed={str(owner): int(n) for owner, n in reclaimed},
+        injection_flagged=flagged,
+        reclaimed=reclaimed,
         mode=run.mode,
         mode_reason=run.mode_reason,
         deadline=_iso(run.deadline) if run.deadline else None,
@@ -201,18 +177,7 @@ class DocumentGrounding:
 def document_grounding(engine: Engine, run_id: str) -> list[DocumentGrounding]:
     """Per extracted document: how many of its quotes were found in its text, lowest rate first."""
     with session_scope(engine) as session:
-        rows = session.execute(
-            select(
-                Document.path,
-                Extraction.quotes_total,
-                Extraction.quotes_grounded,
-                Extraction.revenue_grounded,
-                Document.injection_flag,
-            )
-            .join(Extraction, Extraction.document_id == Document.id)
-            .where(Document.run_id == run_id)
-            .order_by(Document.path)
-        ).all()
+        rows = run_totals.grounding_rows(session, run_id)
     found = [
         DocumentGrounding(path, total, grounded, rate(grounded, total), revenue, bool(flag))
         for path, total, grounded, revenue, flag in rows
@@ -222,7 +187,7 @@ def document_grounding(engine: Engine, run_id: str) -> list[DocumentGrounding]:
 
 def list_runs(engine: Engine, limit: int = 20) -> list[RunStatusView]:
     with session_scope(engine) as session:
-        ids = list(session.scalars(select(Run.id).order_by(Run.created_at.desc()).limit(limit)))
+        ids = runs.newest_run_ids(session, limit)
     return [run_status(engine, run_id) for run_id in ids]
 
 
@@ -258,16 +223,7 @@ def call_outcomes(engine: Engine, run_id: str) -> CallOutcomes:
     recorded between two counts would look like an answer), and the newest failure's error."""
     with session_scope(engine) as session:
         totals = call_totals(session, run_id)
-        error = (
-            session.scalar(
-                select(LLMCall.error)
-                .where(LLMCall.run_id == run_id, LLMCall.status != "ok")
-                .order_by(LLMCall.id.desc())
-                .limit(1)
-            )
-            if totals.failed_calls
-            else None
-        )
+        error = run_totals.last_call_error(session, run_id) if totals.failed_calls else None
     return CallOutcomes(totals.calls - totals.failed_calls, totals.failed_calls, error)
 
 

@@ -1,0 +1,74 @@
+"""A run's totals for `pipeline status`: quotes grounded, chunks answered, documents flagged and
+reclaimed, per-document grounding, the newest failed call's error."""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from pipeline.storage.models import Chunk, Document, Extraction, LLMCall
+
+
+def quote_totals(session: Session, run_id: str) -> tuple[int, int]:
+    """(quotes, quotes grounded) over the run's extractions."""
+    quotes, grounded = session.execute(
+        select(
+            func.coalesce(func.sum(Extraction.quotes_total), 0),
+            func.coalesce(func.sum(Extraction.quotes_grounded), 0),
+        ).where(Extraction.run_id == run_id)
+    ).one()
+    return int(quotes), int(grounded)
+
+
+def chunk_totals(session: Session, run_id: str) -> tuple[int, int]:
+    """(chunks, chunks answered) of the run's documents."""
+    chunks, done = session.execute(
+        select(func.count(Chunk.id), func.count(Chunk.completed_at))
+        .join(Document, Document.id == Chunk.document_id)
+        .where(Document.run_id == run_id)
+    ).one()
+    return int(chunks), int(done)
+
+
+def flagged_count(session: Session, run_id: str) -> int:
+    """The run's documents flagged as holding a prompt injection."""
+    flagged = session.scalar(select(func.count()).where(Document.run_id == run_id, Document.injection_flag))
+    return int(flagged or 0)
+
+
+def reclaims_by_owner(session: Session, run_id: str) -> dict[str, int]:
+    """The run's reclaimed documents, counted by the owner they were reclaimed from."""
+    rows = session.execute(
+        select(func.coalesce(Document.reclaimed_from, "a reclaim"), func.count())
+        .where(Document.run_id == run_id, Document.reclaims > 0)
+        .group_by(Document.reclaimed_from)
+    ).all()
+    return {str(owner): int(n) for owner, n in rows}
+
+
+def grounding_rows(session: Session, run_id: str) -> list[tuple[str, int, int, bool | None, bool]]:
+    """Per extracted document, by path: (path, quotes, quotes grounded, revenue grounded,
+    injection flag)."""
+    rows = session.execute(
+        select(
+            Document.path,
+            Extraction.quotes_total,
+            Extraction.quotes_grounded,
+            Extraction.revenue_grounded,
+            Document.injection_flag,
+        )
+        .join(Extraction, Extraction.document_id == Document.id)
+        .where(Document.run_id == run_id)
+        .order_by(Document.path)
+    ).all()
+    return [(path, total, grounded, revenue, flag) for path, total, grounded, revenue, flag in rows]
+
+
+def last_call_error(session: Session, run_id: str) -> str | None:
+    """The error of the run's newest call that did not end ok."""
+    return session.scalar(
+        select(LLMCall.error)
+        .where(LLMCall.run_id == run_id, LLMCall.status != "ok")
+        .order_by(LLMCall.id.desc())
+        .limit(1)
+    )

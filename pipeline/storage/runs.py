@@ -1,0 +1,25 @@
+"""A run's row, found by id or by a prefix of its id, and the newest runs.
+
+Status moves go through `pipeline.storage.run_state.move_run`; this module only reads runs.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from pipeline.storage.models import Run
+
+
+def get_run(session: Session, run_id: str) -> Run | None:
+    return session.get(Run, run_id)
+
+
+def newest_run_ids(session: Session, limit: int) -> list[str]:
+    """The ids of the `limit` runs created last, newest first."""
+    return list(session.scalars(select(Run.id).order_by(Run.created_at.desc()).limit(limit)))
+
+
+def run_ids_starting(session: Session, prefix: str, limit: int) -> list[str]:
+    """Up to `limit` ids of runs whose id starts with `prefix`."""
+    return list(session.scalars(select(Run.id).where(Run.id.startswith(prefix)).limit(limit)))
