@@ -228,7 +228,7 @@ def test_after_one_429_every_worker_pauses(redis_url: str) -> None:
         finally:
             first.close()
             second.close()
-            client.delete(*keys(scope))
+            client.delete(*keys(scope).all())
         # The pause lasts until the first of the two slots frees; the two callers that waited it
         # out then go together, and the second slot may free a moment after they arrive.
         assert sim.stats()["rejected_429"] in (1, 2)
@@ -265,7 +265,7 @@ def test_a_refused_call_gives_its_tokens_back(redis_url: str) -> None:
             view = client.limiter.view(scope)
         finally:
             client.close()
-            redis.Redis.from_url(redis_url).delete(*keys(scope))
+            redis.Redis.from_url(redis_url).delete(*keys(scope).all())
     assert [r.status for r in records] == ["ok", "rate_limited"]
     assert view.requests_in_window == 2, "the refused request still counts as a request"
     assert view.tokens_in_window == records[0].prompt_tokens + 20, "only what was charged"

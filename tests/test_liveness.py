@@ -225,7 +225,15 @@ def test_a_limiter_wait_whose_redis_keeps_answering_keeps_its_lease(
             beat.renew()
             assert _left_s(engine, doc_id) < 0 and not leases.working(doc_id), "not past its bound"
 
-    limiter = RedisLimiter(redis_client, Limits(rpm=6, burst_s=0.0), lease_s=60, max_wait_s=120, sleep=sleep)
+    limiter = RedisLimiter(
+        redis_client,
+        Limits(rpm=6, burst_s=0.0),
+        lease_s=60,
+        recovery_s=300,
+        min_factor=0.2,
+        max_wait_s=120,
+        sleep=sleep,
+    )
     scope = Scope("http://127.0.0.1:9/v1", f"m-{uuid.uuid4().hex[:6]}")
     with leases.holding(doc_id, fence):
         limiter.acquire([scope], 10)

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import redis
 
+from pipeline.core import constants as c
 from pipeline.core.errors import Deferred, RequestTooLarge
 from pipeline.llm.ratelimit import Decision, Limits, RedisLimiter, Scope, keys, policy
 from pipeline.runtime import embedded
@@ -80,11 +81,11 @@ def test_waits_in_place_only_while_the_total_stays_short() -> None:
 def scope(client: redis.Redis) -> Iterator[Scope]:
     made = Scope("http://127.0.0.1:1/v1", f"model-{uuid.uuid4().hex[:6]}", 0)
     yield made
-    client.delete(*keys(made))
+    client.delete(*keys(made).all())
 
 
 def _limiter(client: redis.Redis, **limits: float) -> RedisLimiter:
-    return RedisLimiter(client, Limits(**limits), lease_s=5, recovery_s=2, max_wait_s=0)  # type: ignore[arg-type]
+    return RedisLimiter(client, Limits(**limits), lease_s=5, min_factor=0.2, recovery_s=2, max_wait_s=0)  # type: ignore[arg-type]
 
 
 def _try(limiter: RedisLimiter, scope: Scope, tokens: int = 1) -> Decision:
@@ -167,9 +168,11 @@ def test_a_call_with_a_horizon_reserves_its_turn_only_once_it_is_near(
     client: redis.Redis, scope: Scope
 ) -> None:
     """An uncalibrated call's cost is a guess: it must not hold a place far down the queue."""
-    limiter = RedisLimiter(client, Limits(tpm=60_000), lease_s=5, max_wait_s=5)  # 1,000 tokens/s
+    limiter = RedisLimiter(
+        client, Limits(tpm=60_000), lease_s=5, recovery_s=300, min_factor=0.2, max_wait_s=5
+    )  # 1,000 tokens/s
     limiter.acquire([scope], 1_500)  # the next 1.5 s of token quota are taken
-    log = keys(scope)[0]
+    log = keys(scope).log
     reserved_at: list[float] = []
 
     def call() -> None:
@@ -211,7 +214,9 @@ def test_the_window_still_bounds_what_the_burst_allows(client: redis.Redis, scop
 
 
 def test_calls_in_flight_are_capped_and_leases_expire(client: redis.Redis, scope: Scope) -> None:
-    limiter = RedisLimiter(client, Limits(max_inflight=2, learn=False), lease_s=0.3, max_wait_s=0)
+    limiter = RedisLimiter(
+        client, Limits(max_inflight=2, learn=False), lease_s=0.3, recovery_s=300, min_factor=0.2, max_wait_s=0
+    )
     held = [limiter.acquire([scope], 1) for _ in range(2)]
     assert _try(limiter, scope).reason == "inflight"
     limiter.release(held[0], None)
@@ -241,7 +246,9 @@ def test_a_probe_that_never_answers_holds_the_others_back_only_briefly(
     client: redis.Redis, scope: Scope
 ) -> None:
     # Its worker was killed mid-call: the probe's in-flight lease (5 s here) must not hold everyone.
-    limiter = RedisLimiter(client, Limits(window_s=1.0), lease_s=5, max_wait_s=0, probe_s=0.3)
+    limiter = RedisLimiter(
+        client, Limits(window_s=1.0), lease_s=5, recovery_s=300, min_factor=0.2, max_wait_s=0, probe_s=0.3
+    )
     limiter.acquire([scope], 10)
     refused = _try(limiter, scope)
     assert (refused.admitted, refused.reason) == (False, "probing")
@@ -309,7 +316,9 @@ def test_refusals_the_limiter_admitted_lower_the_rate_once_per_event(
 def test_after_a_cut_the_rate_never_stays_below_what_the_provider_says_is_free(
     client: redis.Redis, scope: Scope
 ) -> None:
-    limiter = RedisLimiter(client, Limits(rpm=100, window_s=10.0), lease_s=5, recovery_s=600, max_wait_s=0)
+    limiter = RedisLimiter(
+        client, Limits(rpm=100, window_s=10.0), lease_s=5, min_factor=0.2, recovery_s=600, max_wait_s=0
+    )
     _, factor = limiter.pause(scope, 0.001)
     assert factor == pytest.approx(0.8, abs=0.01)
     time.sleep(0.01)
@@ -326,21 +335,25 @@ def test_a_call_larger_than_the_quota_fails_at_once(client: redis.Redis, scope: 
 def test_short_waits_are_slept_and_long_ones_handed_back(client: redis.Redis, scope: Scope) -> None:
     slept: list[float] = []
     limits = Limits(rpm=1, window_s=0.2)
-    limiter = RedisLimiter(client, limits, lease_s=5, max_wait_s=1.0, sleep=slept.append)
+    limiter = RedisLimiter(
+        client, limits, lease_s=5, recovery_s=300, min_factor=0.2, max_wait_s=1.0, sleep=slept.append
+    )
     limiter.acquire([scope], 1)
     second = limiter.acquire([scope], 1)  # its turn is reserved, then slept until
     assert len(slept) == 1 and 0.15 < slept[0] <= 0.2 and second.waited_s == slept[0]
     with pytest.raises(Deferred):  # a turn further away than max_wait_s goes back to the queue
-        RedisLimiter(client, limits, lease_s=5, max_wait_s=0.1).acquire([scope], 1)
+        RedisLimiter(client, limits, lease_s=5, recovery_s=300, min_factor=0.2, max_wait_s=0.1).acquire(
+            [scope], 1
+        )
 
 
 def test_a_call_whose_turn_comes_during_a_pause_waits_for_the_pause_then_asks_again(
     client: redis.Redis, scope: Scope
 ) -> None:
     limits = Limits(rpm=2, window_s=1.0)
-    limiter = RedisLimiter(client, limits, lease_s=5, max_wait_s=3.0)
+    limiter = RedisLimiter(client, limits, lease_s=5, recovery_s=300, min_factor=0.2, max_wait_s=3.0)
     limiter.acquire([scope], 1)
-    pauser = RedisLimiter(client, limits, lease_s=5, max_wait_s=3.0)
+    pauser = RedisLimiter(client, limits, lease_s=5, recovery_s=300, min_factor=0.2, max_wait_s=3.0)
     paused: list[float] = []
 
     def sleep(seconds: float) -> None:
@@ -354,7 +367,8 @@ def test_a_call_whose_turn_comes_during_a_pause_waits_for_the_pause_then_asks_ag
     assert paused, "its turn was ahead: it slept"
     assert time.time() >= paused[0] and permit.waited_s >= 0.8
     # The turn it gave up was never sent: it left the window (the first call and this one remain).
-    log, costs, tokens = keys(scope)[:3]
+    k = keys(scope)
+    log, costs, tokens = k.log, k.costs, k.tokens
     assert client.zcard(log) == 2 and client.hlen(costs) == 2 and int(client.get(tokens) or 0) == 2
 
 
@@ -367,7 +381,7 @@ def test_calls_are_spread_over_the_key_slots(client: redis.Redis) -> None:
         with pytest.raises(Deferred):
             limiter.acquire(scopes, 1)
     finally:
-        client.delete(*[k for s in scopes for k in keys(s)])
+        client.delete(*[k for s in scopes for k in keys(s).all()])
 
 
 # -- no limit in force: no script ---------------------------------------------------------
@@ -389,7 +403,9 @@ def _scripts_run(client: redis.Redis) -> int:
 
 
 def _unlimited_limiter(client: redis.Redis, **options: Any) -> RedisLimiter:
-    return RedisLimiter(client, Limits(window_s=1.0), lease_s=5, max_wait_s=0, **options)
+    return RedisLimiter(
+        client, Limits(window_s=1.0), lease_s=5, recovery_s=300, min_factor=0.2, max_wait_s=0, **options
+    )
 
 
 def test_once_the_provider_answered_without_limits_calls_run_no_script(private_redis: redis.Redis) -> None:
@@ -404,10 +420,12 @@ def test_once_the_provider_answered_without_limits_calls_run_no_script(private_r
         assert permit.id == ""
         assert limiter.release(permit, policy.ProviderLimits(), 10) == (0.0, 0.0)
     assert _scripts_run(client) == before
-    assert client.zcard(keys(scope)[0]) == 1, "only the probe is in the window"
-    configured = RedisLimiter(client, Limits(rpm=6_000, window_s=1.0), lease_s=5, max_wait_s=0)
+    assert client.zcard(keys(scope).log) == 1, "only the probe is in the window"
+    configured = RedisLimiter(
+        client, Limits(rpm=6_000, window_s=1.0), lease_s=5, recovery_s=300, min_factor=0.2, max_wait_s=0
+    )
     assert configured.acquire([scope], 10).id, "a configured limit always goes through the scripts"
-    client.delete(*keys(scope))
+    client.delete(*keys(scope).all())
 
 
 def test_another_process_goes_scriptless_from_its_first_admission_after_the_probe(
@@ -421,12 +439,12 @@ def test_another_process_goes_scriptless_from_its_first_admission_after_the_prob
     prober.release(probe, policy.ProviderLimits())
     assert other.acquire([scope], 10).id, "through the scripts, which say the provider was heard"
     assert other.acquire([scope], 10).id == "", "and from then on without them"
-    client.delete(*keys(scope))
+    client.delete(*keys(scope).all())
 
 
 def test_an_answer_that_states_limits_ends_the_scriptless_calls_at_once(private_redis: redis.Redis) -> None:
     client, scope = private_redis, Scope("http://127.0.0.1:1/v1", f"m-{uuid.uuid4().hex[:6]}", 0)
-    client.hset(keys(scope)[7], "seen", 1)  # an earlier answer came without limits
+    client.hset(keys(scope).learned, "seen", 1)  # an earlier answer came without limits
     limiter = _unlimited_limiter(client, unlimited_recheck_s=60.0)
     permit = limiter.acquire([scope], 10)
     assert permit.id == ""
@@ -437,14 +455,14 @@ def test_an_answer_that_states_limits_ends_the_scriptless_calls_at_once(private_
     assert learned.id, "learned like any answer's limits, and paced by them from now on"
     assert limiter.view(scope).learned_rpm == 6
     assert not _try(limiter, scope).admitted, "paced at the learned 6 per window"
-    client.delete(*keys(scope))
+    client.delete(*keys(scope).all())
 
 
 def test_another_workers_pause_holds_a_scriptless_caller_within_the_recheck(
     private_redis: redis.Redis,
 ) -> None:
     client, scope = private_redis, Scope("http://127.0.0.1:1/v1", f"m-{uuid.uuid4().hex[:6]}", 0)
-    client.hset(keys(scope)[7], "seen", 1)
+    client.hset(keys(scope).learned, "seen", 1)
     refused, other = _unlimited_limiter(client), _unlimited_limiter(client, unlimited_recheck_s=0.2)
     assert refused.acquire([scope], 1).id == "" and other.acquire([scope], 1).id == ""
     refused.pause(scope, 1.0)  # a 429: this process waits from its next call on
@@ -453,13 +471,13 @@ def test_another_workers_pause_holds_a_scriptless_caller_within_the_recheck(
     time.sleep(0.25)
     with pytest.raises(Deferred, match="paused"):
         other.acquire([scope], 1)
-    client.delete(*keys(scope))
+    client.delete(*keys(scope).all())
 
 
 def test_answers_without_limits_keep_what_was_heard_of_the_provider(private_redis: redis.Redis) -> None:
     # release.lua renews it with every answer; without the scripts, each look does.
     client, scope = private_redis, Scope("http://127.0.0.1:1/v1", f"m-{uuid.uuid4().hex[:6]}", 0)
-    learned = keys(scope)[7]
+    learned = keys(scope).learned
     client.hset(learned, "seen", 1)
     client.pexpire(learned, 2_000)
     limiter = _unlimited_limiter(client, unlimited_recheck_s=0.1)
@@ -467,18 +485,20 @@ def test_answers_without_limits_keep_what_was_heard_of_the_provider(private_redi
     time.sleep(0.15)
     assert limiter.acquire([scope], 1).id == ""
     assert client.pttl(learned) > 60_000, "renewed for as long as the headers would have kept it"
-    client.delete(*keys(scope))
+    client.delete(*keys(scope).all())
 
 
 def test_every_key_is_prefixed_and_expires(client: redis.Redis, scope: Scope) -> None:
     limits = Limits(rpm=5, tpm=100, max_inflight=3, window_s=1.0, burst_s=1.0)
-    limiter = RedisLimiter(client, limits, lease_s=1)
+    limiter = RedisLimiter(
+        client, limits, lease_s=1, recovery_s=300, min_factor=0.2, max_wait_s=c.DEFAULT_LIMITER_MAX_WAIT_S
+    )
     limiter.acquire([scope], 10)  # held: its lease stays
     limiter.release(limiter.acquire([scope], 10), policy.ProviderLimits(limit_requests=5))
     limiter.pause(scope, 0.1)
     time.sleep(1.05)
     limiter.acquire([scope], 10)  # the first two leave the window for `retired`
-    present = [k for k in keys(scope) if client.exists(k)]
+    present = [k for k in keys(scope).all() if client.exists(k)]
     # Those that hold the window, the lease and the pacing are there; the pause's and others' may
     # have run out already on a loaded machine. Whatever is there has the prefix and expires.
     assert {k.rsplit(":", 1)[1] for k in present} >= {"log", "costs", "tokens", "inflight", "pace"}
@@ -495,7 +515,7 @@ def _hammer(
 
     client: redis.Redis = redis.Redis.from_url(redis_url)
     limits = Limits(rpm=limit, window_s=window_s, pacing=pacing, burst_s=0.0)
-    limiter = RedisLimiter(client, limits, lease_s=5, max_wait_s=0)
+    limiter = RedisLimiter(client, limits, lease_s=5, recovery_s=300, min_factor=0.2, max_wait_s=0)
     deadline = time.monotonic() + seconds
 
     def caller() -> list[int]:

@@ -2,6 +2,17 @@
 spend of capped runs, counted next to it."""
 
 from pipeline.llm.ratelimit.budget import SpendMeter
-from pipeline.llm.ratelimit.limiter import Decision, Limits, Permit, RedisLimiter, Scope, ScopeView, keys
+from pipeline.llm.ratelimit.limiter import Limits, Permit, RedisLimiter, Scope, ScopeView, keys
+from pipeline.llm.ratelimit.scripts import Decision, ScopeKeys
 
-__all__ = ["Decision", "Limits", "Permit", "RedisLimiter", "Scope", "ScopeView", "SpendMeter", "keys"]
+__all__ = [
+    "Decision",
+    "Limits",
+    "Permit",
+    "RedisLimiter",
+    "Scope",
+    "ScopeKeys",
+    "ScopeView",
+    "SpendMeter",
+    "keys",
+]

@@ -1,6 +1,15 @@
 -- acquire.lua: reserve a send time for one LLM call, paced by a GCRA (leaky bucket) over requests
 -- and tokens, bounded by a sliding-window log of both, an in-flight cap and a shared pause.
 -- Time unit: milliseconds, from Redis TIME (never the caller's clock).
+-- Python side: pipeline/llm/ratelimit/scripts.py (AcquireKeys, AcquireArgs, Decision: the same
+-- names, in this order).
+--
+-- One script, because one decision needs all of it at once: the send time must be computed from
+-- the window, the pacing, the pause, the probe and the in-flight count as they are, and recorded
+-- in the same step, or two workers would take the same slot. What changes those inputs lives in
+-- the other scripts: pause.lua sets the pause and cuts the factor after a 429, release.lua learns
+-- the provider's limits from its headers; here they are only read. Each concern below is one
+-- local function, called in order by the main block at the end.
 --
 -- KEYS[1] log      ZSET  permit id -> send time (ms; may lie in the near future)
 -- KEYS[2] costs    HASH  permit id -> tokens reserved
@@ -38,62 +47,168 @@ local cost, id, window = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
 local lease, recovery, ttl = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]) + window
 local burst, max_wait, learn = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
 local probe, keep = tonumber(ARGV[13]), tonumber(ARGV[14])
+local LOG, COSTS, TOKENS, INFLIGHT = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local PAUSE, AIMD, PACE, LEARNED, RETIRED = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 
 -- Redis 6 needs effects replication before a write that follows TIME (the default from 7).
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
--- Admissions older than the window leave it, with their tokens, for `retired`; those retired
--- longer than `keep` are forgotten.
-local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - window, 'WITHSCORES')
-if #expired > 0 then
-  local freed = 0
-  for i = 1, #expired, 1000 do
-    local ids, moved = {}, {}
-    for j = i, math.min(i + 999, #expired), 2 do
-      ids[#ids + 1] = expired[j]
-      moved[#moved + 1] = expired[j + 1]
-      moved[#moved + 1] = expired[j]
+-- The window's upkeep: admissions older than the window leave it, with their tokens, for
+-- `retired`; those retired longer than `keep` are forgotten.
+local function expire_window()
+  local expired = redis.call('ZRANGEBYSCORE', LOG, '-inf', now - window, 'WITHSCORES')
+  if #expired > 0 then
+    local freed = 0
+    for i = 1, #expired, 1000 do
+      local ids, moved = {}, {}
+      for j = i, math.min(i + 999, #expired), 2 do
+        ids[#ids + 1] = expired[j]
+        moved[#moved + 1] = expired[j + 1]
+        moved[#moved + 1] = expired[j]
+      end
+      for _, c in ipairs(redis.call('HMGET', COSTS, unpack(ids))) do
+        freed = freed + (tonumber(c) or 0)
+      end
+      redis.call('ZADD', RETIRED, unpack(moved))
     end
-    for _, c in ipairs(redis.call('HMGET', KEYS[2], unpack(ids))) do
-      freed = freed + (tonumber(c) or 0)
-    end
-    redis.call('ZADD', KEYS[9], unpack(moved))
+    redis.call('ZREMRANGEBYSCORE', LOG, '-inf', now - window)
+    redis.call('DECRBY', TOKENS, freed)
+    redis.call('PEXPIRE', RETIRED, keep + ttl)
   end
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
-  redis.call('DECRBY', KEYS[3], freed)
-  redis.call('PEXPIRE', KEYS[9], keep + ttl)
+  local forgotten = redis.call('ZRANGEBYSCORE', RETIRED, '-inf', now - window - keep)
+  for i = 1, #forgotten, 500 do
+    redis.call('HDEL', COSTS, unpack(forgotten, i, math.min(i + 499, #forgotten)))
+  end
+  if #forgotten > 0 then redis.call('ZREMRANGEBYSCORE', RETIRED, '-inf', now - window - keep) end
 end
-local forgotten = redis.call('ZRANGEBYSCORE', KEYS[9], '-inf', now - window - keep)
-for i = 1, #forgotten, 500 do
-  redis.call('HDEL', KEYS[2], unpack(forgotten, i, math.min(i + 499, #forgotten)))
-end
-if #forgotten > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[9], '-inf', now - window - keep) end
 
-local count = redis.call('ZCARD', KEYS[1])
-local used = tonumber(redis.call('GET', KEYS[3]) or '0')
-
--- The provider's own figures: they set a limit nobody configured, and lower one set too high.
-local learned = redis.call('HMGET', KEYS[8], 'rpm', 'tpm', 'seen')
-local function in_force(configured, told)
-  told = tonumber(told) or 0
-  if told > 0 and (configured <= 0 or told < configured) then return told end
-  return configured
+-- The provider's own figures (release.lua keeps them): they set a limit nobody configured, and
+-- lower one set too high. Returns the limits in force, whether an answer has been heard, and
+-- whether this call would be the probe: with nothing configured or learned yet, one call goes
+-- alone and its answer tells everyone the limits.
+local function limits_in_force()
+  local learned = redis.call('HMGET', LEARNED, 'rpm', 'tpm', 'seen')
+  local function in_force(configured, told)
+    told = tonumber(told) or 0
+    if told > 0 and (configured <= 0 or told < configured) then return told end
+    return configured
+  end
+  local rpm_now, tpm_now = rpm, tpm
+  if learn == 1 then rpm_now, tpm_now = in_force(rpm, learned[1]), in_force(tpm, learned[2]) end
+  local probing = learn == 1 and rpm_now <= 0 and tpm_now <= 0 and not learned[3]
+  return rpm_now, tpm_now, learned[3] and 1 or 0, probing
 end
-if learn == 1 then rpm, tpm = in_force(rpm, learned[1]), in_force(tpm, learned[2]) end
--- With nothing configured or learned yet, one call goes alone (the probe) and its answer tells
--- everyone the limits. The probe is claimed for `probe` ms, not for its whole lease: a worker
--- killed mid-probe holds the others back that long at most, and a slow probe lets one more go.
-local probing = learn == 1 and rpm <= 0 and tpm <= 0 and not learned[3]
-local heard = learned[3] and 1 or 0
 
--- The adaptive factor climbs back linearly from the last cut.
-local factor = 1
-local state = redis.call('HMGET', KEYS[6], 'factor', 'cut_at')
-if state[1] then
-  factor = math.min(1, tonumber(state[1]) + (now - tonumber(state[2])) / recovery)
+-- The adaptive factor (pause.lua cuts it): it climbs back linearly from the last cut.
+local function adaptive_factor()
+  local state = redis.call('HMGET', AIMD, 'factor', 'cut_at')
+  if state[1] then
+    return math.min(1, tonumber(state[1]) + (now - tonumber(state[2])) / recovery)
+  end
+  return 1
 end
+
+-- The probe is claimed for `probe` ms, not for its whole lease: a worker killed mid-probe holds
+-- the others back that long at most, and a slow probe lets one more go. Returns a refusal's
+-- wait, or nil when this call is the probe.
+local function claim_probe()
+  local probe_until = tonumber(redis.call('HGET', LEARNED, 'probe') or '0')
+  if probe_until > now then
+    return math.min(probe_until - now, 100)  -- the answer may come any moment
+  end
+  redis.call('HSET', LEARNED, 'probe', now + probe)
+  redis.call('PEXPIRE', LEARNED, probe + ttl)
+  return nil
+end
+
+-- Whether the in-flight cap leaves room (expired leases are dropped first).
+local function inflight_room()
+  redis.call('ZREMRANGEBYSCORE', INFLIGHT, '-inf', now)
+  return redis.call('ZCARD', INFLIGHT) < max_inflight
+end
+
+-- Pacing: each GCRA lets a call go at its theoretical arrival time less the burst allowance.
+-- Returns the send time, its reason and the two theoretical arrival times.
+local function paced_time(eff_rpm, eff_tpm)
+  local at, reason = now, 'ok'
+  local pace = redis.call('HMGET', PACE, 'requests', 'tokens')
+  local tat_requests = math.max(tonumber(pace[1]) or now, now)
+  local tat_tokens = math.max(tonumber(pace[2]) or now, now)
+  if burst >= 0 then
+    if eff_rpm > 0 and tat_requests - burst > at then at, reason = tat_requests - burst, 'rpm' end
+    if eff_tpm > 0 and tat_tokens - burst > at then at, reason = tat_tokens - burst, 'tpm' end
+  end
+  return at, reason, tat_requests, tat_tokens
+end
+
+-- The window: no `window` ms ever holds more than the limits, whatever the pacing allowed. It
+-- holds the limits themselves: a cut slows the pacing, it does not stall calls until a fuller
+-- window drains. Without pacing the window is all there is, and a cut lowers it. Returns the
+-- send time moved later where the window is full, and its reason.
+local function window_time(at, reason, count, used, win_rpm, win_tpm)
+  if win_rpm > 0 and count + 1 > win_rpm then
+    -- The (count - win_rpm + 1)-th oldest admission must leave the window first.
+    local e = redis.call('ZRANGE', LOG, count - win_rpm, count - win_rpm, 'WITHSCORES')
+    local free_at = tonumber(e[2]) + window
+    if free_at > at then at, reason = free_at, 'rpm window' end
+  end
+  local token_cap = math.max(win_tpm, cost)  -- a cut may leave one big call alone in a window
+  if win_tpm > 0 and used + cost > token_cap then
+    local excess, free_at, start = used + cost - token_cap, now + window, 0
+    while excess > 0 and start < count do
+      local batch = redis.call('ZRANGE', LOG, start, start + 199, 'WITHSCORES')
+      local ids = {}
+      for i = 1, #batch, 2 do ids[#ids + 1] = batch[i] end
+      local costs = redis.call('HMGET', COSTS, unpack(ids))
+      for i = 1, #ids do
+        excess = excess - (tonumber(costs[i]) or 0)
+        if excess <= 0 then
+          free_at = tonumber(batch[2 * i]) + window
+          break
+        end
+      end
+      start = start + 200
+    end
+    if free_at > at then at, reason = free_at, 'tpm window' end
+  end
+  return at, reason
+end
+
+-- The reservation: the call in the window at `at`, its tokens, its lease, and the pacing moved on.
+local function record(at, eff_rpm, eff_tpm, tat_requests, tat_tokens)
+  redis.call('ZADD', LOG, at, id)
+  redis.call('HSET', COSTS, id, cost)
+  redis.call('INCRBY', TOKENS, cost)
+  if burst >= 0 and (eff_rpm > 0 or eff_tpm > 0) then
+    -- When one limit set the send time, the other does not forfeit the time the call waited
+    -- for it, up to one interval of the first: a small call held by the request pacing would
+    -- otherwise throw away token time (and a big call held by the tokens, request time).
+    local requests_next, tokens_next = tat_requests, tat_tokens
+    local request_interval = eff_rpm > 0 and window / eff_rpm or 0
+    local token_interval = eff_tpm > 0 and window * cost / eff_tpm or 0
+    if eff_rpm > 0 then requests_next = math.max(tat_requests, at - token_interval) + request_interval end
+    if eff_tpm > 0 then tokens_next = math.max(tat_tokens, at - request_interval) + token_interval end
+    redis.call('HSET', PACE, 'requests', requests_next, 'tokens', tokens_next)
+    redis.call('PEXPIRE', PACE, math.ceil(math.max(requests_next, tokens_next) - now) + ttl)
+  end
+  redis.call('PEXPIRE', LOG, math.ceil(at - now) + ttl)
+  redis.call('PEXPIRE', COSTS, math.ceil(at - now) + ttl + keep)  -- costs outlive the window in `retired`
+  redis.call('PEXPIRE', TOKENS, math.ceil(at - now) + ttl)
+  if max_inflight > 0 then
+    redis.call('ZADD', INFLIGHT, at + lease, id)
+    redis.call('PEXPIRE', INFLIGHT, math.ceil(at - now) + lease + ttl)
+  end
+end
+
+-- The decision, in order: refusals first (nothing recorded), then the send time, then the record.
+expire_window()
+local count = redis.call('ZCARD', LOG)
+local used = tonumber(redis.call('GET', TOKENS) or '0')
+local heard, probing
+rpm, tpm, heard, probing = limits_in_force()
+local factor = adaptive_factor()
 local function scaled(limit)
   if limit <= 0 then return 0 end
   return math.max(1, math.floor(limit * factor))
@@ -108,91 +223,24 @@ end
 if tpm > 0 and cost > tpm then
   return refuse(window, 'too_large')
 end
-local pause = tonumber(redis.call('GET', KEYS[5]) or '0')
+local pause = tonumber(redis.call('GET', PAUSE) or '0')
 if pause > now then
   return refuse(pause - now, 'paused')
 end
 if probing then
-  local probe_until = tonumber(redis.call('HGET', KEYS[8], 'probe') or '0')
-  if probe_until > now then
-    return refuse(math.min(probe_until - now, 100), 'probing')  -- the answer may come any moment
-  end
-  redis.call('HSET', KEYS[8], 'probe', now + probe)
-  redis.call('PEXPIRE', KEYS[8], probe + ttl)
+  local wait = claim_probe()
+  if wait then return refuse(wait, 'probing') end
 end
-if max_inflight > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
-  if redis.call('ZCARD', KEYS[4]) >= max_inflight then
-    -- No telling when a call ends: the caller polls briefly.
-    return refuse(1, 'inflight')
-  end
+if max_inflight > 0 and not inflight_room() then
+  return refuse(1, 'inflight')  -- no telling when a call ends: the caller polls briefly
 end
 
--- Pacing: each GCRA lets a call go at its theoretical arrival time less the burst allowance.
-local at, reason = now, 'ok'
-local pace = redis.call('HMGET', KEYS[7], 'requests', 'tokens')
-local tat_requests = math.max(tonumber(pace[1]) or now, now)
-local tat_tokens = math.max(tonumber(pace[2]) or now, now)
-if burst >= 0 then
-  if eff_rpm > 0 and tat_requests - burst > at then at, reason = tat_requests - burst, 'rpm' end
-  if eff_tpm > 0 and tat_tokens - burst > at then at, reason = tat_tokens - burst, 'tpm' end
-end
-
--- The window: no `window` ms ever holds more than the limits, whatever the pacing allowed. It
--- holds the limits themselves: a cut slows the pacing, it does not stall calls until a fuller
--- window drains. Without pacing the window is all there is, and a cut lowers it.
+local at, reason, tat_requests, tat_tokens = paced_time(eff_rpm, eff_tpm)
 local win_rpm, win_tpm = rpm, tpm
 if burst < 0 then win_rpm, win_tpm = eff_rpm, eff_tpm end
-if win_rpm > 0 and count + 1 > win_rpm then
-  -- The (count - win_rpm + 1)-th oldest admission must leave the window first.
-  local e = redis.call('ZRANGE', KEYS[1], count - win_rpm, count - win_rpm, 'WITHSCORES')
-  local free_at = tonumber(e[2]) + window
-  if free_at > at then at, reason = free_at, 'rpm window' end
-end
-local token_cap = math.max(win_tpm, cost)  -- a cut may leave one big call alone in a window
-if win_tpm > 0 and used + cost > token_cap then
-  local excess, free_at, start = used + cost - token_cap, now + window, 0
-  while excess > 0 and start < count do
-    local batch = redis.call('ZRANGE', KEYS[1], start, start + 199, 'WITHSCORES')
-    local ids = {}
-    for i = 1, #batch, 2 do ids[#ids + 1] = batch[i] end
-    local costs = redis.call('HMGET', KEYS[2], unpack(ids))
-    for i = 1, #ids do
-      excess = excess - (tonumber(costs[i]) or 0)
-      if excess <= 0 then
-        free_at = tonumber(batch[2 * i]) + window
-        break
-      end
-    end
-    start = start + 200
-  end
-  if free_at > at then at, reason = free_at, 'tpm window' end
-end
-
+at, reason = window_time(at, reason, count, used, win_rpm, win_tpm)
 if at - now > max_wait then
   return refuse(at - now, reason)
 end
-
-redis.call('ZADD', KEYS[1], at, id)
-redis.call('HSET', KEYS[2], id, cost)
-redis.call('INCRBY', KEYS[3], cost)
-if burst >= 0 and (eff_rpm > 0 or eff_tpm > 0) then
-  -- When one limit set the send time, the other does not forfeit the time the call waited
-  -- for it, up to one interval of the first: a small call held by the request pacing would
-  -- otherwise throw away token time (and a big call held by the tokens, request time).
-  local requests_next, tokens_next = tat_requests, tat_tokens
-  local request_interval = eff_rpm > 0 and window / eff_rpm or 0
-  local token_interval = eff_tpm > 0 and window * cost / eff_tpm or 0
-  if eff_rpm > 0 then requests_next = math.max(tat_requests, at - token_interval) + request_interval end
-  if eff_tpm > 0 then tokens_next = math.max(tat_tokens, at - request_interval) + token_interval end
-  redis.call('HSET', KEYS[7], 'requests', requests_next, 'tokens', tokens_next)
-  redis.call('PEXPIRE', KEYS[7], math.ceil(math.max(requests_next, tokens_next) - now) + ttl)
-end
-redis.call('PEXPIRE', KEYS[1], math.ceil(at - now) + ttl)
-redis.call('PEXPIRE', KEYS[2], math.ceil(at - now) + ttl + keep)  -- costs outlive the window in `retired`
-redis.call('PEXPIRE', KEYS[3], math.ceil(at - now) + ttl)
-if max_inflight > 0 then
-  redis.call('ZADD', KEYS[4], at + lease, id)
-  redis.call('PEXPIRE', KEYS[4], math.ceil(at - now) + lease + ttl)
-end
+record(at, eff_rpm, eff_tpm, tat_requests, tat_tokens)
 return {1, math.ceil(at - now), reason, count + 1, used + cost, f, now, rpm, tpm, heard}

@@ -25,22 +25,29 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from importlib import resources
-from typing import Any
 
 import redis
 
 from pipeline.core import constants as c
-from pipeline.core import keys as redis_keys
-from pipeline.core import progress
+from pipeline.core import progress, replies
 from pipeline.core.errors import ConfigError, Deferred, RequestTooLarge
 from pipeline.core.settings import Settings
 from pipeline.llm.ratelimit import policy
+from pipeline.llm.ratelimit.scripts import (
+    AcquireArgs,
+    AcquireKeys,
+    Decision,
+    PauseArgs,
+    PauseKeys,
+    ReleaseArgs,
+    ReleaseKeys,
+    ScopeKeys,
+    Scripts,
+)
 
 Sleep = Callable[[float], None]
 _PACED = ("rpm", "tpm", "rpm window", "tpm window")
 """Refusal reasons that mean "your turn is later", not "stop"."""
-_FIELDS = ("log", "costs", "tokens", "inflight", "pause", "aimd", "pace", "learned", "retired")
 UNLIMITED_RECHECK_S = 2.0
 """How long a process trusts that no limit applies to a scope before it looks in Redis again: a
 provider that starts stating limits to another worker, or another worker's 429 pause, is seen
@@ -82,24 +89,6 @@ class Scope:
 
 
 @dataclass(frozen=True)
-class Decision:
-    admitted: bool
-    wait_s: float
-    """Admitted: how long until the reserved send time. Refused: when to ask again."""
-    reason: str
-    requests_in_window: int
-    tokens_in_window: int
-    factor: float
-    at_ms: int
-    """Redis time of the decision."""
-    rpm: int = 0
-    tpm: int = 0
-    """The limits in force: configured, learned from the provider, or the lower of the two."""
-    heard: bool = False
-    """An answer has told what the provider's limits are (or that it states none)."""
-
-
-@dataclass(frozen=True)
 class Permit:
     scope: Scope
     id: str
@@ -134,13 +123,9 @@ class ScopeView:
     tpm_in_force: int = 0
 
 
-def keys(scope: Scope) -> list[str]:
-    """Every Redis key of a scope: one prefix, and a hash tag so a cluster keeps them together."""
-    return [redis_keys.LIMITER.of(f"{{{scope.tag}}}:{field}") for field in _FIELDS]
-
-
-def _script(name: str) -> str:
-    return resources.files("pipeline.llm.ratelimit").joinpath(name).read_text(encoding="utf-8")
+def keys(scope: Scope) -> ScopeKeys:
+    """Every Redis key of a scope, by name."""
+    return ScopeKeys.of(scope.tag)
 
 
 class RedisLimiter:
@@ -150,9 +135,9 @@ class RedisLimiter:
         limits: Limits,
         *,
         lease_s: float,
-        recovery_s: float = 300.0,
-        min_factor: float = 0.2,
-        max_wait_s: float = c.DEFAULT_LIMITER_MAX_WAIT_S,
+        recovery_s: float,
+        min_factor: float,
+        max_wait_s: float,
         probe_s: float = c.LIMITER_PROBE_MS / 1000,
         sleep: Sleep = time.sleep,
         unlimited_recheck_s: float = UNLIMITED_RECHECK_S,
@@ -172,9 +157,7 @@ class RedisLimiter:
         """Per scope tag: whether a call may skip the scripts (no limit in force), and until when."""
         self._answered: set[str] = set()
         """Scope tags answered without limits since the last look (that keeps `learned` alive)."""
-        self._acquire = client.register_script(_script("acquire.lua"))
-        self._release = client.register_script(_script("release.lua"))
-        self._pause = client.register_script(_script("pause.lua"))
+        self._scripts = Scripts(client)
 
     @classmethod
     def from_settings(cls, settings: Settings, pool_size: int) -> RedisLimiter | None:
@@ -213,38 +196,24 @@ class RedisLimiter:
     def try_acquire(self, scope: Scope, tokens: int, permit_id: str, max_wait_s: float = 0.0) -> Decision:
         """One atomic attempt: a send time at most `max_wait_s` away, reserved (and recorded),
         or a refusal that says how long to wait before asking again."""
-        with progress.blocking():
-            admitted, wait_ms, reason, requests, used, factor, at_ms, rpm, tpm, heard = self._acquire(
-                keys=keys(scope),
-                args=[
-                    self.limits.rpm,
-                    self.limits.tpm,
-                    self.limits.max_inflight,
-                    tokens,
-                    permit_id,
-                    self.window_ms,
-                    self.lease_ms,
-                    self.recovery_ms,
-                    c.LIMITER_KEY_TTL_EXTRA_MS,
-                    self.burst_ms,
-                    max(0, int(max_wait_s * 1000)),
-                    int(self.limits.learn),
-                    self.probe_ms,
-                    self.lease_ms,  # a call's answer comes back within its lease
-                ],
-            )
-        return Decision(
-            admitted=bool(admitted),
-            wait_s=int(wait_ms) / 1000,
-            reason=_text(reason),
-            requests_in_window=int(requests),
-            tokens_in_window=int(used),
-            factor=int(factor) / 1e6,
-            at_ms=int(at_ms),
-            rpm=int(rpm),
-            tpm=int(tpm),
-            heard=bool(int(heard)),
+        args = AcquireArgs(
+            rpm=self.limits.rpm,
+            tpm=self.limits.tpm,
+            max_inflight=self.limits.max_inflight,
+            cost=tokens,
+            permit_id=permit_id,
+            window_ms=self.window_ms,
+            lease_ms=self.lease_ms,
+            recovery_ms=self.recovery_ms,
+            ttl_extra_ms=c.LIMITER_KEY_TTL_EXTRA_MS,
+            burst_ms=self.burst_ms,
+            max_wait_ms=max(0, int(max_wait_s * 1000)),
+            learn=int(self.limits.learn),
+            probe_ms=self.probe_ms,
+            keep_ms=self.lease_ms,  # a call's answer comes back within its lease
         )
+        with progress.blocking():
+            return self._scripts.acquire(AcquireKeys.of(keys(scope)), args)
 
     def acquire(
         self, scopes: Sequence[Scope], tokens: int, *, waited_s: float = 0.0, horizon_s: float | None = None
@@ -333,7 +302,7 @@ class RedisLimiter:
 
     def _look(self, scope: Scope) -> bool:
         k = keys(scope)
-        pause, learned = k[4], k[7]
+        pause, learned = k.pause, k.learned
         answered = self.limits.learn and scope.tag in self._answered
         self._answered.discard(scope.tag)
         with progress.blocking(), self.client.pipeline(transaction=False) as pipe:
@@ -344,19 +313,20 @@ class RedisLimiter:
             pipe.time()
             pipe.hmget(learned, ["rpm", "tpm", "seen"])
             pipe.get(pause)
-            *_, (seconds, micros), (rpm, tpm, seen), paused = pipe.execute()
-        now_ms = int(seconds) * 1000 + int(micros) // 1000
-        if int(paused or 0) > now_ms:
+            *_, now, (rpm, tpm, seen), paused = pipe.execute()
+        if replies.integer(paused) > replies.time_ms(now):
             return False
-        return not self.limits.learn or (seen is not None and not int(rpm or 0) and not int(tpm or 0))
+        return not self.limits.learn or (
+            seen is not None and not replies.integer(rpm) and not replies.integer(tpm)
+        )
 
     def paused_for_s(self, scope: Scope) -> float:
         """How long the shared pause of `scope` still holds (0: none)."""
         with progress.blocking(), self.client.pipeline(transaction=False) as pipe:
             pipe.time()
-            pipe.get(keys(scope)[4])
-            (seconds, micros), until_raw = pipe.execute()
-        return max(0, int(until_raw or 0) - (int(seconds) * 1000 + int(micros) // 1000)) / 1000
+            pipe.get(keys(scope).pause)
+            now, until = pipe.execute()
+        return max(0, replies.integer(until) - replies.time_ms(now)) / 1000
 
     def release(
         self,
@@ -385,29 +355,25 @@ class RedisLimiter:
                 return 0.0, 0.0
             self._verdicts.pop(permit.scope.tag, None)
             permit = replace(permit, id=uuid.uuid4().hex)  # in no window: only the learning applies
-        log, costs, tokens, inflight, _, aimd, pace, learned, retired = keys(permit.scope)
-        headers = told or policy.ProviderLimits()
+        args = ReleaseArgs(
+            permit_id=permit.id,
+            window_ms=self.window_ms,
+            recovery_ms=self.recovery_ms,
+            rpm=self.limits.rpm,
+            tpm=self.limits.tpm,
+            **ReleaseArgs.headers(told or policy.ProviderLimits()),
+            answered=int(told is not None) if sent else -1,
+            learned_ttl_ms=c.LIMITER_LEARNED_TTL_MS,
+            charged_tokens=-1 if charged_tokens is None else charged_tokens,
+            learn=int(self.limits.learn),
+        )
         with progress.blocking():
-            pushed_requests, pushed_tokens, _ = self._release(
-                keys=[log, inflight, pace, learned, aimd, costs, tokens, retired],
-                args=[
-                    permit.id,
-                    self.window_ms,
-                    self.recovery_ms,
-                    self.limits.rpm,
-                    self.limits.tpm,
-                    *headers.as_script_args(),
-                    int(told is not None) if sent else -1,
-                    c.LIMITER_LEARNED_TTL_MS,
-                    -1 if charged_tokens is None else charged_tokens,
-                    int(self.limits.learn),
-                ],
-            )
+            pushed = self._scripts.release(ReleaseKeys.of(keys(permit.scope)), args)
         if told is not None and not (told.limit_requests or told.limit_tokens):
             verdict = self._verdicts.get(permit.scope.tag)
             if verdict is not None and not verdict.unlimited:
                 del self._verdicts[permit.scope.tag]  # answered without limits: look again now
-        return int(pushed_requests) / 1000, int(pushed_tokens) / 1000
+        return pushed.requests_s, pushed.tokens_s
 
     def pause(
         self, scope: Scope, seconds: float, *, cut: bool = True, decrease: float = c.AIMD_DECREASE
@@ -415,55 +381,52 @@ class RedisLimiter:
         """Make every worker of `scope` wait `seconds`; with `cut`, multiply the adaptive factor
         by `decrease`. Returns (pause until, unix s; factor now)."""
         self._verdicts.pop(scope.tag, None)  # this process's next call waits the pause out
-        k = keys(scope)
+        args = PauseArgs(
+            pause_ms=max(1, int(seconds * 1000)),
+            decrease=decrease if cut else 1,
+            min_factor=self.min_factor,
+            recovery_ms=self.recovery_ms,
+            cooldown_ms=c.AIMD_COOLDOWN_MS,
+            ttl_ms=c.LIMITER_KEY_TTL_EXTRA_MS,
+        )
         with progress.blocking():
-            until_ms, factor = self._pause(
-                keys=[k[4], k[5]],
-                args=[
-                    max(1, int(seconds * 1000)),
-                    decrease if cut else 1,
-                    self.min_factor,
-                    self.recovery_ms,
-                    c.AIMD_COOLDOWN_MS,
-                    c.LIMITER_KEY_TTL_EXTRA_MS,
-                ],
-            )
-        return int(until_ms) / 1000, int(factor) / 1e6
+            paused = self._scripts.pause(PauseKeys.of(keys(scope)), args)
+        return paused.until_s, paused.factor
 
     def view(self, scope: Scope) -> ScopeView:
         """A read-only look at a scope's state."""
-        log, costs, _, inflight, pause, aimd, _, learned, _ = keys(scope)
+        k = keys(scope)
         # Pipelines: fewer round trips, and results typed alike by every redis-py version.
         with self.client.pipeline(transaction=False) as pipe:
             pipe.time()
-            pipe.hmget(aimd, ["factor", "cut_at"])
-            pipe.get(pause)
-            pipe.hmget(learned, ["rpm", "tpm"])
-            (seconds, micros), state, paused_raw, (learned_rpm, learned_tpm) = pipe.execute()
-        now_ms = int(seconds) * 1000 + int(micros) // 1000
+            pipe.hmget(k.aimd, ["factor", "cut_at"])
+            pipe.get(k.pause)
+            pipe.hmget(k.learned, ["rpm", "tpm"])
+            now, (cut_factor, cut_at), paused_raw, (learned_rpm, learned_tpm) = pipe.execute()
+        now_ms = replies.time_ms(now)
         with self.client.pipeline(transaction=False) as pipe:
-            pipe.zrangebyscore(log, now_ms - self.window_ms, "+inf")
-            pipe.zcount(inflight, now_ms, "+inf")
+            pipe.zrangebyscore(k.log, now_ms - self.window_ms, "+inf")
+            pipe.zcount(k.inflight, now_ms, "+inf")
             raw_ids, inflight_count = pipe.execute()
-        ids = [_text(i) for i in raw_ids]
+        ids = [replies.text(i) for i in raw_ids]
         used = 0
         if ids:
             with self.client.pipeline(transaction=False) as pipe:
-                pipe.hmget(costs, ids)
+                pipe.hmget(k.costs, ids)
                 (reserved,) = pipe.execute()
-            used = sum(int(v or 0) for v in reserved)
+            used = sum(replies.integer(v) for v in reserved)
         factor = policy.effective_factor(
-            float(state[0]) if state[0] else None, int(state[1] or 0), now_ms, self.recovery_ms
+            replies.number(cut_factor), replies.integer(cut_at), now_ms, self.recovery_ms
         )
-        paused = int(paused_raw or 0)
-        told_rpm, told_tpm = int(learned_rpm or 0), int(learned_tpm or 0)
+        paused = replies.integer(paused_raw)
+        told_rpm, told_tpm = replies.integer(learned_rpm), replies.integer(learned_tpm)
         rpm = policy.limit_in_force(self.limits.rpm, told_rpm)
         tpm = policy.limit_in_force(self.limits.tpm, told_tpm)
         return ScopeView(
             scope=scope,
             requests_in_window=len(ids),
             tokens_in_window=used,
-            inflight=int(inflight_count),
+            inflight=replies.integer(inflight_count),
             paused_for_s=max(0, paused - now_ms) / 1000,
             factor=factor,
             effective_rpm=policy.scaled_limit(rpm, factor),
@@ -480,7 +443,3 @@ def _too_large(tokens: int, tpm: int) -> str:
         f"one call needs about {tokens:,} tokens, more than the {tpm:,}-token "
         "quota per window: it can never be admitted (lower the chunk size or max_tokens)"
     )
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

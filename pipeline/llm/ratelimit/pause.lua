@@ -1,5 +1,7 @@
 -- pause.lua: after a provider's 429, make every worker wait, and cut the adaptive factor.
 -- Time unit: milliseconds, from Redis TIME.
+-- Python side: pipeline/llm/ratelimit/scripts.py (PauseKeys, PauseArgs, Paused: the same names, in
+-- this order).
 --
 -- KEYS[1] pause  STRING "pause until" (ms)
 -- KEYS[2] aimd   HASH   factor, cut_at

@@ -106,24 +106,6 @@ class ProviderLimits:
         said = [r for r in (self.remaining_requests, self.remaining_tokens) if r is not None]
         return not said or 0 in said
 
-    def as_script_args(self) -> list[int]:
-        """The six values release.lua takes, in its order; -1 for an absent header, times in ms."""
-
-        def number(value: int | None) -> int:
-            return -1 if value is None else value
-
-        def millis(value: float | None) -> int:
-            return -1 if value is None else math.ceil(value * 1000)
-
-        return [
-            number(self.limit_requests),
-            number(self.remaining_requests),
-            millis(self.reset_requests_s),
-            number(self.limit_tokens),
-            number(self.remaining_tokens),
-            millis(self.reset_tokens_s),
-        ]
-
 
 def provider_limits(headers: Mapping[str, str]) -> ProviderLimits:
     """The `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` headers of an answer; a value

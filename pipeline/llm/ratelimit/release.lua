@@ -1,5 +1,7 @@
 -- release.lua: end a permit and take in what the provider's answer said of its limits.
 -- Time unit: milliseconds, from Redis TIME.
+-- Python side: pipeline/llm/ratelimit/scripts.py (ReleaseKeys, ReleaseArgs, Pushed: the same names,
+-- in this order).
 --
 -- KEYS[1] log      ZSET  permit id -> send time (ms)
 -- KEYS[2] inflight ZSET  permit id -> lease expiry (ms)
