@@ -3,7 +3,7 @@
 `auto` starts with `json_schema`. When the endpoint rejects the request's shape, the call moves
 one mode down (see `prompts.STRUCTURED_MODES`) and the mode that works is kept in Redis per
 endpoint and model, so every worker starts from it; each process keeps it in memory and looks
-again only when its mode is rejected. Its round trips are blocking calls told to the caller's
+again only when its mode is rejected. Its round trips are blocking calls reported to the caller's
 lease (`pipeline.core.progress`), as the limiter's are: they go to the limiter's Redis.
 """
 
@@ -35,6 +35,24 @@ if current and rank[current] and rank[current] >= rank[ARGV[1]] then return curr
 redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
 return ARGV[1]
 """
+
+
+def next_mode(configured: str, rejected: str) -> str | None:
+    """The mode to ask in once the endpoint rejected `rejected`: under `auto` the next one down
+    `STRUCTURED_MODES` (json_schema -> json_object_schema -> json_object -> prompt); None when
+    the mode is configured (not `auto`) or no mode is left."""
+    if configured != "auto":
+        return None
+    index = STRUCTURED_MODES.index(rejected)
+    if index + 1 >= len(STRUCTURED_MODES):
+        return None
+    return STRUCTURED_MODES[index + 1]
+
+
+def rejection_message(configured: str, mode: str, error: str) -> str:
+    """The error of a structured request rejected in `mode` with no mode to step down to."""
+    how = "no mode was left" if configured == "auto" else "set PIPELINE_LLM_STRUCTURED_OUTPUT=auto"
+    return f"the endpoint rejects structured output as {mode} ({how}): {error}"
 
 
 def key(endpoint: str, model: str) -> str:
@@ -98,10 +116,9 @@ class ModeStore:
     def step_down(self, endpoint: str, model: str, rejected: str) -> str | None:
         """The mode after `rejected` (or the one another worker has already gone down to),
         recorded for every worker; None when no mode is left."""
-        index = STRUCTURED_MODES.index(rejected)
-        if index + 1 >= len(STRUCTURED_MODES):
+        lower = next_mode("auto", rejected)
+        if lower is None:
             return None
-        lower = STRUCTURED_MODES[index + 1]
         k = key(endpoint, model)
         if self._step_down is not None:
             try:

@@ -657,17 +657,11 @@ def _settle(
     try:
         if run.budget_usd is not None:
             _refuse_once_spent(ctx, run.id, target.record, sink)
-        body, asked = ctx.llm.batch_body(messages, schema, target.model, ctx.settings.extract_max_tokens)
-        done = Completion(content=read.content, finish_reason=read.finish, record=target.record)
-        return ctx.llm.settle_structured(
-            done,
-            asked,
-            schema,
-            target.model,
-            ctx.settings.extract_max_tokens,
-            sink,
-            body.get("response_format"),
+        asked = ctx.llm.structured_request(
+            messages, schema, model=target.model, max_tokens=ctx.settings.extract_max_tokens, sink=sink
         )
+        done = Completion(content=read.content, finish_reason=read.finish, record=target.record)
+        return ctx.llm.finish_structured(done, asked)
     except errors.PipelineError as exc:
         log.info(
             "run %s: chunk %s: its batch answer failed (%s): asked synchronously later",

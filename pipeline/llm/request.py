@@ -1,0 +1,82 @@
+"""What goes through the call path: one request in, one completion (and its records) out.
+
+`LLMRequest` is built once at the client's edge (`LLMClient.text`, `structured`) and handed
+down whole; a repair or a request for the rest of a cut-off answer is the same request with
+other messages and another stage (`LLMRequest.asking`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from pydantic import BaseModel
+
+from pipeline.llm import prompts
+
+MAX_ERROR_CHARS = 500
+"""The longest error text a call's record keeps."""
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """One HTTP call to the model, as stored in `llm_calls`."""
+
+    stage: str
+    model: str
+    status: str  # ok | invalid | rate_limited | unavailable | rejected | circuit_open
+    """circuit_open: never sent, held by the endpoint's open circuit for `limiter_wait_ms`."""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_ms: int = 0
+    error: str | None = None
+    key_slot: int = 0
+    limiter_wait_ms: int = 0
+    cost_usd: float | None = None
+    """None when the model has no price in PIPELINE_LLM_PRICES."""
+    mode: str = "sync"
+    """sync: asked over HTTP now; batch: a line of a Batch API output file."""
+
+
+CallSink = Callable[[CallRecord], None]
+
+
+@dataclass(frozen=True)
+class Completion:
+    content: str
+    finish_reason: str
+    record: CallRecord
+
+
+@dataclass(frozen=True)
+class LLMRequest:
+    """One request to the model and where its calls are recorded.
+
+    `schema` is the pydantic model a structured answer validates against (None: plain text);
+    `response_format` the argument sent for it in the negotiated structured-output mode (None:
+    no argument, the schema, if any, is in the prompt)."""
+
+    messages: list[prompts.Message]
+    stage: str
+    model: str
+    max_tokens: int
+    sink: CallSink
+    schema: type[BaseModel] | None = None
+    response_format: dict[str, Any] | None = None
+
+    def asking(self, messages: list[prompts.Message], stage: str | None = None) -> LLMRequest:
+        """The same request with other messages (a repair, the rest of a cut-off answer)."""
+        return replace(self, messages=messages, stage=stage or self.stage)
+
+    def body(self) -> dict[str, Any]:
+        """The chat-completion body this request sends (also a Batch API line's body)."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": self.messages,
+            "max_tokens": self.max_tokens,
+            "temperature": 0,
+        }
+        if self.response_format:
+            body["response_format"] = self.response_format
+        return body
