@@ -442,8 +442,6 @@ def _write_report_files(settings: Settings, run_id: str, *, page: bool = True) -
     from sqlalchemy import select
 
     from pipeline.cli.status_view import SHORT_ID
-    from pipeline.reporting.html import render_page
-    from pipeline.reporting.page_data import load_page
     from pipeline.storage.db import session_scope
     from pipeline.storage.models import Report
 
@@ -470,6 +468,9 @@ def _write_report_files(settings: Settings, run_id: str, *, page: bool = True) -
             f"pipeline report {run_id[:SHORT_ID]} -o {run_id[:SHORT_ID]}.html)"
         )
         return
+    from pipeline.reporting.html import render_page  # matplotlib: seconds of CPU, for the page only
+    from pipeline.reporting.page_data import load_page
+
     try:
         html = render_page(load_page(engine, run_id, settings))
         (out / f"{run_id}.html").write_text(html, encoding="utf-8")
