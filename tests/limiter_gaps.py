@@ -26,8 +26,9 @@ from typing import Any
 
 import redis
 
+from pipeline.context import Context
 from pipeline.core.settings import Settings
-from pipeline.extraction.extract import Context, extract_document
+from pipeline.extraction.extract import extract_document
 from pipeline.ingest.producer import prepare_run
 from pipeline.llm.client import LLMClient
 from pipeline.llm.ratelimit import Permit, RedisLimiter

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, create_engine, delete, select
 
+from pipeline.context import Context
 from pipeline.core.settings import get_settings
-from pipeline.extraction.extract import Context
 from pipeline.ingest.producer import prepare_run
 from pipeline.llm.batch import BatchAPI
 from pipeline.llm.client import LLMClient

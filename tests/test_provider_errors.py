@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
+from pipeline.context import Context
 from pipeline.core.errors import ProviderRejected
 from pipeline.core.settings import Settings, get_settings
 from pipeline.extraction import extract as extracting
@@ -62,7 +63,7 @@ def test_a_document_refused_for_good_fails_after_one_call(
     (document_id,) = prepare_run(engine, get_settings(), [str(tmp_path)]).document_ids
     with SimServer(SimConfig(p50_s=0, p95_s=0, served_models=("another-model",))) as sim:
         settings = get_settings().model_copy(update={"llm_base_url": sim.base_url})
-        ctx = extracting.Context(settings, engine, LLMClient(settings, pool_size=1))
+        ctx = Context(settings, engine, LLMClient(settings, pool_size=1))
         attempt = extracting.Attempt()
         try:
             with pytest.raises(ProviderRejected) as raised:

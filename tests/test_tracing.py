@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from pydantic import SecretStr
 from sqlalchemy import Engine, select
 
+from pipeline.context import Context
 from pipeline.core.settings import get_settings
 from pipeline.extraction import extract as extracting
 from pipeline.ingest.producer import prepare_run
@@ -50,7 +51,7 @@ def test_each_document_is_one_trace_from_submit_to_its_closing_write(
         settings = get_settings().model_copy(
             update={"llm_base_url": sim.base_url, "llm_api_key": SecretStr(KEY)}
         )
-        ctx = extracting.Context(settings, engine, LLMClient(settings, pool_size=2))
+        ctx = Context(settings, engine, LLMClient(settings, pool_size=2))
         try:
             for document_id in plan.document_ids:
                 assert extracting.extract_document(ctx, document_id) == "extracted"

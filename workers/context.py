@@ -8,9 +8,9 @@ from concurrent.futures import ThreadPoolExecutor
 import redis
 from celery.signals import worker_process_init
 
+from pipeline.context import Context
 from pipeline.core.constants import REDIS_CLIENT_OPTIONS
 from pipeline.core.settings import get_settings
-from pipeline.extraction.extract import Context
 from pipeline.llm.client import LLMClient
 from pipeline.llm.ratelimit import RedisLimiter
 from pipeline.recovery.heartbeat import scope_of

@@ -15,9 +15,8 @@ from typing import NoReturn, TypeVar
 import kombu.exceptions
 import redis.exceptions
 from celery import Task, chord
-from sqlalchemy.exc import InterfaceError, OperationalError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
 
+from pipeline.context import Context, deadline_of
 from pipeline.core.errors import (
     Deferred,
     InputError,
@@ -39,6 +38,7 @@ from pipeline.reporting import streaming
 from pipeline.reporting import synthesize as reporting
 from pipeline.runs import batching
 from pipeline.runs import finalize as finalizing
+from pipeline.storage import db
 from workers.app import app
 from workers.context import redis_client, worker_context
 
@@ -62,11 +62,9 @@ PIPELINE_DATABASE_URL is fixed) takes it, and the run's chord still counts it.""
 # Every task has max_retries=None: Celery's own limit (3 by default) would end a chord step
 # with MaxRetriesExceededError; `_retry_or` counts failed attempts itself and gives up with
 # a recorded reason instead.
-TRANSIENT = (
+TRANSIENT: tuple[type[BaseException], ...] = (
     RetryableError,
-    OperationalError,
-    InterfaceError,
-    PoolTimeout,
+    *db.UNREACHABLE,
     redis.exceptions.ConnectionError,
     redis.exceptions.TimeoutError,
     kombu.exceptions.OperationalError,
@@ -178,7 +176,7 @@ def _extract(self: Task, document_id: int) -> str:
     return status
 
 
-def _fail(ctx: extracting.Context, document_id: int, reason: str, attempt: extracting.Attempt) -> str:
+def _fail(ctx: Context, document_id: int, reason: str, attempt: extracting.Attempt) -> str:
     log.warning("document %s failed: %s", document_id, reason)
     return extracting.fail(ctx, document_id, reason, attempt)
 
@@ -282,7 +280,7 @@ def _finalize(self: Task, run_id: str) -> str:
     return "reporting"
 
 
-def _sole_poller(ctx: extracting.Context, run_id: str, task_id: str) -> bool:
+def _sole_poller(ctx: Context, run_id: str, task_id: str) -> bool:
     """Whether this finalize task is the run's one poller (taking the place when it is free).
     Every reclaim and resume sends a finalize of its own; without this, each kept polling every
     few seconds until the run ended. A poller that dies frees its place after POLLER_TTL_S; a
@@ -344,7 +342,7 @@ def _synthesize(self: Task, run_id: str) -> str:
             _back_to_queue(self, exc, self.request.retries)
         # An outage holds the synthesis's calls (deferred, no retry spent) until the run's
         # deadline, when PIPELINE_OUTAGE_TOLERANCE_S is unset: then the report goes without it.
-        with run_deadline(extracting.deadline_of(ctx, run_id)):
+        with run_deadline(deadline_of(ctx, run_id)):
             return _retry_or(
                 self,
                 lambda failed: str(

@@ -12,13 +12,12 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import redis.exceptions
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from pipeline.core import exits
 from pipeline.core.errors import ConfigError, InputError, database_label
 from pipeline.core.redaction import redact
 from pipeline.core.settings import Settings
+from pipeline.storage import db
 
 MAX_REASON_CHARS = 300
 
@@ -43,7 +42,7 @@ def explain(exc: BaseException, settings: Settings | None) -> Explained:
     """The sentence and exit code for `exc`, raised out of a command."""
     if isinstance(exc, (ConfigError, InputError)):
         return Explained(str(exc), exits.USAGE)
-    if isinstance(exc, (OperationalError, InterfaceError, PoolTimeout)):
+    if isinstance(exc, db.UNREACHABLE):
         return _database(exc, settings)
     if isinstance(exc, redis.exceptions.AuthenticationError) or _redis_auth(exc):
         url = settings.redis_url if settings else None
@@ -73,7 +72,7 @@ def explain(exc: BaseException, settings: Settings | None) -> Explained:
 
 def _database(exc: Exception, settings: Settings | None) -> Explained:
     where = database_label(settings.resolved_database_url) if settings else "the database"
-    reason = _reason(exc.orig if isinstance(exc, DBAPIError) and exc.orig else exc)
+    reason = _reason(db.driver_error(exc))
     if "FATAL" in reason or "no password supplied" in reason:  # it answered, and said no
         return Explained(
             f"the database {where} refused the connection ({' '.join(reason.split())}): "

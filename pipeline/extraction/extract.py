@@ -3,52 +3,35 @@
 from __future__ import annotations
 
 import contextvars
-import hashlib
 import logging
 import time
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_EXCEPTION, Future, wait
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
-from sqlalchemy import Engine, select
-from sqlalchemy.orm import Session
 
+from pipeline.context import Context, check_spend, database_url, deadline_of, stop_check
 from pipeline.core import errors, logs, tracing
 from pipeline.core.constants import PROMPT_VERSION
-from pipeline.core.settings import Settings
 from pipeline.extraction import custom
 from pipeline.extraction.grounding import GroundedExtraction, Source, ground
 from pipeline.extraction.merge import merge_chunks
+from pipeline.extraction.prompting import chunk_messages, prompt_version
 from pipeline.extraction.schemas import FilingExtraction
-from pipeline.ingest import sections
-from pipeline.llm import prompts, stops
+from pipeline.llm import stops
 from pipeline.llm.circuit import run_deadline
-from pipeline.llm.client import CallRecord, LLMClient
-from pipeline.recovery.leases import Leases
+from pipeline.llm.client import CallRecord
 from pipeline.storage import document_leases, documents, llm_calls, run_documents
 from pipeline.storage.db import session_scope
-from pipeline.storage.models import Chunk, Document, Run
+from pipeline.storage.models import Chunk, Document
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Context:
-    """What a worker process builds once and hands to every task."""
-
-    settings: Settings
-    engine: Engine
-    llm: LLMClient
-    leases: Leases = field(default_factory=Leases)
-    """This process's name as a lease owner and the leases its threads hold (the heartbeat
-    renews them)."""
-    chunk_pool: ThreadPoolExecutor | None = None
-    """Where a document's chunks are answered side by side (a worker's, as many threads as its
-    concurrency); None: one after another."""
 
 
 @dataclass(frozen=True)
@@ -116,14 +99,6 @@ def extract_document(
                 status = _cancelled(ctx, work.doc, str(exc))
             current.set_attribute("document.status", status)
             return status
-
-
-def stop_check(ctx: Context, run_id: str) -> stops.Check | None:
-    """The check made before each call for the run: its cancel flag, in the limiter's Redis
-    (None without one: the database's final status stops the work then)."""
-    if ctx.llm.limiter is None:
-        return None
-    return stops.StopFlags(ctx.llm.limiter.client).check_of(run_id)
 
 
 def _cancelled(ctx: Context, doc: Document, reason: str) -> str:
@@ -428,43 +403,9 @@ def _chunk_result(
     return result, model
 
 
-def recorded_spend(ctx: Context, run_id: str) -> tuple[float | None, float] | None:
-    """The run's budget and recorded cost, from which `spend.check` opens its count."""
-    with session_scope(ctx.engine) as session:
-        return llm_calls.recorded_spend(session, run_id)
-
-
-def check_spend(ctx: Context, run_id: str) -> None:
-    """Raise BudgetSpent once the run has spent its budget: one Redis round trip (the spend is
-    counted there as calls are made), Postgres only to open or reconcile the count."""
-    ctx.llm.spend.check(run_id, lambda: recorded_spend(ctx, run_id))
-
-
-def chunk_messages(
-    chunk: Chunk, text: str, count: int, schema: str | None
-) -> tuple[list[prompts.Message], type[BaseModel]]:
-    """The extraction prompt of one chunk of a document's `text` (of `count` chunks), and the
-    model its answer validates against: the same for a synchronous call and a batch line."""
-    answer_model: type[BaseModel] = custom.load_schema(schema) if schema else FilingExtraction
-    chunk_text = text[chunk.char_start : chunk.char_end]
-    hint = sections.hint(chunk_text, chunk.section)
-    if schema:
-        messages = prompts.custom_extract_messages(chunk_text, chunk.idx, count, answer_model.__name__, hint)
-    else:
-        messages = prompts.extract_messages(chunk_text, chunk.idx, count, hint)
-    return messages, answer_model
-
-
 def _answered(chunk: Chunk, schema: str | None) -> bool:
     """Whether the chunk holds an answer to this prompt (from an earlier attempt or run)."""
     return chunk.result is not None and chunk.prompt_version == prompt_version(schema)
-
-
-def prompt_version(schema: str | None) -> str:
-    """What stored answers are keyed on: the prompt's version, and a user's schema if any."""
-    if not schema:
-        return PROMPT_VERSION
-    return f"{PROMPT_VERSION}:{hashlib.sha256(schema.encode()).hexdigest()[:12]}"
 
 
 def note_retry(ctx: Context, document_id: int, reason: str) -> None:
@@ -489,18 +430,3 @@ def current_status(ctx: Context, document_id: int) -> str:
         if doc is None:
             raise errors.UnknownToDatabase(f"document {document_id}", database_url(ctx.engine))
         return doc.status
-
-
-def deadline_of(ctx: Context, run_id: str) -> Callable[[], datetime | None]:
-    """Looks up the run's deadline: only once an outage holds a call (`pipeline.llm.circuit`)."""
-
-    def look() -> datetime | None:
-        with session_scope(ctx.engine) as session:
-            return session.scalar(select(Run.deadline).where(Run.id == run_id))
-
-    return look
-
-
-def database_url(engine: Engine) -> str:
-    """The engine's URL for messages, its password masked."""
-    return engine.url.render_as_string(hide_password=True)

@@ -14,14 +14,13 @@ from typing import TypeVar
 
 from opentelemetry.trace import Span
 from sqlalchemy import Engine
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from pipeline.core import tracing
 from pipeline.core.constants import PROMPT_VERSION
 from pipeline.core.settings import Settings
 from pipeline.ingest import chunking, injection, inputs, sections
-from pipeline.storage import intake, run_state
+from pipeline.storage import db, intake, run_state
 from pipeline.storage.db import session_scope
 from pipeline.storage.models import DocStatus
 
@@ -176,11 +175,11 @@ def _add_file_or_skip(
     try:
         with session.begin_nested():
             _add_file(session, settings, plan, loaded, first_path_of)
-    except (DBAPIError, UnicodeError) as exc:  # e.g. a NUL in text, a lone surrogate
+    except (db.REFUSED, UnicodeError) as exc:  # e.g. a NUL in text, a lone surrogate
         plan.tokens = tokens
         if loaded.sha256 and first_path_of.get(loaded.sha256) == loaded.path:
             del first_path_of[loaded.sha256]
-        said = exc.orig if isinstance(exc, DBAPIError) and exc.orig else exc
+        said = db.driver_error(exc)
         reason = f"could not be stored: {str(said).splitlines()[0][:300]}"
         skipped = inputs.LoadedFile(inputs.printable(loaded.path), loaded.size_bytes, problem=reason)
         _add_file(session, settings, plan, skipped, first_path_of)

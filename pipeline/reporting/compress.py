@@ -9,10 +9,11 @@ from typing import Any
 
 from sqlalchemy import select
 
+from pipeline.context import Context, check_spend, database_url, stop_check
 from pipeline.core.constants import DEFAULT_COMPRESS_MAX_TOKENS
 from pipeline.core.errors import PipelineError, UnknownToDatabase
 from pipeline.extraction import custom
-from pipeline.extraction.extract import Context, CustomResult, check_spend, database_url, stop_check
+from pipeline.extraction.extract import CustomResult
 from pipeline.extraction.grounding import GroundedExtraction
 from pipeline.llm import prompts, stops
 from pipeline.llm.client import CallRecord

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-from pipeline.extraction.extract import Context
+from pipeline.context import Context
 from pipeline.reporting.synthesize import batch_budget_tokens, synthesize_batch
 from pipeline.storage import partials
 from pipeline.storage.db import session_scope

@@ -12,9 +12,9 @@ from typing import Any
 
 from sqlalchemy import Engine, Row, select
 
+from pipeline.context import Context, check_spend, stop_check
 from pipeline.core.constants import DEFAULT_SYNTHESIZE_MAX_TOKENS
 from pipeline.extraction import grounding
-from pipeline.extraction.extract import Context, check_spend, stop_check
 from pipeline.llm import prompts, stops
 from pipeline.llm.client import CallRecord
 from pipeline.reporting import render

@@ -26,10 +26,11 @@ from pydantic import BaseModel
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
+from pipeline.context import Context, check_spend, stop_check
 from pipeline.core import errors
 from pipeline.core.cost import call_cost
 from pipeline.extraction import custom
-from pipeline.extraction.extract import Context, check_spend, chunk_messages, prompt_version, stop_check
+from pipeline.extraction.prompting import chunk_messages, prompt_version
 from pipeline.extraction.schemas import FilingExtraction
 from pipeline.llm import lenient, stops
 from pipeline.llm.batch import (

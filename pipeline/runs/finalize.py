@@ -8,8 +8,8 @@ from typing import Literal
 
 from sqlalchemy import Engine
 
+from pipeline.context import database_url
 from pipeline.core.errors import UnknownToDatabase
-from pipeline.extraction.extract import database_url
 from pipeline.storage import run_state
 from pipeline.storage.db import session_scope
 from pipeline.storage.models import RunStatus

@@ -11,8 +11,23 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session
+
+UNREACHABLE: tuple[type[Exception], ...] = (OperationalError, InterfaceError, PoolTimeout)
+"""The database could not be reached, a connection was lost, or every pooled connection stayed
+busy for the pool's timeout: a later try may succeed."""
+
+REFUSED: type[Exception] = DBAPIError
+"""The database (its driver) raised: a statement it refused (a NUL in text, a value too long),
+or one of UNREACHABLE."""
+
+
+def driver_error(exc: BaseException) -> BaseException:
+    """The driver's own error under SQLAlchemy's wrapper (its words name the reason), else exc."""
+    return exc.orig if isinstance(exc, DBAPIError) and exc.orig else exc
+
 
 SQLITE_BUSY_TIMEOUT_MS = 60_000
 """Several worker processes share one SQLite file in embedded mode: wait for the writer."""

@@ -5,6 +5,8 @@ Status moves go through `pipeline.storage.run_state.move_run`; this module only 
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -23,3 +25,8 @@ def newest_run_ids(session: Session, limit: int) -> list[str]:
 def run_ids_starting(session: Session, prefix: str, limit: int) -> list[str]:
     """Up to `limit` ids of runs whose id starts with `prefix`."""
     return list(session.scalars(select(Run.id).where(Run.id.startswith(prefix)).limit(limit)))
+
+
+def deadline(session: Session, run_id: str) -> datetime | None:
+    """The run's deadline (None: it has none, or there is no such run)."""
+    return session.scalar(select(Run.deadline).where(Run.id == run_id))
