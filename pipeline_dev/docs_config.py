@@ -14,6 +14,7 @@ that is a `BaseSettings` of its own, with its own `env_prefix`. A field's valida
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 import types
 from collections.abc import Iterator
@@ -67,7 +68,11 @@ class Setting:
     """One row of the reference."""
 
     group: str
-    """The sub-model's path ('' for a top-level field; 'llm' for Settings.llm's fields)."""
+    """The group's heading: the sub-model's path ('llm' for Settings.llm's fields), or for a
+    top-level field the `heading` of the group class that declares it ('Rate limits'); '' for a
+    field of the settings class itself."""
+    group_intro: str
+    """The declaring group class's docstring ('' when none)."""
     path: str
     """The attribute path on a Settings object: `llm_model`, or `llm.model` once nested."""
     env: tuple[str, ...]
@@ -105,14 +110,26 @@ def _walk(
         if nested is not None:
             yield from _walk_nested(nested, naming, here, env_prefix)
             continue
+        group, intro = (".".join(path), "") if path else _declared_in(model, name)
         yield Setting(
-            group=".".join(path),
+            group=group,
+            group_intro=intro,
             path=".".join(here),
             env=_env_names(name, field, naming, env_prefix),
             type=_type_text(field),
             default=_default_text(field),
             description=_description(field, ".".join(here)),
         )
+
+
+def _declared_in(model: type[BaseModel], name: str) -> tuple[str, str]:
+    """The heading and intro of the class in `model`'s bases that declares field `name` (a
+    settings group mixed into the settings class); ('', '') for `model`'s own fields."""
+    for klass in model.__mro__[1:]:
+        if name in inspect.get_annotations(klass):
+            title = str(getattr(klass, "heading", klass.__name__))
+            return title, " ".join((klass.__doc__ or "").split())
+    return "", ""
 
 
 def _walk_nested(
@@ -234,6 +251,9 @@ def render(cls: type[BaseSettings] = Settings) -> str:
     for group in groups:
         if len(groups) > 1:
             parts.append(f"\n## {group or 'General'}\n")
+            intro = next(r.group_intro for r in rows if r.group == group)
+            if intro:
+                parts.append(f"\n{intro}\n")
         parts.append("\n| variable | default | type | meaning |\n| --- | --- | --- | --- |\n")
         for row in (r for r in rows if r.group == group):
             names = " or ".join(f"`{n}`" for n in row.env)

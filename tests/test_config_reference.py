@@ -5,13 +5,15 @@ into sub-models keep a reference without a change to the generator)."""
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import pytest
 from pydantic import AliasChoices, BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from pipeline.core.settings import Settings
+from pipeline.core import constants
+from pipeline.core.settings import GROUPS, Settings, default
 from pipeline_dev import docs_config
 from pipeline_dev.docs_config import PAGE, REGENERATE, UnnamedSetting, main, render, settings_of
 
@@ -34,6 +36,25 @@ def test_every_setting_is_in_the_reference_with_a_description() -> None:
     assert rows["database_url"].default == "unset"
     assert rows["rate_limit_pacing"].default == "`true`"
     assert rows["llm_mode"].type == "`sync` \\| `batch` \\| `auto`"
+
+
+def test_every_setting_belongs_to_one_group_and_its_default_is_written_there_once() -> None:
+    """The reference has a section per group, and no setting's default is a constant of its
+    own elsewhere (a `DEFAULT_*` beside the field that a change of one would leave behind)."""
+    declared = [
+        name for group in GROUPS for name in group.model_fields if name in inspect.get_annotations(group)
+    ]
+    assert sorted(declared) == sorted(Settings.model_fields), "a setting outside the groups, or in two"
+    page = PAGE.read_text()
+    for group in GROUPS:
+        assert f"\n## {group.heading}\n" in page, group.__name__  # type: ignore[attr-defined]
+    root = Path(__file__).resolve().parents[1] / "pipeline" / "core"
+    for module in ("settings.py", "setting_groups.py"):
+        assert "DEFAULT_" not in (root / module).read_text(), module
+    fixed = {name for name in vars(constants) if name.startswith("DEFAULT_")}
+    # The report's calls' answer sizes: fixed values, no settings.
+    assert fixed <= {"DEFAULT_COMPRESS_MAX_TOKENS", "DEFAULT_SYNTHESIZE_MAX_TOKENS"}, fixed
+    assert default("lease_s") == Settings.model_fields["lease_s"].default
 
 
 def test_check_fails_on_a_stale_page_and_says_how_to_regenerate(

@@ -26,8 +26,7 @@ import click
 import pytest
 
 from pipeline.cli import main
-from pipeline.core import constants
-from pipeline.core.settings import Settings
+from pipeline.core.settings import Settings, default
 from pipeline.runs.monitoring import METRICS_PATH
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -223,7 +222,7 @@ def test_worker_is_scalable_and_shuts_down_gracefully(services: dict[str, dict[s
     assert "container_name" not in worker and "ports" not in worker  # else --scale worker=N clashes
     assert depends(worker, "redis") == "service_healthy"
     assert depends(worker, "migrate") == "service_completed_successfully"
-    assert duration_s(worker["stop_grace_period"]) >= constants.DEFAULT_LLM_TIMEOUT_S
+    assert duration_s(worker["stop_grace_period"]) >= default("llm_timeout_s")
     assert worker["restart"] == "unless-stopped"
     command, ctx = parse_cli(as_args(worker["command"]))
     assert command.name == "worker" and ctx.params["concurrency"] >= 1
@@ -383,7 +382,7 @@ def test_pipeline_services_share_the_connection_settings(compose: dict[str, Any]
     assert (broker.scheme, broker.hostname, broker.port) == ("redis", "redis", 6379)
     assert broker.password == "<REDIS_PASSWORD>", "the password the redis service reads from its secret"
     assert compose["secrets"]["redis_password"] == {"environment": "REDIS_PASSWORD"}
-    assert interpolate(env["PIPELINE_LLM_MODEL"]) == constants.DEFAULT_MODEL
+    assert interpolate(env["PIPELINE_LLM_MODEL"]) == default("llm_model")
     for name in ("migrate", "worker", "beat"):
         assert compose["services"][name]["environment"] == env, name
 
@@ -566,7 +565,7 @@ def test_systemd_worker_unit_is_templated_and_stops_gracefully() -> None:
     assert service["EnvironmentFile"] == "/etc/pipeline/env"
     assert service["Restart"] == "on-failure"
     assert service["KillSignal"] == "SIGTERM"
-    assert float(service["TimeoutStopSec"]) >= constants.DEFAULT_LLM_TIMEOUT_S
+    assert float(service["TimeoutStopSec"]) >= default("llm_timeout_s")
     assert service["User"] not in ("", "root", "0")
     exe, *args = shlex.split(service["ExecStart"].replace("%i", "1").replace("%H", "host"))
     assert Path(exe).name == "pipeline" and Path(exe).is_absolute()

@@ -26,9 +26,8 @@ import redis
 from dotenv import dotenv_values
 from sqlalchemy import select
 
-from pipeline.core import constants as c
 from pipeline.core.errors import ConfigError
-from pipeline.core.settings import Settings
+from pipeline.core.settings import Settings, default
 from pipeline.llm import circuit
 from pipeline.llm.circuit import Circuit
 from pipeline.runs.monitoring import UNAUTHENTICATED_API_ENV, basic_auth, flower_argv
@@ -182,7 +181,7 @@ def test_metrics_show_an_open_circuit_and_the_calls_it_held(
         assert f"pipeline_llm_circuit_held_calls_total{at} 2.0" in text
         assert f"pipeline_llm_circuit_held_seconds_total{at} 3.5" in text
         assert "pipeline_circuit_redis_up 1.0" in text
-        with circuit.moved(c.DEFAULT_CIRCUIT_PROBE_S):
+        with circuit.moved(default("circuit_probe_s")):
             probe = breaker.admit()
             assert probe.verdict == "probe"
             breaker.answered(probe)

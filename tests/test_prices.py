@@ -10,9 +10,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from pipeline.core import constants, prices
+from pipeline.core import prices
 from pipeline.core.cost import Price, call_cost
-from pipeline.core.settings import Settings
+from pipeline.core.settings import Settings, default
 
 COMMON_MODELS = {
     "OpenAI": ["gpt-4o-mini", "gpt-4o", "gpt-4.1", "gpt-4.1-mini", "gpt-4.1-nano", "o3-mini", "o4-mini"],
@@ -62,10 +62,10 @@ def test_each_provider_lists_its_common_models_with_where_and_when_they_were_rea
 
 def test_the_default_model_has_its_list_price_with_nothing_configured() -> None:
     settings = _settings()
-    assert settings.llm_model == constants.DEFAULT_MODEL
-    assert settings.prices()[constants.DEFAULT_MODEL] == Price(0.15, 0.60)
+    assert settings.llm_model == default("llm_model")
+    assert settings.prices()[default("llm_model")] == Price(0.15, 0.60)
     # 1M prompt tokens and 100k completion tokens of gpt-4o-mini: $0.15 + $0.06.
-    assert call_cost(settings.prices(), constants.DEFAULT_MODEL, 1_000_000, 100_000) == pytest.approx(0.21)
+    assert call_cost(settings.prices(), default("llm_model"), 1_000_000, 100_000) == pytest.approx(0.21)
 
 
 def test_a_model_name_is_unique_across_providers() -> None:

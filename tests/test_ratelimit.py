@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import redis
 
-from pipeline.core import constants as c
 from pipeline.core.errors import Deferred, RequestTooLarge
+from pipeline.core.settings import default
 from pipeline.llm.ratelimit import Decision, Limits, RedisLimiter, Scope, keys, policy
 from pipeline.runtime import embedded
 
@@ -491,7 +491,7 @@ def test_answers_without_limits_keep_what_was_heard_of_the_provider(private_redi
 def test_every_key_is_prefixed_and_expires(client: redis.Redis, scope: Scope) -> None:
     limits = Limits(rpm=5, tpm=100, max_inflight=3, window_s=1.0, burst_s=1.0)
     limiter = RedisLimiter(
-        client, limits, lease_s=1, recovery_s=300, min_factor=0.2, max_wait_s=c.DEFAULT_LIMITER_MAX_WAIT_S
+        client, limits, lease_s=1, recovery_s=300, min_factor=0.2, max_wait_s=default("limiter_max_wait_s")
     )
     limiter.acquire([scope], 10)  # held: its lease stays
     limiter.release(limiter.acquire([scope], 10), policy.ProviderLimits(limit_requests=5))

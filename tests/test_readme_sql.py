@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from pipeline.core import constants
 from pipeline.core.prices import list_prices
+from pipeline.core.settings import default
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import LLMCall
 
@@ -191,10 +191,10 @@ def test_psql_can_take_the_newest_run_as_the_readme_says(postgres_run: Run) -> N
 
 def test_the_default_model_costs_its_list_price_and_documents_sort_by_it(postgres_run: Run) -> None:
     assert postgres_run.database_url
-    price = list_prices()[constants.DEFAULT_MODEL]  # what the run's processes priced with
+    price = list_prices()[default("llm_model")]  # what the run's processes priced with
     with session_scope(get_engine(postgres_run.database_url)) as session:
         calls = list(session.scalars(select(LLMCall).where(LLMCall.run_id == postgres_run.run_id)))
-    assert calls and {c.model for c in calls} == {constants.DEFAULT_MODEL}
+    assert calls and {c.model for c in calls} == {default("llm_model")}
     for call in calls:
         assert call.cost_usd == pytest.approx(price.of(call.prompt_tokens, call.completion_tokens))
     query = next(q for b in blocks("sql") for q in statements(b) if "from document_costs" in q)

@@ -40,7 +40,7 @@ import redis
 from pipeline.core import constants as c
 from pipeline.core import keys as redis_keys
 from pipeline.core import progress
-from pipeline.core.settings import Settings
+from pipeline.core.settings import Settings, default
 
 log = logging.getLogger(__name__)
 Verdict = Literal["closed", "probe", "open"]
@@ -231,7 +231,7 @@ def tolerance(settings: Settings) -> Tolerance:
     if deadline is not None:
         moment = deadline if deadline.tzinfo else deadline.replace(tzinfo=UTC)
         return Tolerance(None, moment.timestamp())
-    return Tolerance(float(c.DEFAULT_OUTAGE_TOLERANCE_S), None, configured=False)
+    return Tolerance(float(c.UNSET_OUTAGE_TOLERANCE_S), None, configured=False)
 
 
 @contextmanager
@@ -259,10 +259,10 @@ class Circuit:
         client: redis.Redis,
         endpoint: str,
         *,
-        failures: int = c.DEFAULT_CIRCUIT_FAILURES,
-        probe_s: float = c.DEFAULT_CIRCUIT_PROBE_S,
-        probe_max_s: float = c.DEFAULT_CIRCUIT_PROBE_MAX_S,
-        probe_lease_s: float = c.DEFAULT_LIMITER_MAX_WAIT_S + c.DEFAULT_LLM_TIMEOUT_S + PROBE_LEASE_EXTRA_S,
+        failures: int = default("circuit_failures"),
+        probe_s: float = default("circuit_probe_s"),
+        probe_max_s: float = default("circuit_probe_max_s"),
+        probe_lease_s: float = default("limiter_max_wait_s") + default("llm_timeout_s") + PROBE_LEASE_EXTRA_S,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.client = client

@@ -92,7 +92,7 @@ class Pacing:
         if self.limiter is None:
             return
         decrease = c.AIMD_DECREASE if error.quota_spent else c.AIMD_BURST_DECREASE
-        self.limiter.pause(scope, error.retry_after_s or c.DEFAULT_PAUSE_S, decrease=decrease)
+        self.limiter.pause(scope, error.retry_after_s or c.PAUSE_WITHOUT_RETRY_AFTER_S, decrease=decrease)
 
     def _warn_above_provider(self, limits: ProviderLimits) -> None:
         """A configured limit above the provider's own figure: the provider's is used."""

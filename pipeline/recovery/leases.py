@@ -27,7 +27,7 @@ from datetime import datetime
 from itertools import count
 
 from pipeline.core import progress
-from pipeline.core.constants import DEFAULT_LEASE_S
+from pipeline.core.settings import default
 
 
 def process_name() -> str:
@@ -58,7 +58,9 @@ class _Watch:
 
 
 class Leases:
-    def __init__(self, lease_s: float = DEFAULT_LEASE_S, owner: str | None = None, scope: str = "") -> None:
+    def __init__(
+        self, lease_s: float = default("lease_s"), owner: str | None = None, scope: str = ""
+    ) -> None:
         self.lease_s = lease_s
         self.owner = owner or process_name()
         self.scope = scope

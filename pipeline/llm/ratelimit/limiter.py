@@ -31,7 +31,7 @@ import redis
 from pipeline.core import constants as c
 from pipeline.core import progress, replies
 from pipeline.core.errors import ConfigError, Deferred, RequestTooLarge
-from pipeline.core.settings import Settings
+from pipeline.core.settings import Settings, default
 from pipeline.llm.ratelimit import policy
 from pipeline.llm.ratelimit.scripts import (
     AcquireArgs,
@@ -59,10 +59,10 @@ class Limits:
     rpm: int = 0
     tpm: int = 0
     max_inflight: int = 0
-    window_s: float = 60.0
+    window_s: float = default("rate_limit_window_s")
     margin_s: float = 0.0
     """Added to the window, so admissions stay inside the provider's view of it."""
-    burst_s: float = c.DEFAULT_RATE_LIMIT_BURST_S
+    burst_s: float = default("rate_limit_burst_s")
     """Seconds of quota that may go at once when calls are paced."""
     pacing: bool = True
     """False: no pacing, the sliding window alone."""
