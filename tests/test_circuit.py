@@ -23,7 +23,8 @@ from pipeline.core import errors, tracing
 from pipeline.core import keys as redis_keys
 from pipeline.core.settings import Settings
 from pipeline.llm import circuit
-from pipeline.llm.circuit import Circuit, Gate, Tolerance
+from pipeline.llm.circuit import Circuit, Tolerance
+from pipeline.llm.circuit_scripts import Gate
 from pipeline.llm.client import CALL_ATTEMPTS, CallRecord, LLMClient
 from pipeline.llm.ratelimit import RedisLimiter
 from pipeline.recovery.heartbeat import Heartbeat
@@ -118,10 +119,10 @@ def test_the_probes_answer_closes_it_and_its_state_tells_of_the_outage(client: r
         assert shown.last_outage_s == pytest.approx(6.0, abs=0.5) and shown.last_closed_at is not None
     assert cb.admit().verdict == "closed"
     assert shown.endpoint == cb.endpoint  # no user or password to hide here
-    state_key, probe_key = circuit.keys(cb.endpoint)
-    assert state_key.startswith(redis_keys.CIRCUIT.prefix) and probe_key.startswith(state_key)
-    assert not client.exists(probe_key), "no probe left behind"
-    assert 0 < client.pttl(state_key) <= circuit.TTL_S * 1000, "the state expires by itself"
+    where = circuit.keys(cb.endpoint)
+    assert where.state.startswith(redis_keys.CIRCUIT.prefix) and where.probe.startswith(where.state)
+    assert not client.exists(where.probe), "no probe left behind"
+    assert 0 < client.pttl(where.state) <= circuit.TTL_S * 1000, "the state expires by itself"
 
 
 def test_status_reads_the_endpoints_circuit(redis_base: str) -> None:

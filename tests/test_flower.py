@@ -189,7 +189,7 @@ def test_metrics_show_an_open_circuit_and_the_calls_it_held(
         assert f"pipeline_llm_circuit_open{at} 0.0" in text
         assert f"pipeline_llm_circuit_outages_total{at} 1.0" in text, "the outage that ended is counted"
     finally:
-        client.delete(*circuit.keys(endpoint))
+        client.delete(*circuit.keys(endpoint).keys())
         client.close()
 
 

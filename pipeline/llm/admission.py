@@ -19,6 +19,7 @@ from pipeline.core import errors, tracing
 from pipeline.core.cost import Price, call_cost
 from pipeline.core.settings import Settings
 from pipeline.llm import circuit
+from pipeline.llm.circuit_scripts import Gate
 from pipeline.llm.request import MAX_ERROR_CHARS, CallRecord, LLMRequest
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,7 @@ class CircuitPass:
         self._endpoint = endpoint
         self._prices = prices
 
-    def enter(self, request: LLMRequest) -> circuit.Gate | None:
+    def enter(self, request: LLMRequest) -> Gate | None:
         """The call's gate through the circuit (None: no circuit, or its Redis did not answer:
         the call goes). A held call is recorded once, as `circuit_open`, with how long it was
         held."""
@@ -67,7 +68,7 @@ class CircuitPass:
                 if span is not None:
                     span.set_attribute("llm.held_s", round(held_s, 3))
 
-    def report(self, gate: circuit.Gate | None, outcome: str, error: str = "") -> bool:
+    def report(self, gate: Gate | None, outcome: str, error: str = "") -> bool:
         """Report to the circuit what became of the call it let through (failed, answered or
         abandoned); True when the circuit is open now (the failed call is held, not counted as
         a failed try)."""
@@ -84,7 +85,7 @@ class CircuitPass:
             log.warning("the circuit breaker could not record a call's outcome: %s", exc)
         return False
 
-    def _admit(self) -> circuit.Gate | None:
+    def _admit(self) -> Gate | None:
         assert self.breaker is not None
         try:
             return self.breaker.admit()
@@ -93,7 +94,7 @@ class CircuitPass:
             log.warning("the circuit breaker's Redis did not answer (%s): the call goes", exc)
             return None
 
-    def _held(self, request: LLMRequest, held_s: float, gate: circuit.Gate | None) -> CallRecord:
+    def _held(self, request: LLMRequest, held_s: float, gate: Gate | None) -> CallRecord:
         """The record of a call the open circuit held (never sent)."""
         described = circuit.describe(gate, self._endpoint) if gate is not None else "its circuit was open"
         return CallRecord(

@@ -21,7 +21,6 @@ host's: hosts' clocks may be minutes apart.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import random
 import time
@@ -31,7 +30,6 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from importlib import resources
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -39,12 +37,19 @@ import redis
 
 from pipeline.core import constants as c
 from pipeline.core import keys as redis_keys
-from pipeline.core import progress
+from pipeline.core import progress, replies
 from pipeline.core.settings import Settings, default
+from pipeline.llm.circuit_scripts import (
+    AdmitArgs,
+    CircuitKeys,
+    Gate,
+    Outcome,
+    OutcomeArgs,
+    OutcomeName,
+    script,
+)
 
 log = logging.getLogger(__name__)
-Verdict = Literal["closed", "probe", "open"]
-_VERDICTS: tuple[Verdict, ...] = ("closed", "probe", "open")
 
 POLL_S = 0.5
 """How soon a held call looks again while another call's probe is out (a probe under a 503
@@ -62,50 +67,6 @@ _shift_ms = 0
 DeadlineOf = Callable[[], datetime | None]
 """Looks up the run's deadline (None: it has none): asked only once an outage holds a call."""
 _deadline_of: ContextVar[DeadlineOf | None] = ContextVar("pipeline_circuit_deadline", default=None)
-
-
-@dataclass(frozen=True)
-class Gate:
-    """Whether a call may go: what `Circuit.admit` found, on Redis's clock."""
-
-    verdict: Verdict
-    token: str
-    """The call's own: the probe's lease holds it."""
-    wait_s: float
-    """open: until the next probe is due (or a poll, while a probe is out)."""
-    opened_at_s: float
-    """Unix seconds the circuit opened (0: closed)."""
-    now_s: float
-    probes: int
-    """Probes that failed since it opened."""
-    failures: int
-    last_error: str
-    at_ms: int = 0
-    """When the call was let through (Redis ms): an answer to a call let through before the
-    circuit opened does not close it."""
-
-    @property
-    def outage_s(self) -> float:
-        return self.now_s - self.opened_at_s if self.opened_at_s else 0.0
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """The circuit after a call's outcome was told."""
-
-    open: bool
-    changed: bool
-    """This outcome opened the circuit, or closed it."""
-    opened_at_s: float
-    """Of the outage (of the one that ended, when it closed)."""
-    probes: int
-    now_s: float
-    probe_at_s: float
-    failures: int
-
-    @property
-    def outage_s(self) -> float:
-        return self.now_s - self.opened_at_s if self.opened_at_s else 0.0
 
 
 @dataclass(frozen=True)
@@ -173,14 +134,9 @@ class CircuitState:
         return asdict(self)
 
 
-def tag(endpoint: str) -> str:
-    return hashlib.sha256(endpoint.encode()).hexdigest()[:16]
-
-
-def keys(endpoint: str) -> list[str]:
-    """The endpoint's state and probe keys: one prefix, one hash tag (a cluster keeps them together)."""
-    base = redis_keys.CIRCUIT.of(f"{{{tag(endpoint)}}}")
-    return [base, f"{base}:probe"]
+def keys(endpoint: str) -> CircuitKeys:
+    """The endpoint's state and probe keys."""
+    return CircuitKeys.of(endpoint)
 
 
 def endpoint_label(url: str) -> str:
@@ -247,10 +203,6 @@ def moved(seconds: float) -> Iterator[None]:
         _shift_ms = before
 
 
-def _script(name: str) -> str:
-    return resources.files("pipeline.llm").joinpath(name).read_text(encoding="utf-8")
-
-
 class Circuit:
     """One endpoint's breaker; every call asks `admit` first and tells its outcome after."""
 
@@ -273,8 +225,8 @@ class Circuit:
         self.probe_lease_ms = max(1, int(probe_lease_s * 1000))
         self._sleep = sleep
         self._keys = keys(endpoint)
-        self._admit = client.register_script(_script("circuit_admit.lua"))
-        self._outcome = client.register_script(_script("circuit_outcome.lua"))
+        self._admit = client.register_script(script("circuit_admit.lua"))
+        self._outcome = client.register_script(script("circuit_outcome.lua"))
 
     @classmethod
     def from_settings(cls, settings: Settings, client: redis.Redis, endpoint: str) -> Circuit:
@@ -292,21 +244,10 @@ class Circuit:
     def admit(self) -> Gate:
         """One atomic look: the call may go (closed), goes as the probe, or must wait."""
         token = uuid.uuid4().hex
+        args = AdmitArgs(token, self.probe_lease_ms, int(POLL_S * 1000), _shift_ms)
         with progress.blocking():
-            verdict, wait_ms, opened_ms, now_ms, probes, failures, last_error = self._admit(
-                keys=self._keys, args=[token, self.probe_lease_ms, int(POLL_S * 1000), _shift_ms]
-            )
-        return Gate(
-            verdict=_VERDICTS[int(verdict)],
-            token=token,
-            wait_s=int(wait_ms) / 1000,
-            opened_at_s=int(opened_ms) / 1000,
-            now_s=int(now_ms) / 1000,
-            probes=int(probes),
-            failures=int(failures),
-            last_error=_text(last_error),
-            at_ms=int(now_ms),
-        )
+            reply = self._admit(keys=self._keys.keys(), args=args.args())
+        return Gate.parse(reply, token)
 
     def answered(self, gate: Gate) -> Outcome:
         """The endpoint answered the call (anything but a 5xx or a 429): the circuit closes,
@@ -339,40 +280,29 @@ class Circuit:
         hands its turn to the next call, and nothing is counted."""
         return self._tell("abandoned", gate)
 
-    def _tell(self, outcome: str, gate: Gate, error: str = "") -> Outcome:
-        with progress.blocking():
-            is_open, opened_ms, probes, now_ms, probe_at_ms, failures, changed = self._outcome(
-                keys=self._keys,
-                args=[
-                    outcome,
-                    gate.token,
-                    self.failures,
-                    int(self.probe_s * 1000),
-                    int(self.probe_max_s * 1000),
-                    TTL_S * 1000,
-                    error[:MAX_ERROR_CHARS],
-                    _shift_ms,
-                    gate.at_ms,
-                    endpoint_label(self.endpoint),
-                ],
-            )
-        return Outcome(
-            open=bool(is_open),
-            changed=bool(changed),
-            opened_at_s=int(opened_ms) / 1000,
-            probes=int(probes),
-            now_s=int(now_ms) / 1000,
-            probe_at_s=int(probe_at_ms) / 1000,
-            failures=int(failures),
+    def _tell(self, outcome: OutcomeName, gate: Gate, error: str = "") -> Outcome:
+        args = OutcomeArgs(
+            outcome=outcome,
+            token=gate.token,
+            failures=self.failures,
+            probe_ms=int(self.probe_s * 1000),
+            probe_max_ms=int(self.probe_max_s * 1000),
+            ttl_ms=TTL_S * 1000,
+            error=error[:MAX_ERROR_CHARS],
+            shift_ms=_shift_ms,
+            admitted_ms=gate.at_ms,
+            label=endpoint_label(self.endpoint),
         )
+        with progress.blocking():
+            return Outcome.parse(self._outcome(keys=self._keys.keys(), args=args.args()))
 
     def count_held(self, seconds: float) -> None:
         """Count a call the open circuit held, and how long, for the metrics (best effort: the
         record of the held call is what the run keeps)."""
         try:
             with self.client.pipeline(transaction=False) as pipe:
-                pipe.hincrby(self._keys[0], "held_calls", 1)
-                pipe.hincrby(self._keys[0], "held_ms", int(seconds * 1000))
+                pipe.hincrby(self._keys.state, "held_calls", 1)
+                pipe.hincrby(self._keys.state, "held_ms", int(seconds * 1000))
                 pipe.execute()
         except redis.RedisError as exc:
             log.debug("the circuit's Redis did not count a held call: %s", exc)
@@ -393,11 +323,11 @@ def next_look_s(gate: Gate, tolerance: Tolerance) -> float:
 
 def state(client: redis.Redis, endpoint: str) -> CircuitState:
     """The endpoint's circuit now, read without changing it (on Redis's clock)."""
-    base, probe = keys(endpoint)
+    where = keys(endpoint)
     with client.pipeline(transaction=False) as pipe:
         pipe.time()
-        pipe.hgetall(base)
-        pipe.pttl(probe)
+        pipe.hgetall(where.state)
+        pipe.pttl(where.probe)
         (seconds, micros), raw, probe_ttl_ms = pipe.execute()
     return _state(endpoint_label(endpoint), raw, int(probe_ttl_ms), _now_s(seconds, micros))
 
@@ -406,7 +336,7 @@ def states(client: redis.Redis) -> list[CircuitState]:
     """Every endpoint's circuit this Redis holds (those that failed in the last TTL_S), read
     without changing them: what the metrics export. An endpoint is named by the label its
     failures stored (its tag, for a state written before labels were)."""
-    scanned = map(_text, client.scan_iter(match=redis_keys.CIRCUIT.of("*"), count=500))
+    scanned = map(replies.text, client.scan_iter(match=redis_keys.CIRCUIT.of("*"), count=500))
     bases = sorted({key for key in scanned if not key.endswith(":probe")})
     if not bases:
         return []
@@ -421,7 +351,7 @@ def states(client: redis.Redis) -> list[CircuitState]:
     for base, raw, probe_ttl_ms in zip(bases, answers[::2], answers[1::2], strict=True):
         if raw:  # expired between the scan and the read
             tag_only = base.removeprefix(redis_keys.CIRCUIT.prefix)
-            label = _text(raw.get(b"endpoint") or raw.get("endpoint") or tag_only)
+            label = replies.text(raw.get(b"endpoint") or raw.get("endpoint") or tag_only)
             found.append(_state(label, raw, int(probe_ttl_ms), now_s))
     return found
 
@@ -431,7 +361,7 @@ def _now_s(seconds: Any, micros: Any) -> float:
 
 
 def _state(label: str, raw: dict[Any, Any], probe_ttl_ms: int, now_s: float) -> CircuitState:
-    fields = {_text(k): _text(v) for k, v in raw.items()}
+    fields = replies.fields(raw)
     opened_s = int(fields.get("opened_ms", 0)) / 1000
     closed_s = int(fields.get("closed_ms", 0)) / 1000
     last_opened_s = int(fields.get("last_opened_ms", 0)) / 1000
@@ -456,7 +386,3 @@ def _state(label: str, raw: dict[Any, Any], probe_ttl_ms: int, now_s: float) -> 
 
 def _iso(unix_s: float) -> str:
     return datetime.fromtimestamp(unix_s, UTC).isoformat(timespec="seconds")
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

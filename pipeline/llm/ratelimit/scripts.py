@@ -21,14 +21,15 @@ from pipeline.llm.ratelimit.policy import ProviderLimits
 _T = TypeVar("_T")
 
 
-class _InScriptOrder:
-    """A dataclass whose fields are listed in the order the script reads them."""
+class InScriptOrder:
+    """A dataclass whose fields are listed in the order the script reads them (the circuit's
+    scripts use it too: `pipeline.llm.circuit_scripts`)."""
 
     def _values(self) -> list[Any]:
         return [getattr(self, f.name) for f in fields(self)]  # type: ignore[arg-type]
 
 
-class _Keys(_InScriptOrder):
+class _Keys(InScriptOrder):
     def keys(self) -> list[str]:
         return self._values()
 
@@ -38,7 +39,7 @@ class _Keys(_InScriptOrder):
         return cls(**{f.name: getattr(scope, f.name) for f in fields(cls)})  # type: ignore[arg-type]
 
 
-class _Args(_InScriptOrder):
+class ScriptArgs(InScriptOrder):
     def args(self) -> list[int | float | str]:
         return self._values()
 
@@ -91,7 +92,7 @@ class AcquireKeys(_Keys):
 
 
 @dataclass(frozen=True)
-class AcquireArgs(_Args):
+class AcquireArgs(ScriptArgs):
     rpm: int
     """configured (0: none)"""
     tpm: int
@@ -168,7 +169,7 @@ class ReleaseKeys(_Keys):
 
 
 @dataclass(frozen=True)
-class ReleaseArgs(_Args):
+class ReleaseArgs(ScriptArgs):
     permit_id: str
     window_ms: int
     recovery_ms: int
@@ -235,7 +236,7 @@ class PauseKeys(_Keys):
 
 
 @dataclass(frozen=True)
-class PauseArgs(_Args):
+class PauseArgs(ScriptArgs):
     pause_ms: int
     decrease: float
     """multiplier of the factor (1: no cut)"""
