@@ -20,11 +20,9 @@ import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
-from sqlalchemy import Engine
-from sqlalchemy.orm import Session
 
 from pipeline.context import Context, check_spend, stop_check
 from pipeline.core import errors
@@ -53,6 +51,10 @@ from pipeline.storage import batches as repo
 from pipeline.storage import clock, documents, llm_calls
 from pipeline.storage.db import session_scope
 from pipeline.storage.models import Chunk, Document, LLMBatch, Run, RunStatus, aware
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+    from sqlalchemy.orm import Session
 
 log = logging.getLogger(__name__)
 

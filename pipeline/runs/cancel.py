@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import redis
-from sqlalchemy import Engine
 
 from pipeline.core.settings import Settings
 from pipeline.llm.batch import BatchAPI
@@ -30,6 +30,9 @@ from pipeline.runs.batching import cancel_open_batches
 from pipeline.storage import batches, run_documents, run_state
 from pipeline.storage.db import session_scope
 from pipeline.storage.models import Run, RunStatus
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 log = logging.getLogger(__name__)
 

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from sqlalchemy import Engine, select
-
+from pipeline.storage import document_status
 from pipeline.storage.db import session_scope
-from pipeline.storage.models import DocStatus, Document
+from pipeline.storage.models import DocStatus
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 UNFINISHED_WHY = (DocStatus.FAILED, DocStatus.SKIPPED, "cancelled")
 """The final statuses other than extracted: each has a reason worth counting (`cancelled`:
@@ -80,9 +83,5 @@ def group_failures(rows: list[tuple[str, str, str | None]]) -> list[FailureGroup
 def run_failures(engine: Engine, run_id: str) -> list[FailureGroup]:
     """The run's failed, skipped and cancelled documents, grouped by status and reason."""
     with session_scope(engine) as session:
-        rows = session.execute(
-            select(Document.status, Document.path, Document.error).where(
-                Document.run_id == run_id, Document.status.in_(UNFINISHED_WHY)
-            )
-        ).all()
-    return group_failures([(str(status), path, error) for status, path, error in rows])
+        rows = document_status.errors_with_status(session, run_id, UNFINISHED_WHY)
+    return group_failures(rows)

@@ -4,15 +4,16 @@ or repeated delivery of the finalize task changes nothing."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
-
-from sqlalchemy import Engine
+from typing import TYPE_CHECKING, Literal
 
 from pipeline.context import database_url
 from pipeline.core.errors import UnknownToDatabase
 from pipeline.storage import run_state
 from pipeline.storage.db import session_scope
 from pipeline.storage.models import RunStatus
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 
 @dataclass(frozen=True)

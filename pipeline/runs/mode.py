@@ -9,14 +9,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
-
-from sqlalchemy import Engine
+from typing import TYPE_CHECKING
 
 from pipeline.core.deadline import parse_deadline
 from pipeline.core.settings import Settings, get_settings
 from pipeline.ingest.producer import SubmitPlan
 from pipeline.storage import run_state
 from pipeline.storage.db import session_scope
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 SAFETY = 1.25
 """The synchronous path's estimate is stretched by this before the deadline is met with it."""

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import date
-
-from sqlalchemy import Engine
+from typing import TYPE_CHECKING
 
 from pipeline.core.settings import Settings
 from pipeline.ingest.producer import SubmitPlan, prepare_run
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 
 def prepare_nightly(

@@ -15,11 +15,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from sqlalchemy import Engine
 
 from pipeline.core.settings import Settings
 from pipeline.runs.status import (
@@ -31,6 +31,9 @@ from pipeline.runs.status import (
     worker_views,
 )
 from pipeline.storage.models import RunStatus
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 FINAL_RUN_STATUSES = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.STALLED, RunStatus.CANCELLED)
 POLL_S = 0.5

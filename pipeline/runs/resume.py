@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
-from sqlalchemy import Engine, func, or_, select
-
-from pipeline.storage import clock, run_state
+from pipeline.storage import clock, document_status, run_state, runs
 from pipeline.storage.db import session_scope
-from pipeline.storage.models import Chunk, DocStatus, Document, Run, RunStatus
+from pipeline.storage.models import DocStatus, RunStatus
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 DEFAULT_STALE_AFTER_S = 600.0
 """A running document with no progress (start or answered chunk) for this long is presumed
@@ -36,37 +38,17 @@ def plan_resume(engine: Engine, run_id: str, stale_after_s: float = DEFAULT_STAL
         plan.has_report = run_state.report_exists(session, run_id)
         if plan.has_report:
             return plan
-        run = session.get(Run, run_id)
+        run = runs.get_run(session, run_id)
         if run is not None and run.mode == "batch" and run.dispatched_at is None:
             plan.batch_polls = True
             if run.status != RunStatus.RUNNING:
                 run_state.move_run(session, run_id, "resume")
             return plan
-        last_answer = (
-            select(Chunk.document_id, func.max(Chunk.completed_at).label("at"))
-            .group_by(Chunk.document_id)
-            .subquery()
-        )
-        rows = session.execute(
-            select(Document.id, Document.status, Document.chunk_count)
-            .outerjoin(last_answer, last_answer.c.document_id == Document.id)
-            .where(Document.run_id == run_id)
-            .where(
-                or_(
-                    Document.status == DocStatus.PENDING,
-                    (Document.status == DocStatus.RUNNING)
-                    & or_(Document.started_at.is_(None), Document.started_at < cutoff)
-                    & or_(last_answer.c.at.is_(None), last_answer.c.at < cutoff),
-                )
-            )
-            .order_by(Document.chunk_count.desc(), Document.id)
-        ).all()
+        rows = document_status.resumable(session, run_id, cutoff)
         plan.document_ids = [row.id for row in rows]
-        running = session.scalar(
-            select(func.count()).where(Document.run_id == run_id, Document.status == DocStatus.RUNNING)
-        )
-        plan.left_running = int(running or 0) - sum(1 for row in rows if row.status == DocStatus.RUNNING)
-        run = session.get(Run, run_id)
+        running = document_status.running_count(session, run_id)
+        plan.left_running = running - sum(1 for row in rows if row.status == DocStatus.RUNNING)
+        run = runs.get_run(session, run_id)
         if run is not None and run.status != RunStatus.RUNNING:
             run_state.move_run(session, run_id, "resume")
     return plan

@@ -20,13 +20,15 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-
-from sqlalchemy import Engine, text
+from typing import TYPE_CHECKING
 
 from pipeline.storage import clock
 from pipeline.storage import retention as repo
 from pipeline.storage.db import session_scope
 from pipeline.storage.retention import OldRun, Tally
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 DOCUMENTS_PER_TRANSACTION = 200
 """Documents whose texts, chunks and calls go in one transaction: at most 200 MB of text at the
@@ -177,12 +179,4 @@ def vacuum(engine: Engine, *, everything: bool = False) -> str:
     VACUUM (ANALYZE) of the pruned tables on Postgres, which reads and writes on while it runs
     (never VACUUM FULL, which locks the tables); SQLite's VACUUM, which rewrites the file (it
     shrinks; the database is locked meanwhile). What was run, in words."""
-    with engine.connect() as connection:
-        auto = connection.execution_options(isolation_level="AUTOCOMMIT")
-        if engine.dialect.name == "postgresql":
-            tables = ", ".join(VACUUMED_ALL if everything else VACUUMED)
-            auto.execute(text("SET statement_timeout = 0"))  # a large table takes what it takes
-            auto.execute(text(f"VACUUM (ANALYZE) {tables}"))
-            return f"VACUUM (ANALYZE) {tables}"
-        auto.exec_driver_sql("VACUUM")
-        return "VACUUM"
+    return repo.vacuum(engine, VACUUMED_ALL if everything else VACUUMED)

@@ -14,13 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from sqlalchemy import Engine, func, select
-from sqlalchemy.orm import Session
-
-from pipeline.storage import attempts, batches, reports, run_documents, run_state
+from pipeline.storage import attempts, batches, document_status, reports, run_documents, run_state, runs
 from pipeline.storage.db import session_scope
-from pipeline.storage.models import Chunk, DocStatus, Document, Run, RunStatus
+from pipeline.storage.models import DocStatus, Run, RunStatus
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+    from sqlalchemy.orm import Session
 
 
 class RetryRefused(Exception):
@@ -54,7 +56,7 @@ def start_retry(
     ones. Raises RetryRefused (nothing changed) for a run its producer is still storing or an
     id that is not one of the run's documents."""
     with session_scope(engine) as session:
-        run = session.get(Run, run_id, with_for_update=True)  # a cancel or a report waits
+        run = runs.lock_run(session, run_id)  # a cancel or a report waits
         if run is None:
             raise LookupError(f"no run {run_id}")
         if run.pruned_at is not None:  # under the row lock `pipeline prune` marks it with
@@ -71,7 +73,7 @@ def start_retry(
         plan.document_ids, plan.left = _chosen(session, run_id, failed, document_ids)
         if not plan.document_ids:
             return plan
-        plan.chunks, plan.answered = _chunk_counts(session, plan.document_ids)
+        plan.chunks, plan.answered = document_status.chunk_counts(session, plan.document_ids)
         attempts.keep_rounds(session, run_id, plan.document_ids)
         plan.document_ids = run_documents.retry_documents(session, run_id, plan.document_ids)
         plan.had_report = reports.drop_report(session, run_id)
@@ -88,22 +90,10 @@ def _chosen(
     wanted: set[int] = set()
     if failed or not document_ids:
         statuses = (DocStatus.FAILED,) if failed else run_documents.RETRIED_FROM
-        wanted |= set(
-            session.scalars(
-                select(Document.id).where(Document.run_id == run_id, Document.status.in_(statuses))
-            )
-        )
+        wanted |= document_status.ids_with_status(session, run_id, statuses)
     left: list[tuple[int, str]] = []
     if document_ids:
-        found = dict(
-            session.execute(
-                select(Document.id, Document.status).where(
-                    Document.run_id == run_id, Document.id.in_(list(document_ids))
-                )
-            )
-            .tuples()
-            .all()
-        )
+        found = document_status.statuses_of(session, run_id, document_ids)
         unknown = sorted(set(document_ids) - set(found))
         if unknown:
             raise RetryRefused(
@@ -124,16 +114,6 @@ def _why_not(status: str) -> str:
     if status == DocStatus.SKIPPED:
         return "skipped at intake (its file cannot be used): submit it again once it is fixed"
     return f"{status}: still being worked on"
-
-
-def _chunk_counts(session: Session, document_ids: list[int]) -> tuple[int, int]:
-    """(chunks, chunks answered) of the documents."""
-    row = session.execute(
-        select(func.count(Chunk.id), func.count(Chunk.completed_at)).where(
-            Chunk.document_id.in_(document_ids)
-        )
-    ).one()
-    return int(row[0]), int(row[1])
 
 
 def _batch_path_sends(session: Session, run: Run) -> bool:

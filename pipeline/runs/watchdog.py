@@ -18,15 +18,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-
-from sqlalchemy import Engine, func, select, update
-from sqlalchemy.orm import Session
+from typing import TYPE_CHECKING
 
 from pipeline.core.settings import Settings
 from pipeline.runs.resume import ResumePlan, plan_resume
-from pipeline.storage import clock, run_state
+from pipeline.storage import activity, clock, run_state, runs
 from pipeline.storage.db import session_scope
-from pipeline.storage.models import Chunk, DocStatus, Document, LLMCall, Run, RunStatus, aware
+from pipeline.storage.models import RunStatus, aware
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 WATCHED_STATUSES = (RunStatus.PENDING, RunStatus.RUNNING)
 
@@ -38,30 +39,6 @@ class Verdict:
     """"resume" (the plan is to be enqueued) or "stalled"."""
     idle_s: float
     plan: ResumePlan | None = None
-
-
-def last_activity(session: Session, run: Run) -> datetime:
-    """When a worker last wrote anything for the run (its start when nothing yet), or until
-    when one of its documents is leased, which is later: a lease is renewed only while its work
-    makes progress, and a deferred document's lease waits for its retry (a provider's long
-    pause, a daily quota: the limiter defers its calls, and no call is recorded meanwhile)."""
-    moments = [
-        session.scalar(
-            select(func.max(Document.lease_expires_at)).where(
-                Document.run_id == run.id, Document.status == DocStatus.RUNNING
-            )
-        ),
-        session.scalar(select(func.max(Document.finished_at)).where(Document.run_id == run.id)),
-        session.scalar(
-            select(func.max(Chunk.completed_at))
-            .join(Document, Document.id == Chunk.document_id)
-            .where(Document.run_id == run.id)
-        ),
-        session.scalar(select(func.max(LLMCall.created_at)).where(LLMCall.run_id == run.id)),
-        run.started_at,
-        run.created_at,
-    ]
-    return max(aware(m) for m in moments if m is not None)
 
 
 def check(
@@ -78,12 +55,9 @@ def check(
     verdicts: list[Verdict] = []
     with session_scope(engine) as session:
         now = clock.now(session)  # the clock every activity below was written on
-        stmt = select(Run).where(Run.status.in_(list(WATCHED_STATUSES)))
-        if run_ids is not None:
-            stmt = stmt.where(Run.id.in_(list(run_ids)))
-        runs = list(session.scalars(stmt))
-        idle = {run.id: now - last_activity(session, run) for run in runs}
-    for run in runs:
+        watched = runs.runs_with_status(session, WATCHED_STATUSES, run_ids)
+        idle = {run.id: now - activity.last_activity(session, run) for run in watched}
+    for run in watched:
         if run.mode == "batch" and run.dispatched_at is None:
             continue  # its batches are polled (the heartbeat restarts a lost poll), not resumed
         if idle[run.id] < idle_limit:
@@ -117,8 +91,5 @@ def check(
 
 
 def _set_resumes(engine: Engine, run_id: str, resumes: int, resumed_at: datetime | None = None) -> None:
-    values: dict[str, object] = {"resumes": resumes}
-    if resumed_at is not None:
-        values["resumed_at"] = resumed_at
     with session_scope(engine) as session:
-        session.execute(update(Run).where(Run.id == run_id).values(**values))
+        activity.set_resumes(session, run_id, resumes, resumed_at)

@@ -19,7 +19,19 @@ from dataclasses import asdict, dataclass, fields
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, LargeBinary, cast, delete, exists, func, literal_column, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Engine,
+    LargeBinary,
+    cast,
+    delete,
+    exists,
+    func,
+    literal_column,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.orm import Session
 
 from pipeline.storage import clock
@@ -379,3 +391,18 @@ def _count(
     size = func.coalesce(func.sum(_row_bytes(session, model)), 0)
     n, b = session.execute(select(func.count(), size).select_from(model).where(where)).one()
     return int(n), int(b or 0)
+
+
+def vacuum(engine: Engine, tables: Sequence[str]) -> str:
+    """VACUUM (ANALYZE) of `tables` on Postgres, outside a transaction and with no statement
+    timeout (a large table takes what it takes); SQLite's VACUUM of the whole file. What was
+    run, in words."""
+    with engine.connect() as connection:
+        auto = connection.execution_options(isolation_level="AUTOCOMMIT")
+        if engine.dialect.name == "postgresql":
+            listed = ", ".join(tables)
+            auto.execute(text("SET statement_timeout = 0"))
+            auto.execute(text(f"VACUUM (ANALYZE) {listed}"))
+            return f"VACUUM (ANALYZE) {listed}"
+        auto.exec_driver_sql("VACUUM")
+        return "VACUUM"

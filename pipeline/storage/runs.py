@@ -5,6 +5,7 @@ Status moves go through `pipeline.storage.run_state.move_run`; this module only 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 from sqlalchemy import select
@@ -30,3 +31,18 @@ def run_ids_starting(session: Session, prefix: str, limit: int) -> list[str]:
 def deadline(session: Session, run_id: str) -> datetime | None:
     """The run's deadline (None: it has none, or there is no such run)."""
     return session.scalar(select(Run.deadline).where(Run.id == run_id))
+
+
+def lock_run(session: Session, run_id: str) -> Run | None:
+    """The run's row, locked until the transaction ends (a cancel, a prune or a report waits)."""
+    return session.get(Run, run_id, with_for_update=True)
+
+
+def runs_with_status(
+    session: Session, statuses: Sequence[str], run_ids: Sequence[str] | None = None
+) -> list[Run]:
+    """The runs in one of `statuses` (of `run_ids` only, when given)."""
+    stmt = select(Run).where(Run.status.in_(list(statuses)))
+    if run_ids is not None:
+        stmt = stmt.where(Run.id.in_(list(run_ids)))
+    return list(session.scalars(stmt))
