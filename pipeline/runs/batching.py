@@ -35,7 +35,7 @@ from pipeline.runs.batch_ingest import ingest
 from pipeline.runs.batch_submit import create_batch, submit, upload_again
 from pipeline.runs.mode import SAFETY, sync_estimate_s, work_estimate
 from pipeline.storage import batches as repo
-from pipeline.storage import clock
+from pipeline.storage import clock, runs
 from pipeline.storage.db import session_scope
 from pipeline.storage.models import LLMBatch, Run, RunStatus, aware
 
@@ -62,7 +62,7 @@ def limits_in_force(ctx: Context) -> tuple[int, int]:
 def remaining_estimate_s(ctx: Context, run_id: str) -> float:
     """The synchronous path's time for what the run has not answered yet, and its report."""
     with session_scope(ctx.engine) as session:
-        run = session.get(Run, run_id)
+        run = runs.get_run(session, run_id)
         version = prompt_version(run.schema if run else None)
         chunks, tokens, documents = repo.remaining_work(session, run_id, version)
     calls, total = work_estimate(ctx.settings, chunks, tokens, documents)
@@ -96,7 +96,7 @@ def tick(ctx: Context, run_id: str) -> Tick:
     batches are cancelled and what they answered before is ingested, nothing more is sent
     (`_wind_down`)."""
     with session_scope(ctx.engine) as session:
-        run = session.get(Run, run_id)
+        run = runs.get_run(session, run_id)
         if run is None or run.dispatched_at is not None or run.mode != "batch":
             return Tick(done=True)
         repo.touch_poll(session, run_id)
@@ -267,10 +267,7 @@ def _cut_over(ctx: Context, api: BatchAPI, run: Run, now: datetime) -> bool:
     waiting for them would cost the deadline its margin."""
     waiting = cancel_open_batches(ctx.engine, api, run.id, "deadline").waiting
     with session_scope(ctx.engine) as session:
-        fresh = session.get(Run, run.id)
-        started = aware(fresh.cutover_at) if fresh and fresh.cutover_at else now
-        if fresh is not None and fresh.cutover_at is None:
-            fresh.cutover_at = now
+        started = repo.begin_cutover(session, run.id, now)
     if waiting and (now - started).total_seconds() < ctx.settings.batch_cancel_wait_s:
         return False
     if waiting:

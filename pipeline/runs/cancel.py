@@ -27,9 +27,9 @@ from pipeline.core.settings import Settings
 from pipeline.llm.batch import BatchAPI
 from pipeline.llm.stops import StopFlags
 from pipeline.runs.batching import cancel_open_batches
-from pipeline.storage import batches, run_documents, run_state
+from pipeline.storage import batches, run_documents, run_state, runs
 from pipeline.storage.db import session_scope
-from pipeline.storage.models import Run, RunStatus
+from pipeline.storage.models import RunStatus
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -94,7 +94,7 @@ def cancel_run(
 def _cancel_in_database(engine: Engine, run_id: str, by: str, hint: str) -> CancelOutcome:
     """Step 1, in one transaction (the run's row locked first: a retry or a report waits)."""
     with session_scope(engine) as session:
-        run = session.get(Run, run_id, with_for_update=True)
+        run = runs.lock_run(session, run_id)
         if run is None:
             raise LookupError(f"no run {run_id}")
         outcome = CancelOutcome(run_id, run.status)

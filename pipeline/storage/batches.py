@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, exists, func, or_, select, update
@@ -28,6 +28,7 @@ from pipeline.storage.models import (
     LLMBatch,
     LLMCall,
     Run,
+    aware,
 )
 
 PREPARING = "preparing"
@@ -301,6 +302,15 @@ def mark_dispatched(session: Session, run_id: str) -> bool:
         .values(dispatched_at=clock.now(session))
     )
     return bool(getattr(result, "rowcount", 0))
+
+
+def begin_cutover(session: Session, run_id: str, now: datetime) -> datetime:
+    """When the run's cutover to the synchronous path began: stamped `now` the first time."""
+    fresh = session.get(Run, run_id)
+    started = aware(fresh.cutover_at) if fresh and fresh.cutover_at else now
+    if fresh is not None and fresh.cutover_at is None:
+        fresh.cutover_at = now
+    return started
 
 
 def touch_poll(session: Session, run_id: str) -> None:
