@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import delete, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from pipeline.storage.fit import fitted
@@ -55,3 +55,8 @@ def amend_report(session: Session, run_id: str, markdown: str, data: dict[str, A
     """The run's report rewritten (its totals, once the calls that came after it are recorded);
     when it was written and the run's status stay as they are."""
     session.execute(update(Report).where(Report.run_id == run_id).values(markdown=markdown, json=data))
+
+
+def get_report(session: Session, run_id: str) -> Report | None:
+    """The run's report row (None: none written yet)."""
+    return session.scalar(select(Report).where(Report.run_id == run_id))

@@ -46,3 +46,8 @@ def runs_with_status(
     if run_ids is not None:
         stmt = stmt.where(Run.id.in_(list(run_ids)))
     return list(session.scalars(stmt))
+
+
+def pruned_at(session: Session, run_id: str) -> datetime | None:
+    """When the run's filing texts, chunks and call rows were pruned (None: never, or no such run)."""
+    return session.scalar(select(Run.pruned_at).where(Run.id == run_id))
