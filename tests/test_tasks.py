@@ -93,7 +93,8 @@ def test_a_redelivered_extract_or_finalize_changes_nothing(
     pipeline_env: dict[str, str], tmp_path: Path
 ) -> None:
     from workers.canvas import enqueue_run
-    from workers.tasks import extract, finalize
+    from workers.extract_tasks import extract
+    from workers.run_tasks import finalize
 
     engine, plan = _stored_run(pipeline_env, tmp_path, seed=95)
     enqueue_run(plan.run_id, plan.document_ids)
@@ -116,7 +117,7 @@ def test_task_results_in_redis_expire_within_a_day(
     import redis
 
     from workers.app import RESULT_EXPIRES_S
-    from workers.tasks import extract
+    from workers.extract_tasks import extract
 
     _, plan = _stored_run(pipeline_env, tmp_path, seed=96)
     assert extract.delay(plan.document_ids[0]).get(timeout=WAIT_S) == "extracted"
@@ -132,7 +133,8 @@ def test_finalize_before_every_document_is_final_waits_for_them(
     pipeline_env: dict[str, str], tmp_path: Path
 ) -> None:
     """The chord's callback checks completeness in the database, not in the chord's results."""
-    from workers.tasks import extract, finalize
+    from workers.extract_tasks import extract
+    from workers.run_tasks import finalize
 
     engine, plan = _stored_run(pipeline_env, tmp_path, seed=97)
     early = finalize.delay(plan.run_id)
@@ -158,7 +160,7 @@ def test_a_document_counts_as_extracted_only_once_its_summary_is_written(
     extracted while its own task still compressed it, the two would compress it twice."""
     from pipeline.extraction.extract import CallRecord, CustomResult, GroundedExtraction, extract_document
     from workers.context import worker_context
-    from workers.tasks import _summarize
+    from workers.extract_tasks import _summarize
 
     engine, plan = _stored_run(pipeline_env, tmp_path, seed=98)
     document_id = plan.document_ids[0]
@@ -193,7 +195,7 @@ def test_a_compress_that_gave_up_stores_its_fallback_so_no_finalize_pays_for_it_
     from pipeline.extraction.extract import extract_document
     from pipeline.storage import run_state
     from workers.context import worker_context
-    from workers.tasks import compress
+    from workers.report_tasks import compress
 
     engine, plan = _stored_run(pipeline_env, tmp_path, seed=99)
     document_id = plan.document_ids[0]

@@ -30,7 +30,7 @@ def test_the_pool_is_sized_by_the_worker_even_after_ensure_schema_made_an_engine
 
 
 def test_a_pool_timeout_is_retried_not_failed_as_an_internal_error() -> None:
-    from workers.tasks import TRANSIENT
+    from workers.task_retry import TRANSIENT
 
     assert issubclass(PoolTimeout, TRANSIENT)
 

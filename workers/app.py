@@ -110,7 +110,13 @@ def create_app() -> Celery:
         "pipeline",
         broker=redis_url,
         backend=backend_url(redis_url),
-        include=["workers.tasks", "workers.heartbeat"],
+        include=[  # every task module: a worker registers only the tasks of modules it imports
+            "workers.extract_tasks",
+            "workers.report_tasks",
+            "workers.run_tasks",
+            "workers.scheduled_tasks",
+            "workers.heartbeat",
+        ],
         events="workers.events:RedactingEvents",  # what Flower receives, redacted
     )
     transport = {"visibility_timeout": VISIBILITY_TIMEOUT_S}

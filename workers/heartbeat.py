@@ -20,7 +20,8 @@ _beats: list[Heartbeat] = []
 def send_again(taken: list[Reclaimed]) -> None:
     """Reclaimed documents go to the queue again, with a finalize for each of their runs: the
     run's chord waits for the dead worker's messages, which Redis returns only after hours."""
-    from workers.tasks import FINALIZE_POLL_S, extract, finalize
+    from workers.extract_tasks import extract
+    from workers.run_tasks import FINALIZE_POLL_S, finalize
 
     for item in taken:
         extract.apply_async((item.document_id,))
@@ -29,13 +30,13 @@ def send_again(taken: list[Reclaimed]) -> None:
 
 
 def finalize_run(run_id: str) -> None:
-    from workers.tasks import finalize
+    from workers.run_tasks import finalize
 
     finalize.apply_async((run_id,))
 
 
 def poll_batches(run_id: str) -> None:
-    from workers.tasks import batch_tick
+    from workers.run_tasks import batch_tick
 
     batch_tick.apply_async((run_id,))
 

@@ -9,7 +9,7 @@ call again on two kinds of failure, each counted on its own:
 - `unavailable` (5xx, timeout, dropped connection): up to `call_attempts` tries, with capped
   exponential backoff and full jitter.
 
-Every other failure is not retried here: it goes up to the task (`workers/tasks.py`), which
+Every other failure is not retried here: it goes up to the task (`workers/task_retry.py`), which
 retries transient ones with its own backoff, or records the permanent ones.
 """
 

@@ -76,7 +76,7 @@ def ping_before_checkout(enabled: bool) -> None:
     before handing it out (a round trip per transaction). Worker processes turn it off
     (`pipeline worker`): a connection the server dropped then fails its first statement, as a
     disconnect, which the pool answers by discarding it and every connection made before it,
-    and the task retries (workers/tasks.py). Processes with no such retry (the CLI's waits,
+    and the task retries (workers/task_retry.py). Processes with no such retry (the CLI's waits,
     `pipeline status`) keep the ping, which replaces a dropped connection unseen."""
     global _ping_before_checkout
     _ping_before_checkout = enabled
