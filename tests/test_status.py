@@ -17,7 +17,9 @@ import pytest
 from rich.console import Console
 from rich.table import Table
 
-from pipeline.cli.status_view import StatusPage, render, runs_table
+from pipeline.cli.status_page import StatusPage
+from pipeline.cli.status_tables import runs_table
+from pipeline.cli.status_view import render
 from pipeline.core.settings import Settings, get_settings
 from pipeline.llm.prompts import STRUCTURED_MODES
 from pipeline.runs.failures import FailureGroup, group_failures

@@ -248,7 +248,7 @@ def outcome(view: RunStatusView, failures: list[FailureGroup]) -> int:
     """Print how a followed run ended: `pipeline status`'s summary line, its calls and cost,
     why documents were not extracted (grouped and counted) and the run's error; its exit code:
     0 only for a completed run with its report."""
-    from pipeline.cli.status_view import (
+    from pipeline.cli.status_page import (
         FAILURE_ROWS,
         cost_line,
         example_paths,

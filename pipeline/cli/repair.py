@@ -104,7 +104,7 @@ def retry(run: str, failed: bool, document_ids: tuple[int, ...], wait: bool) -> 
     stored are reused, each earlier round is kept (document_attempts), and the run's report is
     written again."""
     from pipeline.cli.celery_app import enqueue_run
-    from pipeline.cli.run import follow
+    from pipeline.cli.follow import follow
     from pipeline.runs.retry import RetryRefused, start_retry
 
     settings = deployment_settings("retry")

@@ -15,7 +15,7 @@ from pipeline.cli.base import console, fail, main, open_engine
 from pipeline.core.settings import Settings, get_settings
 
 if TYPE_CHECKING:
-    from pipeline.cli.status_view import StatusPage
+    from pipeline.cli.status_page import StatusPage
 
 
 @main.command()
@@ -27,7 +27,8 @@ def status(run: str | None, as_json: bool) -> None:
     A one-line summary, then the run's documents, calls, cost, mode, model and workers, why
     documents were not extracted (grouped and counted), the documents whose quotes were not all
     found, and the global limiter. Fits 80 columns; --json for scripts."""
-    from pipeline.cli.status_view import render, status_json
+    from pipeline.cli.status_json import status_json
+    from pipeline.cli.status_view import render
 
     page = status_page(run)
     if as_json:
@@ -39,7 +40,7 @@ def status(run: str | None, as_json: bool) -> None:
 def status_page(run: str | None) -> StatusPage:
     """Gather what `pipeline status` shows: the run from the database, workers and the limiter
     from Redis (left out, with the reason, when it does not answer)."""
-    from pipeline.cli.status_view import StatusPage
+    from pipeline.cli.status_page import StatusPage
     from pipeline.runs.failures import run_failures
     from pipeline.runs.status import (
         UnknownRun,
@@ -122,7 +123,7 @@ def runs(limit: int, as_json: bool) -> None:
     if not views:
         console.print("no runs yet: `pipeline submit PATHS…` starts one")
         return
-    from pipeline.cli.status_view import runs_table
+    from pipeline.cli.status_tables import runs_table
 
     Console().print(runs_table(views))
 
@@ -148,11 +149,10 @@ def report(run: str | None, fmt: str | None, output: Path | None) -> None:
 
     `html`: one self-contained page with charts, opened offline. With -o, the format follows
     the file's suffix (.md, .json, .html) unless --format names one."""
-    from sqlalchemy import select
-
     from pipeline.runs.status import UnknownRun, resolve_run_id
+    from pipeline.storage import reports
+    from pipeline.storage import runs as run_rows
     from pipeline.storage.db import session_scope
-    from pipeline.storage.models import Report, Run
 
     fmt = fmt or format_of(output)
     if output and not output.parent.is_dir():  # before any work: the user named a place that is not there
@@ -173,11 +173,11 @@ def report(run: str | None, fmt: str | None, output: Path | None) -> None:
             fail(str(exc))
     else:
         with session_scope(engine) as session:
-            row = session.scalar(select(Report).where(Report.run_id == run_id))
+            row = reports.get_report(session, run_id)
             if row is None:
                 fail(f"run {run_id} has no report yet (see `pipeline status {run_id}`)")
             text = row.markdown if fmt == "md" else json.dumps(row.json, indent=2)
-            pruned_at = session.scalar(select(Run.pruned_at).where(Run.id == run_id))
+            pruned_at = run_rows.pruned_at(session, run_id)
         if pruned_at is not None:  # the report is as written; what it quoted from is gone
             console.print(
                 f"run {run_id} was pruned on {pruned_at:%Y-%m-%d} (`pipeline prune`): its filing texts, "

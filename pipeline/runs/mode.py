@@ -62,7 +62,7 @@ def choose_mode(
 def _taken_as_asked(settings: Settings) -> str:
     """Why a sync or batch mode was taken: the default, or who asked for it. A setting read from
     the environment or .env is among the fields the process's own settings were built with;
-    `--mode` is applied on a copy of them (`pipeline.cli.run.with_mode`)."""
+    `--mode` is applied on a copy of them (`pipeline.cli.submit.with_mode`)."""
     mode = settings.llm_mode
     if "llm_mode" not in settings.model_fields_set:
         return "default: neither --mode nor PIPELINE_LLM_MODE was given"
