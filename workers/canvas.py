@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 from celery import chord
 from celery.canvas import Signature
-from sqlalchemy import Engine
 
 from pipeline.core.settings import Settings
 from pipeline.ingest.producer import SubmitPlan
@@ -20,6 +19,8 @@ from pipeline.runs.resume import ResumePlan
 from workers.app import app
 
 if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
     from pipeline.runs.watchdog import Verdict
 
 EXTRACT = "pipeline.extract"

@@ -10,11 +10,9 @@ import random
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from opentelemetry.trace import Span
-from sqlalchemy import Engine
-from sqlalchemy.orm import Session
 
 from pipeline.core import tracing
 from pipeline.core.constants import PROMPT_VERSION
@@ -23,6 +21,10 @@ from pipeline.ingest import chunking, injection, inputs, sections
 from pipeline.storage import db, intake, run_state
 from pipeline.storage.db import session_scope
 from pipeline.storage.models import DocStatus
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+    from sqlalchemy.orm import Session
 
 COMMIT_EVERY_DOCUMENTS = 200
 """Documents per transaction: bounds memory (text is held until commit) and lock time."""

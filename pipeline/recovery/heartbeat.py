@@ -31,10 +31,9 @@ import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
-from sqlalchemy import Engine
 
 from pipeline.core import keys
 from pipeline.core.constants import REDIS_CLIENT_OPTIONS
@@ -42,6 +41,9 @@ from pipeline.recovery import deliveries, steps
 from pipeline.recovery.leases import Leases
 from pipeline.storage import batches, clock, document_leases, reclaims, run_state
 from pipeline.storage.db import session_scope
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 log = logging.getLogger(__name__)
 

@@ -7,8 +7,6 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import select
-
 from pipeline.context import Context, check_spend, database_url, stop_check
 from pipeline.core.constants import DEFAULT_COMPRESS_MAX_TOKENS
 from pipeline.core.errors import PipelineError, UnknownToDatabase
@@ -18,9 +16,8 @@ from pipeline.extraction.grounding import GroundedExtraction
 from pipeline.llm import prompts, stops
 from pipeline.llm.client import CallRecord
 from pipeline.reporting import render
-from pipeline.storage import llm_calls, reports
+from pipeline.storage import extractions, llm_calls, reports
 from pipeline.storage.db import session_scope
-from pipeline.storage.models import Document, Extraction, RiskFactor, Run
 
 log = logging.getLogger(__name__)
 CUSTOM_FALLBACK_CHARS = 600
@@ -40,13 +37,9 @@ def compress_document(
     and raises when the step's lease was lost. `without_llm`: the compress gave up: the summary
     is made from the stored facts, and stored too, so that no later finalize pays for it again."""
     with session_scope(ctx.engine) as session:
-        row = session.execute(
-            select(Extraction, Run.query, Run.budget_usd, Run.schema)
-            .join(Run, Run.id == Extraction.run_id)
-            .where(Extraction.document_id == document_id)
-        ).one_or_none()
+        row = extractions.to_summarize(session, document_id)
         if row is None:
-            if session.get(Document, document_id) is None:  # another database than the producer's
+            if not extractions.document_exists(session, document_id):  # another database than the producer's
                 raise UnknownToDatabase(f"document {document_id}", database_url(ctx.engine))
             return "missing"
         extraction, query, budget, schema = row
@@ -55,11 +48,7 @@ def compress_document(
         if schema:  # a user's schema: its JSON, ungrounded quotes removed
             facts = custom.without_ungrounded(extraction.data)
         else:
-            risks = session.execute(
-                select(RiskFactor.title, RiskFactor.quote)
-                .where(RiskFactor.document_id == document_id, RiskFactor.grounded)
-                .order_by(RiskFactor.position)
-            ).all()
+            risks = extractions.grounded_risks(session, document_id)
             facts = trusted_facts(
                 extraction.company,
                 extraction.fiscal_year,

@@ -14,12 +14,13 @@ import re
 from dataclasses import asdict, dataclass, field
 from difflib import SequenceMatcher
 from pathlib import Path, PurePath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine, select
-
+from pipeline.storage import extractions
 from pipeline.storage.db import session_scope
-from pipeline.storage.models import Document, Extraction, RiskFactor
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 DEFAULT_REVENUE_TOLERANCE = 0.01
 DEFAULT_TITLE_THRESHOLD = 0.85
@@ -217,24 +218,8 @@ def evaluate(
 def load_run(engine: Engine, run_id: str) -> dict[str, ExtractedFiling]:
     """The run's extracted documents by file name (the last one wins if two share a name)."""
     with session_scope(engine) as session:
-        rows = session.execute(
-            select(
-                Document.id,
-                Document.path,
-                Extraction.company,
-                Extraction.fiscal_year,
-                Extraction.revenue_usd,
-                Extraction.revenue_grounded,
-            )
-            .join(Extraction, Extraction.document_id == Document.id)
-            .where(Document.run_id == run_id)
-            .order_by(Document.id)
-        ).all()
-        risks = session.execute(
-            select(RiskFactor.document_id, RiskFactor.title, RiskFactor.grounded)
-            .where(RiskFactor.run_id == run_id)
-            .order_by(RiskFactor.document_id, RiskFactor.position)
-        ).all()
+        rows = extractions.extracted_rows(session, run_id)
+        risks = extractions.risk_rows(session, run_id)
     by_document: dict[int, list[tuple[str, bool]]] = {}
     for document_id, title, grounded in risks:
         by_document.setdefault(document_id, []).append((title, bool(grounded)))

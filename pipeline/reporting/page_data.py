@@ -5,21 +5,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from redis.exceptions import RedisError
-from sqlalchemy import Engine, func, select
-from sqlalchemy.orm import Session
 
 from pipeline.core.errors import ConfigError
 from pipeline.core.settings import Settings
 from pipeline.extraction.custom import GROUNDING_KEY, load_schema
 from pipeline.llm.ratelimit.policy import limit_in_force
 from pipeline.reporting.timeline import CallSpan
+from pipeline.storage import run_page, runs
 from pipeline.storage.db import session_scope
 from pipeline.storage.llm_calls import CallTotals, call_totals
-from pipeline.storage.models import Document, Extraction, LLMCall, Report, Run, aware
+from pipeline.storage.models import Run, aware
 from pipeline.storage.retention import kept_totals
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+    from sqlalchemy.orm import Session
 
 SLOWEST_DOCUMENTS = 10
 
@@ -101,20 +104,16 @@ def load_page(
     if limiter is None:
         limiter = limiter_state(settings)
     with session_scope(engine) as session:
-        run = session.get(Run, run_id)
-        report = session.scalar(select(Report.json).where(Report.run_id == run_id))
+        run = runs.get_run(session, run_id)
+        report = run_page.report_json(session, run_id)
         if run is None or report is None:
             raise NoReport(f"run {run_id} has no report yet (see `pipeline status {run_id}`)")
         start = aware(run.created_at)
         calls = [
             CallSpan((aware(end) - start).total_seconds(), latency / 1000, wait / 1000, status)
-            for end, latency, wait, status in session.execute(
-                select(LLMCall.created_at, LLMCall.latency_ms, LLMCall.limiter_wait_ms, LLMCall.status).where(
-                    LLMCall.run_id == run_id
-                )
-            ).tuples()
+            for end, latency, wait, status in run_page.call_timings(session, run_id)
         ]
-        by_stage, by_model = (_costs(session, run_id, column) for column in (LLMCall.stage, LLMCall.model))
+        by_stage, by_model = (_costs(session, run_id, key) for key in ("stage", "model"))
         return PageInput(
             report=report,
             status=run.status,
@@ -155,66 +154,27 @@ def quota(views: list[dict[str, Any]], models: set[str], settings: Settings) -> 
     return Quota(rpm / window_s, f"quota: {rpm:,} per {window_s:g} s ({', '.join(sources)})")
 
 
-def _costs(session: Session, run_id: str, column: Any) -> list[CostRow]:
-    rows = session.execute(
-        select(
-            column,
-            func.count(LLMCall.id),
-            func.coalesce(func.sum(LLMCall.prompt_tokens), 0),
-            func.coalesce(func.sum(LLMCall.completion_tokens), 0),
-            func.sum(LLMCall.cost_usd),
-        )
-        .where(LLMCall.run_id == run_id)
-        .group_by(column)
-        .order_by(column)
-    ).tuples()
+def _costs(session: Session, run_id: str, key: Literal["stage", "model"]) -> list[CostRow]:
     return [
-        CostRow(str(key), int(n), int(p), int(c), None if usd is None else float(usd))
-        for key, n, p, c, usd in rows
+        CostRow(str(name), int(n), int(p), int(c), None if usd is None else float(usd))
+        for name, n, p, c, usd in run_page.costs_by(session, run_id, key)
     ]
 
 
 def _slowest(session: Session, run_id: str) -> list[SlowDocument]:
-    calls = dict(
-        session.execute(
-            select(LLMCall.document_id, func.count(LLMCall.id))
-            .where(LLMCall.run_id == run_id, LLMCall.document_id.is_not(None))
-            .group_by(LLMCall.document_id)
-        )
-        .tuples()
-        .all()  # a list: dict() would take the Result, which has keys(), for a mapping
-    )
+    calls = run_page.calls_per_document(session, run_id)
     found = [
         SlowDocument(
             path, status, (aware(end) - aware(begin)).total_seconds(), calls.get(doc_id, 0), chunks or 0
         )
-        for doc_id, path, status, begin, end, chunks in session.execute(
-            select(
-                Document.id,
-                Document.path,
-                Document.status,
-                Document.started_at,
-                Document.finished_at,
-                Document.chunk_count,
-            ).where(
-                Document.run_id == run_id, Document.started_at.is_not(None), Document.finished_at.is_not(None)
-            )
-        ).tuples()
+        for doc_id, path, status, begin, end, chunks in run_page.timed_documents(session, run_id)
         if begin is not None and end is not None
     ]
     return sorted(found, key=lambda d: -d.seconds)[:SLOWEST_DOCUMENTS]
 
 
 def _custom(session: Session, run_id: str, schema: str) -> CustomTable:
-    rows = [
-        (str(path), dict(data))
-        for path, data in session.execute(
-            select(Document.path, Extraction.data)
-            .join(Extraction, Extraction.document_id == Document.id)
-            .where(Document.run_id == run_id)
-            .order_by(Document.path, Document.id)
-        ).tuples()
-    ]
+    rows = run_page.custom_rows(session, run_id)
     try:
         fields = list(load_schema(schema).model_fields)
     except ValueError:  # not importable here: the fields the answers hold, in order

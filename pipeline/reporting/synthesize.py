@@ -8,9 +8,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, wait
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any
-
-from sqlalchemy import Engine, Row, select
+from typing import TYPE_CHECKING, Any
 
 from pipeline.context import Context, check_spend, stop_check
 from pipeline.core.constants import DEFAULT_SYNTHESIZE_MAX_TOKENS
@@ -21,9 +19,12 @@ from pipeline.reporting import render
 from pipeline.reporting.compress import fallback_summary
 from pipeline.reporting.reduce import hedge, reduce_to_one
 from pipeline.runs.status import RunStatusView, run_status
-from pipeline.storage import clock, llm_calls, partials, reports
+from pipeline.storage import clock, extractions, llm_calls, partials, reports, runs
 from pipeline.storage.db import session_scope
-from pipeline.storage.models import Document, Extraction, RiskFactor, Run, RunStatus, aware
+from pipeline.storage.models import Run, RunStatus, aware
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine, Row
 
 PROMPT_OVERHEAD_TOKENS = 400
 PARTIAL_GRACE_S = 5.0
@@ -169,36 +170,11 @@ def _load(engine: Engine, run_id: str) -> tuple[Run, Sequence[Row[Any]], Sequenc
     """The run, one row per document (with its extraction's columns), its risk factors, and
     its partial syntheses' texts by id."""
     with session_scope(engine) as session:
-        run = session.get(Run, run_id)
+        run = runs.get_run(session, run_id)
         if run is None:
             raise LookupError(f"no run {run_id}")
-        # Columns, not entities: a 10,000-document run must not load every extraction's JSON.
-        rows = session.execute(
-            select(
-                Document.id,
-                Document.path,
-                Document.status,
-                Document.error,
-                Extraction.document_id,
-                Extraction.company,
-                Extraction.fiscal_year,
-                Extraction.revenue_usd,
-                Extraction.revenue_grounded,
-                Extraction.quotes_total,
-                Extraction.quotes_grounded,
-                Extraction.summary,
-                Extraction.partial_id,
-                Document.injection_excerpt,
-            )
-            .outerjoin(Extraction, Extraction.document_id == Document.id)
-            .where(Document.run_id == run_id)
-            .order_by(Document.path, Document.id)
-        ).all()
-        risks = session.execute(
-            select(RiskFactor.document_id, RiskFactor.title, RiskFactor.grounded)
-            .where(RiskFactor.run_id == run_id)
-            .order_by(RiskFactor.document_id, RiskFactor.position)
-        ).all()
+        rows = extractions.report_rows(session, run_id)
+        risks = extractions.risk_rows(session, run_id)
         partial_texts = partials.completed(session, run_id)
     return run, rows, risks, partial_texts
 

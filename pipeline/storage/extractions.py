@@ -1,0 +1,99 @@
+"""A run's extractions and risk factors as they are read back: by the report (one row per
+document), by a finalize that summarizes an extraction, and by `pipeline evaluate`.
+
+Columns, not entities, where a run's documents are read: a 10,000-document run must not load
+every extraction's JSON."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Row, select
+from sqlalchemy.orm import Session
+
+from pipeline.storage.models import Document, Extraction, RiskFactor, Run
+
+
+def report_rows(session: Session, run_id: str) -> Sequence[Row[Any]]:
+    """One row per document of the run, by path, with its extraction's columns (None for a
+    document without one): id, path, status, error, document_id (the extraction's), company,
+    fiscal_year, revenue_usd, revenue_grounded, quotes_total, quotes_grounded, summary,
+    partial_id, injection_excerpt."""
+    return session.execute(
+        select(
+            Document.id,
+            Document.path,
+            Document.status,
+            Document.error,
+            Extraction.document_id,
+            Extraction.company,
+            Extraction.fiscal_year,
+            Extraction.revenue_usd,
+            Extraction.revenue_grounded,
+            Extraction.quotes_total,
+            Extraction.quotes_grounded,
+            Extraction.summary,
+            Extraction.partial_id,
+            Document.injection_excerpt,
+        )
+        .outerjoin(Extraction, Extraction.document_id == Document.id)
+        .where(Document.run_id == run_id)
+        .order_by(Document.path, Document.id)
+    ).all()
+
+
+def risk_rows(session: Session, run_id: str) -> Sequence[Row[tuple[int, str, bool]]]:
+    """(document_id, title, grounded) of the run's risk factors, by document and position."""
+    return session.execute(
+        select(RiskFactor.document_id, RiskFactor.title, RiskFactor.grounded)
+        .where(RiskFactor.run_id == run_id)
+        .order_by(RiskFactor.document_id, RiskFactor.position)
+    ).all()
+
+
+def extracted_rows(
+    session: Session, run_id: str
+) -> Sequence[Row[tuple[int, str, str | None, int | None, float | None, bool | None]]]:
+    """(id, path, company, fiscal_year, revenue_usd, revenue_grounded) of the run's documents
+    that have an extraction, by id."""
+    return session.execute(
+        select(
+            Document.id,
+            Document.path,
+            Extraction.company,
+            Extraction.fiscal_year,
+            Extraction.revenue_usd,
+            Extraction.revenue_grounded,
+        )
+        .join(Extraction, Extraction.document_id == Document.id)
+        .where(Document.run_id == run_id)
+        .order_by(Document.id)
+    ).all()
+
+
+def to_summarize(
+    session: Session, document_id: int
+) -> Row[tuple[Extraction, str, float | None, str | None]] | None:
+    """The document's extraction with its run's query, budget and schema; None when it has no
+    extraction (or there is no such document)."""
+    return session.execute(
+        select(Extraction, Run.query, Run.budget_usd, Run.schema)
+        .join(Run, Run.id == Extraction.run_id)
+        .where(Extraction.document_id == document_id)
+    ).one_or_none()
+
+
+def grounded_risks(session: Session, document_id: int) -> Sequence[Row[tuple[str, str]]]:
+    """(title, quote) of the document's risk factors whose quote was found, in order."""
+    return session.execute(
+        select(RiskFactor.title, RiskFactor.quote)
+        .where(RiskFactor.document_id == document_id, RiskFactor.grounded)
+        .order_by(RiskFactor.position)
+    ).all()
+
+
+def document_exists(session: Session, document_id: int) -> bool:
+    """Whether this database holds the document (a finalize sent to another database than the
+    producer's does not)."""
+    return session.get(Document, document_id) is not None
