@@ -119,9 +119,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 SLOW_FILES_FIRST = (
-    "test_bench_sizes.py",
     "test_real_model.py",
-    "test_bench.py",
     "test_outage.py",
     "test_clock_skew.py",
     "test_limits_integration.py",
@@ -147,7 +145,7 @@ def pytest_configure(config: pytest.Config) -> None:
 SLOW_FILES = frozenset(
     {
         *SLOW_FILES_FIRST,
-        "test_bench_sizes.py",
+        "test_bench.py",
         "test_cancel.py",
         "test_clock_skew.py",
         "test_cost.py",
