@@ -134,10 +134,11 @@ def test_a_deployment_process_refuses_to_start_without_a_database_url(
 def test_each_process_names_what_it_talks_to_and_where_that_came_from(
     pipeline_env: dict[str, str], tmp_path: Path
 ) -> None:
-    (tmp_path / ".env").write_text("PIPELINE_LLM_BASE_URL=http://127.0.0.1:9/v1\n")
+    (tmp_path / ".env").write_text("PIPELINE_LLM_BASE_URL=http://127.0.0.1:9/v1\nPIPELINE_LEASE_SECONDS=3\n")
     env = child_env(pipeline_env)
     for name in ("PIPELINE_LLM_BASE_URL", "OPENAI_BASE_URL"):
         env.pop(name, None)  # the endpoint comes from .env alone
+    env["PIPELINE_RATE_LIMT_RPM"] = "500"  # misspelt: ignored, and said so
     result = subprocess.run(
         [sys.executable, "-m", "pipeline", "watchdog"], env=env, cwd=tmp_path, capture_output=True, text=True
     )
@@ -146,3 +147,8 @@ def test_each_process_names_what_it_talks_to_and_where_that_came_from(
     line = result.stderr.splitlines()[0]
     assert line.startswith("pipeline watchdog: endpoint 127.0.0.1:9 (.env), database "), line
     assert line.endswith(f"(environment), broker {host} (environment)"), line
+    warnings = result.stderr.splitlines()[1:3]
+    assert warnings == [
+        "warning: PIPELINE_LEASE_SECONDS is not a setting and is ignored (did you mean PIPELINE_LEASE_S?)",
+        "warning: PIPELINE_RATE_LIMT_RPM is not a setting and is ignored (did you mean PIPELINE_RATE_LIMIT_RPM?)",
+    ], result.stderr

@@ -18,7 +18,7 @@ from rich.markup import escape
 
 from pipeline import __version__
 from pipeline.core import exits, redaction
-from pipeline.core.settings import Settings, get_settings
+from pipeline.core.settings import Settings, get_settings, unread_variables
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -81,6 +81,18 @@ def announce(command: str, settings: Settings, *, broker_only: bool = False) -> 
     console.print(
         f"pipeline {command}: {escape(parts[-1] if broker_only else ', '.join(parts))}", highlight=False
     )
+    for sentence in unread_variables([*os.environ, *env_file_variables()]):
+        console.print(f"[yellow]warning:[/] {escape(sentence)}", highlight=False)
+
+
+def env_file_variables() -> list[str]:
+    """The names `.env` in the working directory sets (none without one)."""
+    env_file = Path(".env")
+    if not env_file.is_file():
+        return []
+    from dotenv import dotenv_values
+
+    return list(dotenv_values(env_file))
 
 
 def talks_to(settings: Settings) -> list[str]:

@@ -5,11 +5,13 @@ checks of a value, what is derived from several) is here."""
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from pydantic import ValidationInfo, field_validator
+from pydantic import AliasChoices, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pipeline.core import constants as c
@@ -257,3 +259,45 @@ def default(name: str) -> Any:
 def get_settings() -> Settings:
     """The process's settings, read once."""
     return Settings()
+
+
+REMOVED: dict[str, str] = {}
+"""Variables earlier versions read, and what became of each: named when a process finds one set."""
+
+NOT_SETTINGS_PREFIX = "PIPELINE_TEST_"
+"""The test suite's own variables (which Postgres and Redis it uses), read by no process."""
+
+DEPLOYMENT_VARIABLES = frozenset({"PIPELINE_DB_WAIT_TRIES", "PIPELINE_DB_WAIT_DELAY_S", "PIPELINE_IMAGE_TAG"})
+"""Read by the deployment files (ops/prestart.sh, docker-compose.yml), not by a setting."""
+
+
+def variable_names() -> set[str]:
+    """Every environment name a setting is read from (PIPELINE_ + its name, or its aliases)."""
+    names: set[str] = set()
+    for name, field in Settings.model_fields.items():
+        alias = field.validation_alias
+        if isinstance(alias, AliasChoices):
+            names.update(str(choice).upper() for choice in alias.choices)
+        else:
+            names.add(f"PIPELINE_{name}".upper())
+    return names
+
+
+def unread_variables(variables: Iterable[str]) -> list[str]:
+    """A sentence for each PIPELINE_ variable among `variables` that no setting reads: a removed
+    one says what replaced it, a misspelt one the setting it is closest to. A variable that is
+    set and silently ignored is a setting the operator believes in and the process never used."""
+    known = variable_names()
+    said = []
+    for variable in sorted({v.upper() for v in variables}):
+        if not variable.startswith("PIPELINE_") or variable in known:
+            continue
+        if variable.startswith(NOT_SETTINGS_PREFIX) or variable in DEPLOYMENT_VARIABLES:
+            continue
+        if variable in REMOVED:
+            said.append(f"{variable} is no longer read: {REMOVED[variable]}")
+            continue
+        close = difflib.get_close_matches(variable, sorted(known), n=1, cutoff=0.8)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        said.append(f"{variable} is not a setting and is ignored{hint}")
+    return said
