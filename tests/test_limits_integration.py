@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import random
 import threading
-import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,7 +24,7 @@ from pipeline.storage.models import Document, LLMCall
 from pipeline_dev.bench.procs import sim_stats
 from pipeline_dev.sim import SimConfig, SimServer
 from pipeline_dev.synth_filings import write_filings
-from tests.conftest import claimed_redis_db, run_cli, running_simulator, running_workers
+from tests.conftest import claimed_redis_db, eventually, run_cli, running_simulator, running_workers
 
 # A provider like OpenAI's: a per-minute quota, enforced per second as well (the simulator's
 # default), 20 calls and 70,000 tokens a second. Small chunks make a run request-bound, chunks
@@ -218,9 +217,11 @@ def test_after_one_429_every_worker_pauses(redis_url: str) -> None:
                 kwargs={"stage": "compress", "max_tokens": 20, "sink": records.append},
             )
             refused.start()
-            deadline = time.monotonic() + 2
-            while not any(r.status == "rate_limited" for r in records) and time.monotonic() < deadline:
-                time.sleep(0.01)
+            eventually(
+                "the third call refused with a 429",
+                lambda: any(r.status == "rate_limited" for r in records),
+                timeout_s=2,
+            )
             assert second.limiter is not None
             assert second.limiter.view(scope).paused_for_s > 0.5, "the other worker sees the pause"
             second.text(messages, stage="compress", max_tokens=20, sink=records.append)

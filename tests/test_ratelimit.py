@@ -1,13 +1,14 @@
-"""The global limiter: its arithmetic, then its Lua scripts against a real Redis."""
+"""The global limiter: its arithmetic, then its Lua scripts against a real Redis, their time
+moved through the limiter's seam (`limiter_clock.moved`) instead of slept through."""
 
 from __future__ import annotations
 
 import itertools
-import threading
 import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import ExitStack
 from multiprocessing import get_context
 from typing import Any
 
@@ -17,6 +18,7 @@ import redis
 from pipeline.core.errors import Deferred, RequestTooLarge
 from pipeline.core.settings import default
 from pipeline.llm.ratelimit import Decision, Limits, RedisLimiter, Scope, keys, policy
+from pipeline.llm.ratelimit import clock as limiter_clock
 from pipeline.runtime import embedded
 
 # -- the arithmetic ----------------------------------------------------------------------
@@ -113,11 +115,12 @@ def test_headers_that_arrive_late_are_held_against_the_window_they_describe(
 ) -> None:
     limiter = _limiter(client, rpm=10, window_s=1.0, burst_s=1.0)
     permits = [limiter.acquire([scope], 1) for _ in range(5)]
-    time.sleep(0.7)  # a slow answer: our window has moved on, the provider's count is from then
     told = policy.ProviderLimits(limit_requests=10, remaining_requests=5, reset_requests_s=0.5)
-    assert limiter.release(permits[0], told) == (0.0, 0.0), "5 of 10 left then: exactly what we used"
-    time.sleep(0.4)  # now past the window those 5 calls were in
-    assert limiter.release(permits[1], told) == (0.0, 0.0)
+    # A slow answer: our window has moved on, the provider's count is from then.
+    with limiter_clock.moved(0.7):
+        assert limiter.release(permits[0], told) == (0.0, 0.0), "5 of 10 left then: exactly what we used"
+        with limiter_clock.moved(0.4):  # now past the window those 5 calls were in
+            assert limiter.release(permits[1], told) == (0.0, 0.0)
 
 
 def test_calls_that_left_our_window_still_count_against_a_slow_answers_headers(
@@ -126,12 +129,13 @@ def test_calls_that_left_our_window_still_count_against_a_slow_answers_headers(
     limiter = _limiter(client, rpm=10, window_s=1.0, burst_s=1.0)
     for _ in range(5):
         limiter.acquire([scope], 1)
-    time.sleep(0.5)
-    slow = limiter.acquire([scope], 1)  # the provider saw 6 of 10 when it arrived
-    time.sleep(0.7)
-    limiter.acquire([scope], 1)  # the rate has fallen; this call's turn moves the first 5 out of our window
-    told = policy.ProviderLimits(limit_requests=10, remaining_requests=4, reset_requests_s=1.0)
-    assert limiter.release(slow, told) == (0.0, 0.0), "4 left then, as we count too: nothing to push"
+    with limiter_clock.moved(0.5):
+        slow = limiter.acquire([scope], 1)  # the provider saw 6 of 10 when it arrived
+        with limiter_clock.moved(0.7):
+            limiter.acquire([scope], 1)  # the rate has fallen; its turn moves the first 5 out of our window
+            assert client.zcard(keys(scope).retired) == 5
+            told = policy.ProviderLimits(limit_requests=10, remaining_requests=4, reset_requests_s=1.0)
+            assert limiter.release(slow, told) == (0.0, 0.0), "4 left then, as we count too: nothing to push"
 
 
 def test_a_burst_allowance_lets_that_many_seconds_of_quota_go_at_once(
@@ -168,25 +172,23 @@ def test_a_call_with_a_horizon_reserves_its_turn_only_once_it_is_near(
     client: redis.Redis, scope: Scope
 ) -> None:
     """An uncalibrated call's cost is a guess: it must not hold a place far down the queue."""
+    log = keys(scope).log
+    naps: list[tuple[float, int]] = []
+    later = ExitStack()
+
+    def sleep(seconds: float) -> None:  # the wait passes on the limiter's clock
+        naps.append((seconds, client.zcard(log)))
+        later.enter_context(limiter_clock.moved(seconds))
+
     limiter = RedisLimiter(
-        client, Limits(tpm=60_000), lease_s=5, recovery_s=300, min_factor=0.2, max_wait_s=5
+        client, Limits(tpm=60_000), lease_s=5, recovery_s=300, min_factor=0.2, max_wait_s=5, sleep=sleep
     )  # 1,000 tokens/s
     limiter.acquire([scope], 1_500)  # the next 1.5 s of token quota are taken
-    log = keys(scope).log
-    reserved_at: list[float] = []
-
-    def call() -> None:
-        limiter.acquire([scope], 100, horizon_s=0.3)
-        reserved_at.append(time.monotonic())
-
-    started = time.monotonic()
-    waiter = threading.Thread(target=call)
-    waiter.start()
-    time.sleep(0.5)
-    assert client.zcard(log) == 1, "1 s away: not reserved yet"
-    waiter.join(5)
+    with later:
+        permit = limiter.acquire([scope], 100, horizon_s=0.3)
+    assert naps[0][1] == 1 and naps[0][0] >= 1.0, "1.5 s away: not reserved yet"
     assert client.zcard(log) == 2
-    assert 1.4 <= reserved_at[0] - started <= 2.0, "it still goes at its turn"
+    assert 1.4 <= permit.waited_s <= 2.0, "it still goes at its turn"
 
 
 def test_without_pacing_the_window_alone_admits_a_whole_windows_quota(
@@ -200,8 +202,8 @@ def test_without_pacing_the_window_alone_admits_a_whole_windows_quota(
     assert refused.requests_in_window == 3
     # The oldest admission leaves the window one window after it was made.
     assert 0.9 < refused.wait_s + (refused.at_ms - first.at_ms) / 1000 <= 1.01
-    time.sleep(refused.wait_s + 0.01)
-    assert _try(limiter, scope).admitted
+    with limiter_clock.moved(refused.wait_s + 0.01):
+        assert _try(limiter, scope).admitted
 
 
 def test_the_window_still_bounds_what_the_burst_allows(client: redis.Redis, scope: Scope) -> None:
@@ -222,8 +224,8 @@ def test_calls_in_flight_are_capped_and_leases_expire(client: redis.Redis, scope
     limiter.release(held[0], None)
     assert _try(limiter, scope).admitted  # the freed slot, taken again
     assert _try(limiter, scope).reason == "inflight"
-    time.sleep(0.35)  # the leases of calls that never came back expire by themselves
-    assert _try(limiter, scope).admitted
+    with limiter_clock.moved(0.35):  # the leases of calls that never came back expire by themselves
+        assert _try(limiter, scope).admitted
 
 
 def test_with_nothing_configured_the_limits_are_learned_from_the_first_answer(
@@ -253,9 +255,9 @@ def test_a_probe_that_never_answers_holds_the_others_back_only_briefly(
     refused = _try(limiter, scope)
     assert (refused.admitted, refused.reason) == (False, "probing")
     assert refused.wait_s <= 0.1, "waiters poll: the probe's answer may come any moment"
-    time.sleep(0.35)
-    assert _try(limiter, scope).admitted, "a second probe goes once the first one's claim lapsed"
-    assert _try(limiter, scope).reason == "probing"
+    with limiter_clock.moved(0.35):
+        assert _try(limiter, scope).admitted, "a second probe goes once the first one's claim lapsed"
+        assert _try(limiter, scope).reason == "probing"
 
 
 def test_a_provider_without_limit_headers_ends_the_probe(client: redis.Redis, scope: Scope) -> None:
@@ -293,8 +295,8 @@ def test_a_pause_after_a_429_holds_every_worker(client: redis.Redis, scope: Scop
     decision = _try(other_worker, scope)
     assert not decision.admitted and decision.reason == "paused"
     assert 0.3 < decision.wait_s <= 0.5
-    time.sleep(decision.wait_s + 0.01)
-    assert _try(other_worker, scope).admitted
+    with limiter_clock.moved(decision.wait_s + 0.01):
+        assert _try(other_worker, scope).admitted
 
 
 def test_refusals_the_limiter_admitted_lower_the_rate_once_per_event(
@@ -305,12 +307,12 @@ def test_refusals_the_limiter_admitted_lower_the_rate_once_per_event(
     assert factor == pytest.approx(0.8, abs=0.01)
     _, again = limiter.pause(scope, 0.001)  # the same burst of 429s: no second cut
     assert again == pytest.approx(factor, abs=0.01)
-    time.sleep(0.01)
-    assert _try(limiter, scope).factor < 1
-    # Climbing back already (recovery_s=2: +0.1 every 0.2 s, and a loaded machine is slow).
-    assert 80 <= limiter.view(scope).effective_rpm < 100
-    time.sleep(0.45)  # +0.225 in 0.45 s
-    assert limiter.view(scope).factor == 1.0
+    with limiter_clock.moved(0.01):
+        assert _try(limiter, scope).factor < 1
+        # Climbing back already (recovery_s=2: +0.1 every 0.2 s, and a loaded machine is slow).
+        assert 80 <= limiter.view(scope).effective_rpm < 100
+        with limiter_clock.moved(0.45):  # +0.225 in 0.45 s
+            assert limiter.view(scope).factor == 1.0
 
 
 def test_after_a_cut_the_rate_never_stays_below_what_the_provider_says_is_free(
@@ -321,10 +323,10 @@ def test_after_a_cut_the_rate_never_stays_below_what_the_provider_says_is_free(
     )
     _, factor = limiter.pause(scope, 0.001)
     assert factor == pytest.approx(0.8, abs=0.01)
-    time.sleep(0.01)
-    permit = limiter.acquire([scope], 1)
-    limiter.release(permit, policy.ProviderLimits(limit_requests=100, remaining_requests=95))
-    assert limiter.view(scope).factor == pytest.approx(0.95, abs=0.01)
+    with limiter_clock.moved(0.01):
+        permit = limiter.acquire([scope], 1)
+        limiter.release(permit, policy.ProviderLimits(limit_requests=100, remaining_requests=95))
+        assert limiter.view(scope).factor == pytest.approx(0.95, abs=0.01)
 
 
 def test_a_call_larger_than_the_quota_fails_at_once(client: redis.Redis, scope: Scope) -> None:
@@ -355,17 +357,20 @@ def test_a_call_whose_turn_comes_during_a_pause_waits_for_the_pause_then_asks_ag
     limiter.acquire([scope], 1)
     pauser = RedisLimiter(client, limits, lease_s=5, recovery_s=300, min_factor=0.2, max_wait_s=3.0)
     paused: list[float] = []
+    later = ExitStack()
 
     def sleep(seconds: float) -> None:
         # The next turn is 500 ms away; a 429 elsewhere pauses everyone for 800 ms meanwhile.
         if not paused:
             paused.append(pauser.pause(scope, 0.8, cut=False)[0])
-        time.sleep(seconds)
+        later.enter_context(limiter_clock.moved(seconds))
 
     limiter._sleep = sleep
-    permit = limiter.acquire([scope], 1)
+    with later:
+        permit = limiter.acquire([scope], 1)
+        assert limiter.paused_for_s(scope) == 0, "it asked again once the pause was over"
     assert paused, "its turn was ahead: it slept"
-    assert time.time() >= paused[0] and permit.waited_s >= 0.8
+    assert permit.waited_s >= 0.8
     # The turn it gave up was never sent: it left the window (the first call and this one remain).
     k = keys(scope)
     log, costs, tokens = k.log, k.costs, k.tokens
@@ -468,8 +473,7 @@ def test_another_workers_pause_holds_a_scriptless_caller_within_the_recheck(
     refused.pause(scope, 1.0)  # a 429: this process waits from its next call on
     with pytest.raises(Deferred, match="paused"):
         refused.acquire([scope], 1)
-    time.sleep(0.25)
-    with pytest.raises(Deferred, match="paused"):
+    with limiter_clock.moved(0.25), pytest.raises(Deferred, match="paused"):
         other.acquire([scope], 1)
     client.delete(*keys(scope).all())
 
@@ -482,8 +486,8 @@ def test_answers_without_limits_keep_what_was_heard_of_the_provider(private_redi
     client.pexpire(learned, 2_000)
     limiter = _unlimited_limiter(client, unlimited_recheck_s=0.1)
     limiter.release(limiter.acquire([scope], 1), policy.ProviderLimits())
-    time.sleep(0.15)
-    assert limiter.acquire([scope], 1).id == ""
+    with limiter_clock.moved(0.15):
+        assert limiter.acquire([scope], 1).id == ""
     assert client.pttl(learned) > 60_000, "renewed for as long as the headers would have kept it"
     client.delete(*keys(scope).all())
 
@@ -496,12 +500,13 @@ def test_every_key_is_prefixed_and_expires(client: redis.Redis, scope: Scope) ->
     limiter.acquire([scope], 10)  # held: its lease stays
     limiter.release(limiter.acquire([scope], 10), policy.ProviderLimits(limit_requests=5))
     limiter.pause(scope, 0.1)
-    time.sleep(1.05)
-    limiter.acquire([scope], 10)  # the first two leave the window for `retired`
+    with limiter_clock.moved(1.05):
+        limiter.acquire([scope], 10)  # the first two leave the window for `retired`
     present = [k for k in keys(scope).all() if client.exists(k)]
-    # Those that hold the window, the lease and the pacing are there; the pause's and others' may
-    # have run out already on a loaded machine. Whatever is there has the prefix and expires.
-    assert {k.rsplit(":", 1)[1] for k in present} >= {"log", "costs", "tokens", "inflight", "pace"}
+    # Those that hold the window, the lease, the pacing and the retired admissions are there; the
+    # pause's and others' may have run out already on a loaded machine. Whatever is there has the
+    # prefix and expires.
+    assert {k.rsplit(":", 1)[1] for k in present} >= {"log", "costs", "tokens", "inflight", "pace", "retired"}
     assert all(k.startswith("pipeline:rl:{") for k in present)
     # -1: no expiry; -2: it ran out since it was listed (a loaded machine, once in a full suite).
     assert all(client.pttl(k) != -1 for k in present)

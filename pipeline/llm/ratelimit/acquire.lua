@@ -34,6 +34,7 @@
 --          yet, one call at a time until an answer tells whether the provider sends limits
 -- ARGV[13] probe (ms): how long that one call holds the others back at most
 -- ARGV[14] keep (ms): how long admissions that left the window stay in `retired`
+-- ARGV[15] shift (ms) added to Redis TIME; 0 outside tests, which move the clock instead of sleeping
 --
 -- Returns {admitted 0/1, wait ms, reason, requests in window, tokens in window, factor * 1e6,
 --          now (ms), rpm in force, tpm in force, heard 0/1 (an answer has said what the
@@ -46,14 +47,14 @@ local rpm, tpm, max_inflight = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(AR
 local cost, id, window = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
 local lease, recovery, ttl = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]) + window
 local burst, max_wait, learn = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
-local probe, keep = tonumber(ARGV[13]), tonumber(ARGV[14])
+local probe, keep, shift_ms = tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15])
 local LOG, COSTS, TOKENS, INFLIGHT = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local PAUSE, AIMD, PACE, LEARNED, RETIRED = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 
 -- Redis 6 needs effects replication before a write that follows TIME (the default from 7).
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + shift_ms
 
 -- The window's upkeep: admissions older than the window leave it, with their tokens, for
 -- `retired`; those retired longer than `keep` are forgotten.

@@ -15,6 +15,9 @@ trip that never comes back (a silent peer) loses it, even before the client's so
 Where no limit applies (none configured, the provider's answers carry none, no pause), a call
 runs no script: each process keeps that verdict per scope for `UNLIMITED_RECHECK_S`, then looks
 again (one round trip), and drops it at once when an answer states limits or a 429 pauses.
+
+Every clock read goes through `pipeline.llm.ratelimit.clock`: Redis TIME for the decisions, the
+process's monotonic clock for how long a verdict is kept; `clock.moved` is the tests' seam.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from pipeline.core import constants as c
 from pipeline.core import progress, replies
 from pipeline.core.errors import ConfigError, Deferred, RequestTooLarge
 from pipeline.core.settings import Settings, default
-from pipeline.llm.ratelimit import policy
+from pipeline.llm.ratelimit import clock, policy
 from pipeline.llm.ratelimit.scripts import (
     AcquireArgs,
     AcquireKeys,
@@ -101,7 +104,7 @@ class Permit:
 class _Verdict:
     unlimited: bool
     until_s: float
-    """time.monotonic() after which it is looked at again"""
+    """`clock.monotonic_s()` after which it is looked at again"""
 
 
 @dataclass(frozen=True)
@@ -211,6 +214,7 @@ class RedisLimiter:
             learn=int(self.limits.learn),
             probe_ms=self.probe_ms,
             keep_ms=self.lease_ms,  # a call's answer comes back within its lease
+            shift_ms=clock.shift_ms(),
         )
         with progress.blocking():
             return self._scripts.acquire(AcquireKeys.of(keys(scope)), args)
@@ -281,7 +285,7 @@ class RedisLimiter:
         if self.limits.active:
             return False
         verdict = self._verdicts.get(scope.tag)
-        now_s = time.monotonic()
+        now_s = clock.monotonic_s()
         if verdict is None or verdict.until_s <= now_s:
             verdict = _Verdict(self._look(scope), now_s + self.unlimited_recheck_s)
             self._verdicts[scope.tag] = verdict
@@ -298,7 +302,7 @@ class RedisLimiter:
             unlimited = True
         else:
             return
-        self._verdicts[scope.tag] = _Verdict(unlimited, time.monotonic() + self.unlimited_recheck_s)
+        self._verdicts[scope.tag] = _Verdict(unlimited, clock.monotonic_s() + self.unlimited_recheck_s)
 
     def _look(self, scope: Scope) -> bool:
         k = keys(scope)
@@ -314,7 +318,7 @@ class RedisLimiter:
             pipe.hmget(learned, ["rpm", "tpm", "seen"])
             pipe.get(pause)
             *_, now, (rpm, tpm, seen), paused = pipe.execute()
-        if replies.integer(paused) > replies.time_ms(now):
+        if replies.integer(paused) > clock.now_ms(now):
             return False
         return not self.limits.learn or (
             seen is not None and not replies.integer(rpm) and not replies.integer(tpm)
@@ -326,7 +330,7 @@ class RedisLimiter:
             pipe.time()
             pipe.get(keys(scope).pause)
             now, until = pipe.execute()
-        return max(0, replies.integer(until) - replies.time_ms(now)) / 1000
+        return max(0, replies.integer(until) - clock.now_ms(now)) / 1000
 
     def release(
         self,
@@ -366,6 +370,7 @@ class RedisLimiter:
             learned_ttl_ms=c.LIMITER_LEARNED_TTL_MS,
             charged_tokens=-1 if charged_tokens is None else charged_tokens,
             learn=int(self.limits.learn),
+            shift_ms=clock.shift_ms(),
         )
         with progress.blocking():
             pushed = self._scripts.release(ReleaseKeys.of(keys(permit.scope)), args)
@@ -388,6 +393,7 @@ class RedisLimiter:
             recovery_ms=self.recovery_ms,
             cooldown_ms=c.AIMD_COOLDOWN_MS,
             ttl_ms=c.LIMITER_KEY_TTL_EXTRA_MS,
+            shift_ms=clock.shift_ms(),
         )
         with progress.blocking():
             paused = self._scripts.pause(PauseKeys.of(keys(scope)), args)
@@ -403,7 +409,7 @@ class RedisLimiter:
             pipe.get(k.pause)
             pipe.hmget(k.learned, ["rpm", "tpm"])
             now, (cut_factor, cut_at), paused_raw, (learned_rpm, learned_tpm) = pipe.execute()
-        now_ms = replies.time_ms(now)
+        now_ms = clock.now_ms(now)
         with self.client.pipeline(transaction=False) as pipe:
             pipe.zrangebyscore(k.log, now_ms - self.window_ms, "+inf")
             pipe.zcount(k.inflight, now_ms, "+inf")

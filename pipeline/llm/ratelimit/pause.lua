@@ -11,16 +11,18 @@
 -- ARGV[5] cooldown (ms): a cut within this time of the previous one is skipped,
 --         so one burst of 429s counts as one congestion event
 -- ARGV[6] key TTL (ms)
+-- ARGV[7] shift (ms) added to Redis TIME; 0 outside tests, which move the clock instead of sleeping
 --
 -- Returns {pause until (ms), factor after * 1e6}.
 
 local pause_ms, decrease, floor = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local recovery, cooldown, ttl = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local shift_ms = tonumber(ARGV[7])
 
 -- Redis 6 needs effects replication before a write that follows TIME (the default from 7).
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + shift_ms
 
 local until_ms = now + pause_ms
 local current = tonumber(redis.call('GET', KEYS[1]) or '0')

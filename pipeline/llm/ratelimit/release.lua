@@ -24,6 +24,7 @@
 -- ARGV[13] TTL of what was learned (ms)
 -- ARGV[14] tokens the provider charged (-1: unknown, keep the reservation)
 -- ARGV[15] learn: 1 = keep what the provider says its limits are (they set or lower ours)
+-- ARGV[16] shift (ms) added to Redis TIME; 0 outside tests, which move the clock instead of sleeping
 --
 -- Returns {pushed requests (ms), pushed tokens (ms), factor * 1e6}.
 -- A reservation above what the provider charged (our prompt estimate errs high) is refunded,
@@ -39,7 +40,7 @@ local told = {
   {limit = tonumber(ARGV[9]), remaining = tonumber(ARGV[10]), reset = tonumber(ARGV[11]), field = 'tokens'},
 }
 local answered, learned_ttl, charged = tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
-local learning = tonumber(ARGV[15]) == 1
+local learning, shift_ms = tonumber(ARGV[15]) == 1, tonumber(ARGV[16])
 
 redis.call('ZREM', KEYS[2], id)
 if answered == -1 then
@@ -53,7 +54,7 @@ if answered ~= 1 then return {0, 0, -1} end
 
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + shift_ms
 
 -- What the provider says its limits are (nothing when it sends no headers: then `seen` alone
 -- ends the one-call-at-a-time probe).

@@ -115,6 +115,9 @@ class AcquireArgs(ScriptArgs):
     probe_ms: int
     keep_ms: int
     """how long admissions that left the window stay in `retired`"""
+    shift_ms: int
+    """added to Redis TIME: 0 outside tests, which move the clock instead of sleeping
+    (`pipeline.llm.ratelimit.clock`)"""
 
 
 @dataclass(frozen=True)
@@ -188,6 +191,9 @@ class ReleaseArgs(ScriptArgs):
     charged_tokens: int
     """what the provider charged (-1: unknown, the reservation stands)"""
     learn: int
+    shift_ms: int
+    """added to Redis TIME: 0 outside tests, which move the clock instead of sleeping
+    (`pipeline.llm.ratelimit.clock`)"""
 
     @staticmethod
     def headers(told: ProviderLimits) -> dict[str, int]:
@@ -245,6 +251,9 @@ class PauseArgs(ScriptArgs):
     cooldown_ms: int
     """a cut within this of the previous one is skipped: one burst of 429s is one event"""
     ttl_ms: int
+    shift_ms: int
+    """added to Redis TIME: 0 outside tests, which move the clock instead of sleeping
+    (`pipeline.llm.ratelimit.clock`)"""
 
 
 @dataclass(frozen=True)
