@@ -38,6 +38,7 @@ import redis
 from pipeline.core import constants as c
 from pipeline.core import keys as redis_keys
 from pipeline.core import progress, replies
+from pipeline.core.clock_shift import ClockShift
 from pipeline.core.settings import Settings, default
 from pipeline.llm.circuit_scripts import (
     AdmitArgs,
@@ -63,7 +64,7 @@ JITTER = 0.05
 """Held calls look again up to 5 % later than told, so that they do not all ask at once."""
 MAX_ERROR_CHARS = 300
 
-_shift_ms = 0
+_shift = ClockShift()
 DeadlineOf = Callable[[], datetime | None]
 """Looks up the run's deadline (None: it has none): asked only once an outage holds a call."""
 _deadline_of: ContextVar[DeadlineOf | None] = ContextVar("pipeline_circuit_deadline", default=None)
@@ -190,17 +191,9 @@ def tolerance(settings: Settings) -> Tolerance:
     return Tolerance(float(c.UNSET_OUTAGE_TOLERANCE_S), None, configured=False)
 
 
-@contextmanager
-def moved(seconds: float) -> Iterator[None]:
-    """Tests: while the block runs, this process's circuit decisions see Redis's clock
-    `seconds` later (a probe falls due, a tolerance runs out) without waiting for it."""
-    global _shift_ms
-    before = _shift_ms
-    _shift_ms = before + int(seconds * 1000)
-    try:
-        yield
-    finally:
-        _shift_ms = before
+moved = _shift.moved
+"""Tests: while the block runs, this process's circuit decisions see Redis's clock `seconds`
+later (a probe falls due, a tolerance runs out) without waiting for it."""
 
 
 class Circuit:
@@ -244,7 +237,7 @@ class Circuit:
     def admit(self) -> Gate:
         """One atomic look: the call may go (closed), goes as the probe, or must wait."""
         token = uuid.uuid4().hex
-        args = AdmitArgs(token, self.probe_lease_ms, int(POLL_S * 1000), _shift_ms)
+        args = AdmitArgs(token, self.probe_lease_ms, int(POLL_S * 1000), _shift.ms)
         with progress.blocking():
             reply = self._admit(keys=self._keys.keys(), args=args.args())
         return Gate.parse(reply, token)
@@ -289,7 +282,7 @@ class Circuit:
             probe_max_ms=int(self.probe_max_s * 1000),
             ttl_ms=TTL_S * 1000,
             error=error[:MAX_ERROR_CHARS],
-            shift_ms=_shift_ms,
+            shift_ms=_shift.ms,
             admitted_ms=gate.at_ms,
             label=endpoint_label(self.endpoint),
         )
@@ -357,7 +350,7 @@ def states(client: redis.Redis) -> list[CircuitState]:
 
 
 def _now_s(seconds: Any, micros: Any) -> float:
-    return int(seconds) + int(micros) / 1e6 + _shift_ms / 1000
+    return int(seconds) + int(micros) / 1e6 + _shift.ms / 1000
 
 
 def _state(label: str, raw: dict[Any, Any], probe_ttl_ms: int, now_s: float) -> CircuitState:

@@ -11,39 +11,28 @@ as well. The circuit breaker has the same seam (`pipeline.llm.circuit.moved`).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from pipeline.core import replies
+from pipeline.core.clock_shift import ClockShift
 
-_shift_ms = 0
+_shift = ClockShift()
+
+moved = _shift.moved
+"""Tests: while the block runs, this process's limiter sees the clock `seconds` later (a window
+passes, a lease or a pause runs out) without waiting for it."""
 
 
 def shift_ms() -> int:
     """What the scripts add to Redis TIME (ms): 0 outside tests."""
-    return _shift_ms
+    return _shift.ms
 
 
 def now_ms(redis_time: Any) -> int:
     """A TIME reply ([seconds, microseconds]) in ms, as the scripts see it."""
-    return replies.time_ms(redis_time) + _shift_ms
+    return replies.time_ms(redis_time) + _shift.ms
 
 
 def monotonic_s() -> float:
     """This process's `time.monotonic()`, moved with the rest."""
-    return time.monotonic() + _shift_ms / 1000
-
-
-@contextmanager
-def moved(seconds: float) -> Iterator[None]:
-    """Tests: while the block runs, this process's limiter sees the clock `seconds` later (a
-    window passes, a lease or a pause runs out) without waiting for it. Other processes are not
-    moved, nor are Redis's key TTLs."""
-    global _shift_ms
-    before = _shift_ms
-    _shift_ms = before + int(seconds * 1000)
-    try:
-        yield
-    finally:
-        _shift_ms = before
+    return time.monotonic() + _shift.ms / 1000
