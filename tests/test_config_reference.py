@@ -137,3 +137,24 @@ def test_a_setting_no_name_reaches_or_without_a_description_is_refused() -> None
 
     with pytest.raises(UnnamedSetting, match="lease_s has no description"):
         settings_of(Undocumented)
+
+
+def test_a_removed_or_misspelt_variable_is_named_and_the_rest_are_not() -> None:
+    from pipeline.core.settings import unread_variables
+
+    said = unread_variables(
+        [
+            "PIPELINE_RATE_LIMIT_MARGIN_S",  # removed: says what replaced it
+            "pipeline_lease_sec",  # misspelt, in lower case as .env files may have it
+            "PIPELINE_LEASE_S",  # a setting
+            "OPENAI_API_KEY",  # an alias of one, and not ours
+            "PIPELINE_TEST_DATABASE_URL",  # the test suite's
+            "PIPELINE_DB_WAIT_TRIES",  # ops/prestart.sh's
+            "HOME",
+        ]
+    )
+    assert said == [
+        "PIPELINE_LEASE_SEC is not a setting and is ignored (did you mean PIPELINE_LEASE_S?)",
+        "PIPELINE_RATE_LIMIT_MARGIN_S is no longer read: the limiter adds 0.25 s to the provider's "
+        "window (issue 31)",
+    ]

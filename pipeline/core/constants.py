@@ -72,3 +72,16 @@ documents still waiting for it (a provider's bad hour is waited out, a dead endp
 PLACEHOLDER_PASSWORDS = frozenset({"change-me", "changeme", "change_me", "changethis", "password", "secret"})
 """Refused as passwords (compared without case): `.env.example`'s placeholder and its like. The
 Redis and database URLs are checked when the settings are read, Flower's login when it starts."""
+
+RATE_LIMIT_MARGIN_S = 0.25
+"""Our window is the provider's plus this: a call admitted at t reaches the provider a little
+later, by a delay that varies, so a slot freed at exactly t + window could still be counted in
+the provider's window. Paced at limit per (window + margin), any 60 s of arrivals holds
+limit x 60 / 60.25 plus the one call the pacing may let in early, plus those the delay moved in:
+at 2,400,000 TPM and calls of 7,500 tokens, 2,397,500 with one call of jitter. Costs 0.4 % of a
+60 s window's throughput (0.5 s cost 0.8 %: R1t, docs/benchmarks.md). Was a setting until
+issue 31."""
+RATE_LIMIT_MIN_FACTOR = 0.2
+"""The floor of the cut to the paced rate after a burst of 429s (a fifth of the quota)."""
+BATCH_MAX_FILE_BYTES = 200 * 1024 * 1024
+"""A Batch API input file's size limit (OpenAI: 200 MB)."""

@@ -150,18 +150,6 @@ class LimitSettings(BaseSettings):
     )
     rate_limit_window_s: float = Field(default=60.0, gt=0, description="the provider's window")
 
-    rate_limit_margin_s: float = Field(
-        default=0.25,
-        ge=0,
-        description="added to the window: a call reaches the provider a little after we admit it",
-    )
-    """Our window is the provider's plus this: a call admitted at t reaches the provider a little
-    later, by a delay that varies, so a slot freed at exactly t + window could still be counted
-    in the provider's window. Paced at limit per (window + margin), any 60 s of arrivals holds
-    limit x 60 / 60.25 plus the one call the pacing may let in early, plus those the delay
-    moved in: at 2,400,000 TPM and calls of 7,500 tokens, 2,397,500 with one call of jitter.
-    Costs 0.4 % of a 60 s window's throughput (0.5 s cost 0.8 %: R1t, README)."""
-
     rate_limit_burst_s: float = Field(
         default=0.0,
         ge=0,
@@ -177,12 +165,6 @@ class LimitSettings(BaseSettings):
     rate_limit_learn: bool = Field(
         default=True,
         description="the provider's x-ratelimit-limit-* headers set the limits (none configured) or lower them",
-    )
-    rate_limit_min_factor: float = Field(
-        default=0.2, gt=0, le=1, description="floor of the cut to the paced rate after a 429"
-    )
-    rate_limit_recovery_s: float | None = Field(
-        default=None, gt=0, description="time to climb back from a cut to the full rate (default: one window)"
     )
     limiter_redis_url: str | None = Field(
         default=None,
@@ -303,9 +285,6 @@ class BatchSettings(BaseSettings):
     )
     batch_max_requests: int = Field(
         default=50_000, ge=1, description="requests per input file (OpenAI: 50,000)"
-    )
-    batch_max_file_bytes: int = Field(
-        default=200 * 1024 * 1024, ge=1024, description="bytes per input file (OpenAI: 200 MB)"
     )
     batch_max_enqueued_tokens: int = Field(
         default=0, ge=0, description="tokens a run keeps enqueued at the provider at once (0: no cap)"

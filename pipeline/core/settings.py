@@ -261,7 +261,13 @@ def get_settings() -> Settings:
     return Settings()
 
 
-REMOVED: dict[str, str] = {}
+REMOVED: dict[str, str] = {
+    "PIPELINE_RATE_LIMIT_MARGIN_S": "the limiter adds 0.25 s to the provider's window (issue 31)",
+    "PIPELINE_RATE_LIMIT_MIN_FACTOR": "a cut after 429s goes no lower than a fifth of the quota (issue 31)",
+    "PIPELINE_RATE_LIMIT_RECOVERY_S": "the rate climbs back from a cut within one window, "
+    "PIPELINE_RATE_LIMIT_WINDOW_S (issue 31)",
+    "PIPELINE_BATCH_MAX_FILE_BYTES": "batch input files are cut at the provider's 200 MB (issue 31)",
+}
 """Variables earlier versions read, and what became of each: named when a process finds one set."""
 
 NOT_SETTINGS_PREFIX = "PIPELINE_TEST_"

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from pipeline.context import Context
+from pipeline.core import constants as c
 from pipeline.extraction.prompting import chunk_messages
 from pipeline.llm.batch import BatchAPI, FileLimits, InputFile, Request, custom_id, pack
 from pipeline.llm.tokens import estimate_prompt
@@ -44,7 +45,7 @@ def submit(ctx: Context, api: BatchAPI, run: Run, version: str) -> int:
                 return sent
             limits = FileLimits(
                 settings.batch_max_requests,
-                settings.batch_max_file_bytes,
+                c.BATCH_MAX_FILE_BYTES,
                 room if settings.batch_max_enqueued_tokens else 0,
             )
             reuse = ctx.llm.extract_model_names() if run.reuse_answers and not run.schema else None

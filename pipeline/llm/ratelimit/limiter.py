@@ -174,7 +174,7 @@ class RedisLimiter:
             settings.rate_limit_tpm,
             settings.max_inflight,
             settings.rate_limit_window_s,
-            settings.rate_limit_margin_s,
+            c.RATE_LIMIT_MARGIN_S,
             burst_s=settings.rate_limit_burst_s,
             pacing=settings.rate_limit_pacing,
             learn=settings.rate_limit_learn,
@@ -191,8 +191,8 @@ class RedisLimiter:
             client,
             limits,
             lease_s=settings.llm_timeout_s + c.LIMITER_LEASE_EXTRA_S,
-            recovery_s=settings.rate_limit_recovery_s or settings.rate_limit_window_s,
-            min_factor=settings.rate_limit_min_factor,
+            recovery_s=settings.rate_limit_window_s,  # climb back to the full rate within a window
+            min_factor=c.RATE_LIMIT_MIN_FACTOR,
             max_wait_s=settings.limiter_max_wait_s,
         )
 
