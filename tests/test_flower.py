@@ -12,13 +12,12 @@ import re
 import socket
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 import pytest
@@ -35,12 +34,11 @@ from pipeline.runtime import embedded
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Document
 from pipeline_dev.synth_filings import generate_filing
-from tests.conftest import run_cli
+from tests.conftest import eventually, run_cli
 
 USER = "ops"
 PASSWORD = "flower-test-password:never-logged"  # a colon in a password is allowed
 WAIT_S = 20.0
-T = TypeVar("T")
 
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 
@@ -69,16 +67,6 @@ def running_flower(env: dict[str, str], log: Path, *args: str, inherit: bool = T
         yield Flower(child, f"http://127.0.0.1:{port}")
 
 
-def eventually(probe: Callable[[], T | None], what: str, timeout_s: float = WAIT_S) -> T:
-    """`probe()`'s first truthy value, polled until `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while not (value := probe()):
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.25)
-    return value
-
-
 def task_args(task: dict[str, Any]) -> tuple[object, ...]:
     """A task's positional arguments from Flower's repr of them (a chord body's is a list)."""
     value = ast.literal_eval(task["args"])
@@ -103,10 +91,11 @@ def flower(
         # submitted from now on is seen from its first task.
         names = [node_name(w) for w in workers]
         eventually(
+            "worker heartbeats in Flower's metrics",
             lambda: all(
                 f'flower_worker_online{{worker="{n}"}} 1.0' in running.get("/metrics").text for n in names
             ),
-            "worker heartbeats in Flower's metrics",
+            WAIT_S,
         )
         yield running
 
@@ -133,7 +122,7 @@ def test_an_authenticated_request_lists_the_workers(flower: Flower, workers: lis
         found: dict[str, Any] = response.json()
         return found if {node_name(w) for w in workers} <= set(found) else None
 
-    found = eventually(listed, "the workers in /api/workers")
+    found = eventually("the workers in /api/workers", listed, WAIT_S)
     for worker in workers:
         queues = {q["name"] for q in found[node_name(worker)]["active_queues"]}
         assert queues == {"extract", "report"}
@@ -223,10 +212,11 @@ def test_flower_turns_task_events_on_in_the_running_workers(
     logs = [w.log_path for w in workers if w.log_path is not None]
     assert len(logs) == len(workers)
     eventually(
+        "the workers told to send task events",
         lambda: all(
             "Events of group {task} enabled by remote" in p.read_text(errors="replace") for p in logs
         ),
-        "the workers told to send task events",
+        WAIT_S,
     )
 
 
@@ -259,7 +249,7 @@ def test_a_runs_tasks_are_listed_with_ids_as_their_only_arguments(
         finalized = (run_id,) in args_of(tasks, "pipeline.finalize")
         return (response.text, tasks) if extracted and finalized else None
 
-    body, tasks = eventually(run_listed, "the run's extract and finalize tasks in /api/tasks")
+    body, tasks = eventually("the run's extract and finalize tasks in /api/tasks", run_listed, WAIT_S)
     assert (run_id,) in args_of(tasks, "pipeline.synthesize")
     for task in tasks.values():  # every task Flower saw, this run's and any other
         (only,) = task_args(task)

@@ -9,8 +9,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -84,7 +82,7 @@ def test_sigterm_ends_what_pipeline_run_started_and_marks_its_run(tmp_path: Path
     import psutil
     from sqlalchemy import create_engine, text
 
-    from tests.conftest import running_simulator
+    from tests.conftest import eventually, running_simulator
 
     err = tmp_path / "stderr.txt"
     with running_simulator(tmp_path, "--p50", "5", "--p95", "6") as slow:  # the run is still going
@@ -98,7 +96,11 @@ def test_sigterm_ends_what_pipeline_run_started_and_marks_its_run(tmp_path: Path
                 text=True,
             )
             try:
-                _until(lambda: "submitted" in err.read_text() or command.poll() is not None)
+                eventually(
+                    "the run submitted",
+                    lambda: "submitted" in err.read_text() or command.poll() is not None,
+                    120,
+                )
                 started = psutil.Process(command.pid).children(recursive=True)
                 assert len(started) >= 3, err.read_text()  # redis-server and two workers
                 command.send_signal(signal.SIGTERM)
@@ -125,10 +127,3 @@ def _gone(process: Any) -> bool:
         return bool(process.status() == psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
         return True
-
-
-def _until(condition: Callable[[], bool], timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.2)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -113,10 +112,7 @@ def test_beat_sends_the_watchdog_to_the_workers(beat: list[Path]) -> None:
                 return True
         return False
 
-    deadline = time.monotonic() + 60
-    while not watchdog_ran():
-        assert time.monotonic() < deadline, "no watchdog task reached the workers"
-        time.sleep(0.5)
+    eventually("a watchdog task run by the workers", watchdog_ran, 60)
 
 
 def test_the_nightly_task_submits_the_inbox_once(
@@ -183,10 +179,7 @@ def test_a_worker_without_an_inbox_submits_the_one_beat_sends(
     engine = get_engine(inboxless["PIPELINE_DATABASE_URL"])
     try:
         run_id = sender.send_task("pipeline.nightly", (str(tmp_path),), queue=REPORT_QUEUE).get(timeout=60)
-        deadline = time.monotonic() + 120
-        while _status(engine, run_id) != "completed":
-            assert time.monotonic() < deadline, "the nightly run did not complete"
-            time.sleep(0.5)
+        eventually("the nightly run completed", lambda: _status(engine, run_id) == "completed", 120)
         shown = run_cli("status", run_id, "--json", env={**inboxless, "PIPELINE_INBOX": str(tmp_path)})
         assert shown.returncode == 0, shown.stderr
         warning = json.loads(shown.stdout)["inbox_warning"]

@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +20,7 @@ from pipeline.core.constants import REPORT_QUEUE
 from pipeline.runtime.embedded import Child
 from pipeline.storage.db import get_engine
 from pipeline_dev.synth_filings import generate_filing
-from tests.conftest import claimed_redis_db, run_cli
+from tests.conftest import claimed_redis_db, eventually, run_cli
 
 
 @pytest.fixture(scope="module")
@@ -127,10 +126,7 @@ def test_a_pickled_message_is_refused_and_never_run(
 
     sender = Celery(broker=env["PIPELINE_REDIS_URL"])
     result = sender.send_task("pipeline.watchdog", serializer="pickle", queue=REPORT_QUEUE)
-    deadline = time.monotonic() + 30
-    while "pickle" not in logs():
-        assert time.monotonic() < deadline, "the workers said nothing about the pickled message"
-        time.sleep(0.3)
+    eventually("the workers saying something of the pickled message", lambda: "pickle" in logs(), 30)
     log = logs()
     assert "Refusing to deserialize untrusted content of type pickle" in log
     assert f"pipeline.watchdog[{result.id}] received" not in log
