@@ -26,6 +26,13 @@ from tests.conftest import claimed_redis_db, eventually, run_cli, running_worker
 MODEL = "smollm2"
 SERVER_START_S = 120
 SHAPE_WORDS = ("response_format", "json_schema", "rejects structured output")
+CONTEXT_TOKENS = 2048
+"""The server's context and the pipeline's: the longest prompt here (a chunk) is ~620 tokens."""
+QUERY = "Name the company, in one sentence."
+"""The report's question. Every token the model reads or writes costs ~20 or ~40 ms of CPU on one
+core, and the summary and the report are as long as the question asks (their max_tokens are
+constants, not settings): the default question had the model write 178 and 176 tokens, this one
+20 and 12."""
 
 
 def _gguf() -> Path:
@@ -45,7 +52,12 @@ def llama_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """llama-cpp-python's OpenAI-compatible server on a free loopback port."""
     model, port = _gguf(), embedded.free_port()
     argv = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--model_alias", MODEL]
-    argv += ["--host", "127.0.0.1", "--port", str(port), "--n_ctx", "8192"]
+    argv += ["--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(CONTEXT_TOKENS)]
+    # The server's default computes and copies the logits of every prompt token (for logprobs,
+    # which the pipeline never asks for): 15 % of a prompt's CPU, and an n_ctx x vocabulary array.
+    # Prompts read in batches of 128 tokens rather than 512 cost 15 % less CPU on one core (the
+    # same answers, token for token).
+    argv += ["--logits_all", "false", "--n_batch", "128", "--n_ubatch", "128"]
     # One thread: the suite keeps both cores busy, and llama.cpp's threads wait for each other
     # at every step, so two of them on loaded cores ran slower than one (the doctor test: 46 s
     # with two, 7 s with one, in full suites on 2026-12-02).
@@ -92,12 +104,14 @@ def real_env(
             "PIPELINE_LLM_MODEL": MODEL,
             "PIPELINE_LLM_STRUCTURED_OUTPUT": "auto",
             "PIPELINE_CHUNK_TOKENS": "400",
-            "PIPELINE_MODEL_CONTEXT_TOKENS": "8192",
+            "PIPELINE_MODEL_CONTEXT_TOKENS": str(CONTEXT_TOKENS),
+            # The chunks' answers take ~110 tokens: a bound on a model that would not stop.
+            "PIPELINE_EXTRACT_MAX_TOKENS": "256",
             "PIPELINE_LLM_TIMEOUT_S": "300",
             # The server answers one request at a time: a second copy of the final synthesis
             # would only queue behind the first, and one filing needs no partial synthesis.
             "PIPELINE_SYNTHESIS_COPIES": "1",
-            "PIPELINE_CONTEXT_BUDGET_TOKENS": "8000",
+            "PIPELINE_CONTEXT_BUDGET_TOKENS": str(CONTEXT_TOKENS),
             "PIPELINE_DATA_DIR": str(tmp_path_factory.mktemp("real-data")),
         }
 
@@ -133,7 +147,9 @@ def test_a_filing_completes_against_a_real_model_with_auto(real_env: dict[str, s
     # took 117 s in a loaded suite.
     (tmp_path / "filing-10k.txt").write_text(short_filing(), encoding="utf-8")
     with running_workers(real_env, tmp_path, count=1, concurrency=2):
-        submitted = run_cli("submit", str(tmp_path / "*.txt"), "--wait", env=real_env, timeout_s=600)
+        submitted = run_cli(
+            "submit", str(tmp_path / "*.txt"), "--query", QUERY, "--wait", env=real_env, timeout_s=600
+        )
         assert submitted.returncode == 0, submitted.stderr[-3000:]
         run_id = submitted.stdout.strip().splitlines()[-1]
         status = run_cli("status", run_id, "--json", env=real_env)
