@@ -252,3 +252,19 @@ def test_every_redis_key_is_declared_once_and_no_prefix_is_anothers() -> None:
         if any(f"{quote}pipeline:" in line for quote in ('"', "'"))
     ]
     assert not spelt, f"Redis keys spelt outside pipeline.core.keys: {spelt}"
+
+
+MAX_MODULE_LINES = 450
+"""A module that needs more has more than one reason to change (issue 31): split it by concern."""
+
+
+def test_no_module_of_the_domain_or_the_workers_is_over_450_lines() -> None:
+    from pathlib import Path
+
+    root = Path(__file__).parents[1]
+    sizes = {
+        str(path.relative_to(root)): len(path.read_text().splitlines())
+        for package in ("pipeline", "workers")
+        for path in (root / package).rglob("*.py")
+    }
+    assert {name: n for name, n in sizes.items() if n > MAX_MODULE_LINES} == {}

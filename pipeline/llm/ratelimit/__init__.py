@@ -2,8 +2,9 @@
 spend of capped runs, counted next to it."""
 
 from pipeline.llm.ratelimit.budget import SpendMeter
-from pipeline.llm.ratelimit.limiter import Limits, Permit, RedisLimiter, Scope, ScopeView, keys
+from pipeline.llm.ratelimit.limiter import Limits, Permit, RedisLimiter, Scope, keys
 from pipeline.llm.ratelimit.scripts import Decision, ScopeKeys
+from pipeline.llm.ratelimit.view import ScopeView
 
 __all__ = [
     "Decision",
