@@ -159,6 +159,7 @@ SLOW_FILES = frozenset(
         "test_local_run.py",
         "test_lose_nothing.py",
         "test_outage.py",
+        "test_plan.py",
         "test_prefork.py",
         "test_prune.py",
         "test_readme_sql.py",

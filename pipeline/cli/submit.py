@@ -82,6 +82,9 @@ def mode_options(command: F) -> F:
     help="Extract with this pydantic model instead of the 10-K schema.",
 )
 @click.option("--new-only", is_flag=True, help="Leave out files whose content an earlier run extracted.")
+@click.option(
+    "--dry-run", is_flag=True, help="Print what the run would cost and take (`pipeline plan`); send nothing."
+)
 @links_option
 @mode_options
 def submit(
@@ -92,6 +95,7 @@ def submit(
     fresh: bool,
     schema: str | None,
     new_only: bool,
+    dry_run: bool,
     follow_links: bool | None,
     mode: str | None,
     deadline: str | None,
@@ -100,6 +104,11 @@ def submit(
 
     Prints the run id on stdout. With --wait, follows the run and ends with its summary, why
     documents were not extracted, and the report's path (under PIPELINE_DATA_DIR/reports)."""
+    if dry_run:
+        from pipeline.cli.plan import show_plan
+
+        settings = with_links(with_mode(get_settings(), mode, deadline), follow_links)
+        sys.exit(show_plan(settings, list(paths), as_json=False))
     settings = with_links(with_mode(deployment_settings("submit"), mode, deadline), follow_links)
     if wait:
         stop_on_sigterm()

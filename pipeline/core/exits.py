@@ -7,6 +7,7 @@
 4    stuck: `--wait` gave up on a run that does not move (no live worker, every call
      failing, a long provider pause); the run goes on, `pipeline status` follows it
 5    the LLM endpoint refused us: the API key, the model, or no structured-output mode works
+6    over budget: `pipeline plan` (or `submit --dry-run`) estimates the run above PIPELINE_RUN_BUDGET_USD
 70   internal error (a bug): the message says so; `pipeline --debug …` shows the traceback
 130  interrupted (Ctrl-C, SIGTERM): what was started is stopped and marked
 """
@@ -19,5 +20,6 @@ USAGE = 2
 UNREACHABLE = 3
 STUCK = 4
 REFUSED = 5
+OVER_BUDGET = 6
 INTERNAL = 70
 INTERRUPTED = 130

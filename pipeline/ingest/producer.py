@@ -210,19 +210,7 @@ def _add_traced_file(
     first_path_of: dict[str, str],
     current: Span,
 ) -> None:
-    problem = loaded.problem
-    if loaded.sha256 and loaded.sha256 in first_path_of:
-        problem = f"duplicate of {first_path_of[loaded.sha256]} in this batch"
-    spans: list[chunking.ChunkSpan] = []
-    tokens = 0
-    if not problem and loaded.text is not None:
-        spans = sections.split_by_section(
-            loaded.text,
-            settings.chunk_budget_tokens(),
-            min(settings.chunk_overlap_tokens, settings.chunk_budget_tokens() // 4),
-        )
-        tokens = sum(s.token_estimate for s in spans)
-        problem = _over_token_caps(settings, plan, tokens)
+    spans, tokens, problem = _chunk(settings, plan, loaded, first_path_of)
     stored = inputs.stored_path(loaded.path)  # what is shown (plan.rejected) stays as typed
     if problem or loaded.text is None or loaded.sha256 is None:
         reason = problem or "unusable"
@@ -257,6 +245,44 @@ def _add_traced_file(
     current.set_attributes({"document.id": document_id, "document.chunks": len(spans)})
     plan.document_ids.append(document_id)
     plan.chunk_counts[document_id] = len(spans)
+
+
+def _chunk(
+    settings: Settings, plan: SubmitPlan, loaded: inputs.LoadedFile, first_path_of: dict[str, str]
+) -> tuple[list[chunking.ChunkSpan], int, str | None]:
+    """The file's chunks and their estimated tokens, or why it is not taken."""
+    problem = loaded.problem
+    if loaded.sha256 and loaded.sha256 in first_path_of:
+        problem = f"duplicate of {first_path_of[loaded.sha256]} in this batch"
+    if problem or loaded.text is None:
+        return [], 0, problem
+    spans = sections.split_by_section(
+        loaded.text,
+        settings.chunk_budget_tokens(),
+        min(settings.chunk_overlap_tokens, settings.chunk_budget_tokens() // 4),
+    )
+    tokens = sum(s.token_estimate for s in spans)
+    return spans, tokens, _over_token_caps(settings, plan, tokens)
+
+
+def survey(settings: Settings, paths: Sequence[str]) -> SubmitPlan:
+    """What `prepare_run` would store of `paths`, read and chunked the same way, with nothing
+    stored: `pipeline plan` prices it. Documents are numbered in the order read."""
+    inputs.check_bases(paths)
+    plan = SubmitPlan(run_id="")
+    first_path_of: dict[str, str] = {}
+    for candidate in inputs.expand(paths, follow_links=settings.follow_links):
+        loaded = inputs.load(candidate, settings.max_file_bytes)
+        spans, tokens, problem = _chunk(settings, plan, loaded, first_path_of)
+        if problem or loaded.sha256 is None:
+            plan.rejected.append((loaded.path, problem or "unusable"))
+            continue
+        first_path_of[loaded.sha256] = loaded.path
+        plan.tokens += tokens
+        number = len(plan.document_ids) + 1
+        plan.document_ids.append(number)
+        plan.chunk_counts[number] = len(spans)
+    return plan
 
 
 def _over_token_caps(settings: Settings, plan: SubmitPlan, tokens: int) -> str | None:

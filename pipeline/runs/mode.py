@@ -49,13 +49,13 @@ def choose_mode(
     if room >= need:
         return ModeChoice(
             "batch",
-            f"auto: the deadline leaves {_duration(room)} beyond the {_duration(sync_estimate_s)} "
-            f"the synchronous path needs (a batch needs at least {_duration(need)})",
+            f"auto: the deadline leaves {format_duration(room)} beyond the {format_duration(sync_estimate_s)} "
+            f"the synchronous path needs (a batch needs at least {format_duration(need)})",
         )
     return ModeChoice(
         "sync",
-        f"auto: the deadline leaves {_duration(max(0.0, room))} beyond the {_duration(sync_estimate_s)} "
-        f"the synchronous path needs, less than the {_duration(need)} a batch needs",
+        f"auto: the deadline leaves {format_duration(max(0.0, room))} beyond the {format_duration(sync_estimate_s)} "
+        f"the synchronous path needs, less than the {format_duration(need)} a batch needs",
     )
 
 
@@ -113,7 +113,7 @@ def decide(engine: Engine, settings: Settings, plan: SubmitPlan, now: datetime |
     return choice
 
 
-def _duration(seconds: float) -> str:
+def format_duration(seconds: float) -> str:
     seconds = max(0, math.ceil(seconds))
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)

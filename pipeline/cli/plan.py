@@ -1,0 +1,136 @@
+"""`pipeline plan PATHS…` (and `submit --dry-run`): what a run of these files would cost and take
+in each mode, before anything is stored or sent."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import sys
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from pipeline.cli.base import console, main
+from pipeline.cli.submit import links_option, mode_options, with_links, with_mode
+from pipeline.core import exits
+from pipeline.core.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from pipeline.runs.estimate import Plan
+    from pipeline.storage.usage import RecentUsage
+
+log = logging.getLogger(__name__)
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON on stdout.")
+@links_option
+@mode_options
+def plan(
+    paths: tuple[str, ...], as_json: bool, follow_links: bool | None, mode: str | None, deadline: str | None
+) -> None:
+    """Estimate a run of PATHS in each mode (sync, flex, batch, auto): calls, tokens, cost, time
+    and whether the deadline is met. Reads and chunks the files as submit would; stores
+    nothing and calls no LLM. Exits 6 when the run's mode costs more than PIPELINE_RUN_BUDGET_USD."""
+    settings = with_links(with_mode(get_settings(), mode, deadline), follow_links)
+    sys.exit(show_plan(settings, list(paths), as_json))
+
+
+def show_plan(settings: Settings, paths: list[str], as_json: bool) -> int:
+    """Print the plan of `paths`; the exit code (6 over the budget)."""
+    from pipeline.core.deadline import parse_deadline
+    from pipeline.ingest.producer import survey
+    from pipeline.runs.estimate import limits_for, plan_run
+
+    surveyed = survey(settings, paths)
+    now = datetime.now(UTC)
+    deadline = parse_deadline(settings.run_deadline, now) if settings.run_deadline else None
+    usage, batch_seconds, history_note = _history(settings)
+    estimate = plan_run(settings, surveyed, usage, limits_for(settings), now, deadline, batch_seconds)
+    if as_json:
+        click.echo(json.dumps({**estimate.as_json(), "history": history_note}, indent=2))
+    else:
+        _print(estimate, history_note)
+    if estimate.over_budget:
+        console.print(
+            f"[bold red]error:[/] the {estimate.chosen.mode} run is estimated at "
+            f"{usd(estimate.chosen.cost_usd)}, over PIPELINE_RUN_BUDGET_USD={usd(estimate.budget_usd)}: "
+            "raise the budget, choose a cheaper mode (--mode batch), or submit fewer files"
+        )
+        return exits.OVER_BUDGET
+    if not estimate.work.documents:
+        console.print("[bold red]error:[/] no usable document among the paths given (each is listed with its reason)")
+        return exits.USAGE
+    return exits.OK
+
+
+def _history(settings: Settings) -> tuple[RecentUsage, float | None, str]:
+    """The last runs' usage of the model, from the database when it answers."""
+    from pipeline.storage.db import ensure_schema, session_scope
+    from pipeline.storage.usage import RecentUsage, recent_batch_seconds, recent_usage
+
+    try:
+        with session_scope(ensure_schema(settings.resolved_database_url)) as session:
+            usage = recent_usage(session, settings.llm_model)
+            batch_seconds = recent_batch_seconds(session)
+    except Exception as exc:  # no database yet, or it does not answer: assumed figures
+        log.debug("no history: %s", exc)
+        return RecentUsage(), None, f"none: the database could not be read ({type(exc).__name__})"
+    if not usage.runs:
+        return usage, batch_seconds, f"none: no completed sync run of {settings.llm_model} yet"
+    return usage, batch_seconds, f"the last {usage.runs} completed run(s) of {settings.llm_model}"
+
+
+def _print(estimate: Plan, history_note: str) -> None:
+    from pipeline.runs.mode import format_duration
+
+    work = estimate.work
+    out = _stdout()
+    out.print(
+        f"{work.documents} documents, {work.chunks} chunks, about {work.text_tokens:,} tokens of text"
+        + (f"; {len(estimate.rejected)} files not taken" if estimate.rejected else ""),
+        highlight=False,
+    )
+    for path, reason in estimate.rejected:
+        out.print(f"  {escape(path)}: {escape(reason)}", highlight=False)
+    limits = estimate.limits
+    out.print(
+        f"limits: {limits.rpm or '-'} requests/min, {limits.tpm or '-'} tokens/min ({escape(limits.source)}); "
+        f"{limits.slots} calls at once; history: {escape(history_note)}",
+        highlight=False,
+    )
+    table = Table(show_edge=False, pad_edge=False)
+    for name in ("mode", "calls", "tokens in", "tokens out", "cost", "time", "deadline", "note"):
+        table.add_column(
+            name, justify="right" if name in ("calls", "tokens in", "tokens out", "cost", "time") else "left"
+        )
+    for row in estimate.modes:
+        table.add_row(
+            row.mode,
+            f"{row.calls:,}",
+            f"{row.input_tokens:,}",
+            f"{row.output_tokens:,}",
+            usd(row.cost_usd),
+            format_duration(row.seconds),
+            {None: "-", True: "met", False: "missed"}[row.meets_deadline],
+            escape(row.note),
+        )
+    out.print(table)
+    out.print(f"the run would go {estimate.chosen.mode}: {escape(estimate.reason)}", highlight=False)
+
+
+def _stdout() -> Console:
+    return Console(width=max(120, shutil.get_terminal_size().columns), soft_wrap=True)
+
+
+def usd(amount: float | None) -> str:
+    """Dollars, to the cent; to a hundredth of a cent under a dollar."""
+    if amount is None:
+        return "unknown"
+    return f"${amount:,.2f}" if amount >= 1 else f"${amount:.4f}"

@@ -1,0 +1,125 @@
+"""What recent runs used: the history `pipeline plan` scales its estimates by."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from pipeline.storage.models import Chunk, LLMCall, Run, RunStatus, aware
+
+
+@dataclass(frozen=True)
+class StageUsage:
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_ms: int = 0
+    """Summed over the calls, as the other fields."""
+
+
+@dataclass
+class RecentUsage:
+    """Sums over the last runs of a model that sent their work synchronously and completed."""
+
+    runs: int = 0
+    documents: int = 0
+    chunks: int = 0
+    """Chunks answered by a call of these runs (not reused)."""
+    text_tokens: int = 0
+    """Those chunks' estimated text tokens (the producer's count)."""
+    seconds: float = 0.0
+    """The runs' wall time, stored to finished."""
+    stages: dict[str, StageUsage] = field(default_factory=dict)
+
+
+def recent_usage(session: Session, model: str, runs: int = 5) -> RecentUsage:
+    """The last `runs` completed sync runs of `model` that made calls (a run that reused every
+    answer says nothing of what calls take)."""
+    found = RecentUsage()
+    candidates = session.execute(
+        select(Run.id, Run.stored_at, Run.created_at, Run.finished_at)
+        .where(Run.model == model, Run.status == RunStatus.COMPLETED, Run.mode == "sync")
+        .where(Run.schema.is_(None))
+        .where(Run.finished_at.is_not(None))
+        .order_by(Run.finished_at.desc())
+        .limit(runs * 4)
+    ).all()
+    for run_id, stored_at, created_at, finished_at in candidates:
+        if found.runs == runs:
+            break
+        stages = _stages(session, run_id)
+        extract = stages.get("extract")
+        if extract is None or not extract.calls:
+            continue
+        chunks, text_tokens = _called_chunks(session, run_id)
+        found.runs += 1
+        found.chunks += chunks
+        found.text_tokens += text_tokens
+        found.documents += _documents_called(session, run_id)
+        found.seconds += (aware(finished_at) - aware(stored_at or created_at)).total_seconds()
+        for stage, usage in stages.items():
+            seen = found.stages.get(stage, StageUsage())
+            found.stages[stage] = StageUsage(
+                seen.calls + usage.calls,
+                seen.prompt_tokens + usage.prompt_tokens,
+                seen.completion_tokens + usage.completion_tokens,
+                seen.latency_ms + usage.latency_ms,
+            )
+    return found
+
+
+def _stages(session: Session, run_id: str) -> dict[str, StageUsage]:
+    rows = session.execute(
+        select(
+            LLMCall.stage,
+            func.count(),
+            func.coalesce(func.sum(LLMCall.prompt_tokens), 0),
+            func.coalesce(func.sum(LLMCall.completion_tokens), 0),
+            func.coalesce(func.sum(LLMCall.latency_ms), 0),
+        )
+        .where(LLMCall.run_id == run_id, LLMCall.mode == "sync")
+        .group_by(LLMCall.stage)
+    ).all()
+    return {stage: StageUsage(int(n), int(p), int(c), int(ms)) for stage, n, p, c, ms in rows}
+
+
+def _called_chunks(session: Session, run_id: str) -> tuple[int, int]:
+    called = (
+        select(LLMCall.document_id, LLMCall.chunk_idx)
+        .where(LLMCall.run_id == run_id, LLMCall.stage == "extract")
+        .distinct()
+        .subquery()
+    )
+    count, tokens = session.execute(
+        select(func.count(), func.coalesce(func.sum(Chunk.token_estimate), 0)).join(
+            called, (Chunk.document_id == called.c.document_id) & (Chunk.idx == called.c.chunk_idx)
+        )
+    ).one()
+    return int(count), int(tokens)
+
+
+def _documents_called(session: Session, run_id: str) -> int:
+    found = session.scalar(
+        select(func.count(func.distinct(LLMCall.document_id))).where(
+            LLMCall.run_id == run_id, LLMCall.stage == "extract"
+        )
+    )
+    return int(found or 0)
+
+
+def recent_batch_seconds(session: Session, batches: int = 10) -> float | None:
+    """How long the last completed batches took at the provider, submitted to ended, on
+    average; None when none has."""
+    from pipeline.storage.models import LLMBatch
+
+    rows = session.execute(
+        select(LLMBatch.submitted_at, LLMBatch.ended_at)
+        .where(LLMBatch.status.in_(("completed", "ingested")), LLMBatch.completed > 0)
+        .where(LLMBatch.submitted_at.is_not(None), LLMBatch.ended_at.is_not(None))
+        .order_by(LLMBatch.id.desc())
+        .limit(batches)
+    ).all()
+    spans = [(aware(end) - aware(start)).total_seconds() for start, end in rows]
+    return sum(spans) / len(spans) if spans else None

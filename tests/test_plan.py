@@ -1,0 +1,116 @@
+"""`pipeline plan` and `submit --dry-run`: an estimate per mode before anything is sent, and
+one that the last runs' usage brings within the issue's ±10 % of what a run then uses."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import Engine, func, select
+
+from pipeline.storage.db import session_scope
+from pipeline.storage.models import LLMCall, Run
+from pipeline_dev.synth_filings import write_filings
+from tests.conftest import PRICES, run_cli
+
+pytestmark = pytest.mark.usefixtures("workers")
+
+
+def _requests(sim_url: str) -> int:
+    answer = httpx.get(sim_url.removesuffix("/v1") + "/sim/stats", timeout=10)
+    answer.raise_for_status()
+    return int(answer.json()["requests_total"])
+
+
+def _priced(env: dict[str, str], **more: str) -> dict[str, str]:
+    """The workers' prices (the session's model has no list price)."""
+    return {**env, "PIPELINE_LLM_PRICES": PRICES, **more}
+
+
+def _runs(engine: Engine) -> int:
+    with session_scope(engine) as session:
+        return int(session.scalar(select(func.count()).select_from(Run)) or 0)
+
+
+def _plan(env: dict[str, str], *args: str) -> dict[str, object]:
+    result = run_cli("plan", "--json", *args, env=_priced(env))
+    assert result.returncode == 0, result.stderr
+    found: dict[str, object] = json.loads(result.stdout)
+    return found
+
+
+def test_plan_prices_every_mode_and_sends_and_stores_nothing(
+    pipeline_env: dict[str, str], sim_url: str, engine: Engine, tmp_path: Path
+) -> None:
+    write_filings(tmp_path, 3, seed=701, sizes=[30_000, 30_000, 30_000])
+    (tmp_path / "empty.txt").write_text(" \n")
+    runs, requests = _runs(engine), _requests(sim_url)
+
+    plan = _plan(pipeline_env, str(tmp_path), "--deadline", "23:59")
+
+    assert _runs(engine) == runs, "a plan stores no run"
+    assert _requests(sim_url) == requests, "a plan calls no LLM"
+    assert plan["documents"] == 3
+    assert plan["rejected"] == [{"path": str(tmp_path / "empty.txt"), "reason": "empty or whitespace-only file"}]
+    modes = {m["mode"]: m for m in plan["modes"]}  # type: ignore[attr-defined]
+    assert list(modes) == ["sync", "flex", "batch", "auto"]
+    sync, batch = modes["sync"], modes["batch"]
+    assert sync["calls"] >= plan["chunks"] + 3, "an extract call per chunk and a compression per document"
+    assert sync["cost_usd"] > 0 and batch["cost_usd"] == pytest.approx(sync["cost_usd"] / 2)
+    assert batch["seconds"] > sync["seconds"]
+    assert all(m["meets_deadline"] is not None for m in modes.values())
+    # The same estimate, read by a person.
+    text = run_cli("submit", "--dry-run", str(tmp_path), env=_priced(pipeline_env))
+    assert text.returncode == 0, text.stderr
+    assert "3 documents" in text.stdout and "empty.txt: empty or whitespace-only file" in text.stdout
+    assert "the run would go sync" in text.stdout
+    assert _runs(engine) == runs and _requests(sim_url) == requests
+
+
+def test_a_plan_over_the_budget_exits_6_with_its_figures(pipeline_env: dict[str, str], tmp_path: Path) -> None:
+    write_filings(tmp_path, 2, seed=702, sizes=[25_000, 25_000])
+
+    result = run_cli("plan", str(tmp_path), env=_priced(pipeline_env, PIPELINE_RUN_BUDGET_USD="0.01"))
+
+    assert result.returncode == 6, result.stderr
+    assert "over PIPELINE_RUN_BUDGET_USD=$0.0100" in result.stderr
+    assert "choose a cheaper mode" in result.stderr
+    assert "sync" in result.stdout and "$" in result.stdout, "the figures are printed before the refusal"
+
+
+def test_paths_with_nothing_usable_are_a_usage_error(pipeline_env: dict[str, str], tmp_path: Path) -> None:
+    (tmp_path / "empty.txt").write_text("")
+    assert run_cli("plan", str(tmp_path), env=pipeline_env).returncode == 2
+    missing = run_cli("plan", str(tmp_path / "nowhere"), env=pipeline_env)
+    assert missing.returncode == 2 and "nowhere" in missing.stdout, "each path is listed with its reason"
+
+
+def test_after_a_run_the_plan_of_the_next_one_is_within_ten_percent_of_its_tokens_and_cost(
+    pipeline_env: dict[str, str], engine: Engine, tmp_path: Path
+) -> None:
+    """The first run teaches the plan what calls of this model take; the second run, of other
+    filings of the same kind, then uses what the plan said, within ±10 %."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    write_filings(first, 4, seed=703, sizes=[30_000, 45_000, 20_000, 35_000])
+    write_filings(second, 4, seed=704, sizes=[40_000, 25_000, 30_000, 35_000])
+    assert run_cli("submit", "--wait", str(first), env=pipeline_env).returncode == 0
+
+    plan = _plan(pipeline_env, str(second))
+    sync = next(m for m in plan["modes"] if m["mode"] == "sync")  # type: ignore[attr-defined]
+    submitted = run_cli("submit", "--wait", "--fresh", str(second), env=pipeline_env)
+    assert submitted.returncode == 0, submitted.stderr
+    run_id = submitted.stdout.strip().splitlines()[-1]
+
+    with session_scope(engine) as session:
+        tokens_in, tokens_out, calls = session.execute(
+            select(func.sum(LLMCall.prompt_tokens), func.sum(LLMCall.completion_tokens), func.count()).where(
+                LLMCall.run_id == run_id
+            )
+        ).one()
+        cost = session.scalar(select(Run.cost_usd).where(Run.id == run_id))
+    assert "last" in str(plan["history"])
+    assert sync["input_tokens"] + sync["output_tokens"] == pytest.approx(tokens_in + tokens_out, rel=0.10)
+    assert sync["cost_usd"] == pytest.approx(cost, rel=0.10)
+    assert sync["calls"] == pytest.approx(calls, rel=0.10)
