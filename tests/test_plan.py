@@ -53,7 +53,9 @@ def test_plan_prices_every_mode_and_sends_and_stores_nothing(
     assert _runs(engine) == runs, "a plan stores no run"
     assert _requests(sim_url) == requests, "a plan calls no LLM"
     assert plan["documents"] == 3
-    assert plan["rejected"] == [{"path": str(tmp_path / "empty.txt"), "reason": "empty or whitespace-only file"}]
+    assert plan["rejected"] == [
+        {"path": str(tmp_path / "empty.txt"), "reason": "empty or whitespace-only file"}
+    ]
     modes = {m["mode"]: m for m in plan["modes"]}  # type: ignore[attr-defined]
     assert list(modes) == ["sync", "flex", "batch", "auto"]
     sync, batch = modes["sync"], modes["batch"]
@@ -69,7 +71,9 @@ def test_plan_prices_every_mode_and_sends_and_stores_nothing(
     assert _runs(engine) == runs and _requests(sim_url) == requests
 
 
-def test_a_plan_over_the_budget_exits_6_with_its_figures(pipeline_env: dict[str, str], tmp_path: Path) -> None:
+def test_a_plan_over_the_budget_exits_6_with_its_figures(
+    pipeline_env: dict[str, str], tmp_path: Path
+) -> None:
     write_filings(tmp_path, 2, seed=702, sizes=[25_000, 25_000])
 
     result = run_cli("plan", str(tmp_path), env=_priced(pipeline_env, PIPELINE_RUN_BUDGET_USD="0.01"))

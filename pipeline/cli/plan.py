@@ -65,7 +65,9 @@ def show_plan(settings: Settings, paths: list[str], as_json: bool) -> int:
         )
         return exits.OVER_BUDGET
     if not estimate.work.documents:
-        console.print("[bold red]error:[/] no usable document among the paths given (each is listed with its reason)")
+        console.print(
+            "[bold red]error:[/] no usable document among the paths given (each is listed with its reason)"
+        )
         return exits.USAGE
     return exits.OK
 
