@@ -103,7 +103,7 @@ def test_after_a_run_the_plan_of_the_next_one_is_within_ten_percent_of_its_token
 
     plan = _plan(pipeline_env, str(second))
     sync = next(m for m in plan["modes"] if m["mode"] == "sync")  # type: ignore[attr-defined]
-    submitted = run_cli("submit", "--wait", "--fresh", str(second), env=pipeline_env)
+    submitted = run_cli("submit", "--wait", "--fresh", str(second), env=_priced(pipeline_env))
     assert submitted.returncode == 0, submitted.stderr
     run_id = submitted.stdout.strip().splitlines()[-1]
 
@@ -118,3 +118,12 @@ def test_after_a_run_the_plan_of_the_next_one_is_within_ten_percent_of_its_token
     assert sync["input_tokens"] + sync["output_tokens"] == pytest.approx(tokens_in + tokens_out, rel=0.10)
     assert sync["cost_usd"] == pytest.approx(cost, rel=0.10)
     assert sync["calls"] == pytest.approx(calls, rel=0.10)
+    # The run kept its estimate: status sets it against what the run used.
+    status = run_cli("status", run_id, "--json", env=pipeline_env)
+    assert status.returncode == 0, status.stderr
+    kept = json.loads(status.stdout)["estimate"]
+    assert kept["tokens"]["actual"] == tokens_in + tokens_out
+    assert abs(kept["tokens"]["error"]) <= 0.10 and abs(kept["cost_usd"]["error"]) <= 0.10, kept
+    assert kept["seconds"]["actual"] > 0
+    shown = run_cli("status", run_id, env=pipeline_env)
+    assert "estimate" in shown.stdout and "actual" in shown.stdout, shown.stdout

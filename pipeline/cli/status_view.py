@@ -10,6 +10,7 @@ width without a run.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Group, RenderableType
@@ -85,6 +86,8 @@ def _rows(page: StatusPage) -> list[tuple[str, str]]:
             ("reclaimed", escape(f"{taken} documents taken back from {len(view.reclaimed)} dead workers"))
         )
     rows.append(("mode", escape(_mode(view))))
+    if view.estimate:
+        rows.append(("estimate", escape(estimate_line(view.estimate))))
     rows.append(("model", escape(_model(view, page.limiter))))
     rows += _workers(page)
     rows += [(label, escape(text)) for label, text in page.notes]
@@ -92,6 +95,28 @@ def _rows(page: StatusPage) -> list[tuple[str, str]]:
         rows.append(("error", f"[red]{escape(view.error)}[/]"))
     rows.append(("report", _report(view)))
     return rows
+
+
+def estimate_line(figures: dict[str, Any]) -> str:
+    """The estimate at submit and, where the run has it, what it used and the error."""
+
+    def one(name: str, shown: Callable[[float], str]) -> str:
+        pair = figures[name]
+        if pair["estimate"] is None:
+            return f"{name} unknown"
+        text = shown(pair["estimate"])
+        if pair["error"] is not None:
+            text += f" (actual {shown(pair['actual'])}, {pair['error']:+.0%})"
+        return text
+
+    return ", ".join(
+        [
+            one("calls", lambda n: f"{n:,.0f} calls"),
+            one("tokens", lambda n: f"{n:,.0f} tokens"),
+            one("cost_usd", lambda n: f"${n:,.4f}"),
+            one("seconds", span),
+        ]
+    )
 
 
 def _when(view: RunStatusView) -> str:

@@ -20,14 +20,26 @@ they took per call. The plan says which figures came from where.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from pipeline.core.cost import Price, price_of
+from pipeline.core.deadline import parse_deadline
 from pipeline.core.settings import Settings
 from pipeline.ingest.producer import SubmitPlan
 from pipeline.runs.mode import PROMPT_OVERHEAD_TOKENS, choose_mode
-from pipeline.storage.usage import RecentUsage, StageUsage
+from pipeline.storage.db import session_scope
+from pipeline.storage.usage import (
+    Actual,
+    RecentUsage,
+    StageUsage,
+    recent_batch_seconds,
+    recent_usage,
+    store_estimate,
+)
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 ASSUMED_ANSWER_SHARE = 0.3
 """An answer's share of its `max_tokens`, without history (a 10-K chunk's JSON is a few hundred
@@ -102,6 +114,14 @@ class Plan:
     def over_budget(self) -> bool:
         cost = self.chosen.cost_usd
         return self.budget_usd is not None and cost is not None and cost > self.budget_usd
+
+    def stored(self) -> dict[str, Any]:
+        """What the run keeps of it (`runs.estimate`)."""
+        keep = ("calls", "input_tokens", "output_tokens", "cost_usd", "seconds")
+        return {
+            "modes": {m.mode: {k: getattr(m, k) for k in keep} for m in self.modes},
+            "sources": self.work.sources,
+        }
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -278,3 +298,40 @@ def _from_redis(settings: Settings, rpm: int, tpm: int, source: str) -> tuple[in
             rpm, tpm = view.rpm_in_force, view.tpm_in_force
             source = "learned from the provider's x-ratelimit headers"
     return rpm, tpm, source, workers
+
+
+def record_estimate(engine: Engine, settings: Settings, submitted: SubmitPlan) -> Plan:
+    """Estimate the stored run as `pipeline plan` would have, and keep the figures on it."""
+    now = datetime.now(UTC)
+    deadline = parse_deadline(settings.run_deadline, now) if settings.run_deadline else None
+    with session_scope(engine) as session:
+        usage = recent_usage(session, settings.llm_model)
+        batch_seconds = recent_batch_seconds(session)
+    plan = plan_run(settings, submitted, usage, limits_for(settings), now, deadline, batch_seconds)
+    with session_scope(engine) as session:
+        store_estimate(session, submitted.run_id, plan.stored())
+    return plan
+
+
+def accuracy(estimate: dict[str, Any] | None, mode: str, actual: Actual) -> dict[str, Any] | None:
+    """The run's mode's estimate beside what the run used, each with its error (actual over
+    estimate, less one); None when the run has no estimate."""
+    figures = (estimate or {}).get("modes", {}).get(mode)
+    if not figures:
+        return None
+    pairs = {
+        "calls": (figures["calls"], actual.calls),
+        "tokens": (figures["input_tokens"] + figures["output_tokens"], actual.tokens),
+        "cost_usd": (figures["cost_usd"], actual.cost_usd),
+        "seconds": (figures["seconds"], actual.seconds),
+    }
+    return {
+        name: {"estimate": est, "actual": act, "error": _error(est, act)}
+        for name, (est, act) in pairs.items()
+    }
+
+
+def _error(estimate: float | None, actual: float | None) -> float | None:
+    if estimate is None or actual is None or not estimate:
+        return None
+    return round(actual / estimate - 1, 4)

@@ -8,13 +8,15 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.core.settings import Settings
 from pipeline.extraction.grounding import rate
+from pipeline.runs.estimate import accuracy
 from pipeline.storage import batches as batch_repo
 from pipeline.storage import run_state as repo
 from pipeline.storage import run_totals, runs
 from pipeline.storage.db import session_scope
 from pipeline.storage.llm_calls import call_totals
-from pipeline.storage.models import TERMINAL_DOC_STATUSES, aware, utcnow
+from pipeline.storage.models import TERMINAL_DOC_STATUSES, Run, aware, utcnow
 from pipeline.storage.retention import kept_totals
+from pipeline.storage.usage import Actual
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -70,6 +72,9 @@ class RunStatusView:
     """What the batch calls' tokens would have cost more at synchronous prices."""
     batches: list[dict[str, Any]] = field(default_factory=list)
     """The run's provider batches: id, status, requests, completed, failed."""
+    estimate: dict[str, Any] | None = None
+    """The run's mode's estimate at submit beside what it used: calls, tokens, cost_usd and
+    seconds, each {estimate, actual, error} (`pipeline.runs.estimate.accuracy`)."""
     pruned_at: str | None = None
     """When `pipeline prune` dropped the run's filing texts, chunks and call rows: its calls,
     tokens, cost and chunks are then those it had before."""
@@ -123,6 +128,7 @@ def run_status(engine: Engine, run_id: str) -> RunStatusView:
             for row in batch_repo.of_run(session, run_id)
         ]
     end = run.finished_at or utcnow()
+    tokens = calls.prompt_tokens + calls.completion_tokens
     return RunStatusView(
         run_id=run.id,
         name=run.name,
@@ -161,7 +167,15 @@ def run_status(engine: Engine, run_id: str) -> RunStatusView:
         batch_saved_usd=round(batch_sync_cost - batch_cost, 6),
         batches=batches,
         pruned_at=_iso(run.pruned_at) if run.pruned_at else None,
+        estimate=accuracy(run.estimate, run.mode, _actual(run, calls.calls, tokens, calls.cost_usd)),
     )
+
+
+def _actual(run: Run, calls: int, tokens: int, cost: float | None) -> Actual:
+    seconds = None
+    if run.finished_at is not None:
+        seconds = (aware(run.finished_at) - aware(run.started_at or run.created_at)).total_seconds()
+    return Actual(calls, tokens, cost or 0.0, seconds)
 
 
 @dataclass

@@ -147,6 +147,9 @@ class Run(Base):
     pruned_at: Mapped[datetime | None]
     """When `pipeline prune` began dropping the run's filing texts, chunks and call rows (on
     the database's clock); from then on the run cannot be retried."""
+    estimate: Mapped[dict[str, Any] | None]
+    """What `pipeline plan` estimated at submit, per mode (calls, tokens, cost, seconds): status
+    and the report set the run's mode's figures against what it used."""
     pruned: Mapped[dict[str, Any] | None]
     """What the prune found and dropped: the run's call totals and chunks before it (what
     `pipeline status` shows of a pruned run), the rows and bytes it deleted, and `complete`

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from pipeline.storage.models import Chunk, LLMCall, Run, RunStatus, aware
@@ -30,7 +31,7 @@ class RecentUsage:
     text_tokens: int = 0
     """Those chunks' estimated text tokens (the producer's count)."""
     seconds: float = 0.0
-    """The runs' wall time, stored to finished."""
+    """The runs' wall time, started (the first document sent) to finished."""
     stages: dict[str, StageUsage] = field(default_factory=dict)
 
 
@@ -39,14 +40,14 @@ def recent_usage(session: Session, model: str, runs: int = 5) -> RecentUsage:
     answer says nothing of what calls take)."""
     found = RecentUsage()
     candidates = session.execute(
-        select(Run.id, Run.stored_at, Run.created_at, Run.finished_at)
+        select(Run.id, Run.started_at, Run.created_at, Run.finished_at)
         .where(Run.model == model, Run.status == RunStatus.COMPLETED, Run.mode == "sync")
         .where(Run.schema.is_(None))
         .where(Run.finished_at.is_not(None))
         .order_by(Run.finished_at.desc())
         .limit(runs * 4)
     ).all()
-    for run_id, stored_at, created_at, finished_at in candidates:
+    for run_id, started_at, created_at, finished_at in candidates:
         if found.runs == runs:
             break
         stages = _stages(session, run_id)
@@ -58,7 +59,7 @@ def recent_usage(session: Session, model: str, runs: int = 5) -> RecentUsage:
         found.chunks += chunks
         found.text_tokens += text_tokens
         found.documents += _documents_called(session, run_id)
-        found.seconds += (aware(finished_at) - aware(stored_at or created_at)).total_seconds()
+        found.seconds += (aware(finished_at) - aware(started_at or created_at)).total_seconds()
         for stage, usage in stages.items():
             seen = found.stages.get(stage, StageUsage())
             found.stages[stage] = StageUsage(
@@ -123,3 +124,32 @@ def recent_batch_seconds(session: Session, batches: int = 10) -> float | None:
     ).all()
     spans = [(aware(end) - aware(start)).total_seconds() for start, end in rows]
     return sum(spans) / len(spans) if spans else None
+
+
+def store_estimate(session: Session, run_id: str, estimate: dict[str, Any]) -> None:
+    session.execute(update(Run).where(Run.id == run_id).values(estimate=estimate))
+
+
+@dataclass(frozen=True)
+class Actual:
+    calls: int
+    tokens: int
+    cost_usd: float
+    seconds: float | None
+    """Started to finished (None: not finished)."""
+
+
+def run_actual(session: Session, run_id: str) -> Actual:
+    """What the run used so far: its calls, their tokens, its cost and (once ended) its time."""
+    calls, tokens = session.execute(
+        select(
+            func.count(), func.coalesce(func.sum(LLMCall.prompt_tokens + LLMCall.completion_tokens), 0)
+        ).where(LLMCall.run_id == run_id)
+    ).one()
+    run = session.get(Run, run_id)
+    seconds = None
+    if run is not None and run.finished_at is not None:
+        seconds = (
+            aware(run.finished_at) - aware(run.started_at or run.stored_at or run.created_at)
+        ).total_seconds()
+    return Actual(int(calls), int(tokens), float(run.cost_usd if run else 0.0), seconds)
