@@ -127,3 +127,5 @@ def test_after_a_run_the_plan_of_the_next_one_is_within_ten_percent_of_its_token
     assert kept["seconds"]["actual"] > 0
     shown = run_cli("status", run_id, env=pipeline_env)
     assert "estimate" in shown.stdout and "actual" in shown.stdout, shown.stdout
+    report = run_cli("report", run_id, env=pipeline_env)
+    assert "estimated at submit:" in report.stdout and "off)" in report.stdout, report.stdout[:2000]

@@ -131,7 +131,21 @@ def _cost_text(totals: dict[str, Any]) -> str:
             f" · batch mode: {batch['answers']} answers at batch prices (${batch.get('cost_usd', 0):.4f}), "
             f"${batch.get('saved_usd', 0):.4f} saved against sync prices"
         )
-    return text
+    return text + _estimate_text(totals.get("estimate"))
+
+
+def _estimate_text(estimate: dict[str, Any] | None) -> str:
+    """The estimate at submit of tokens and cost, and how far the run's figures are from it."""
+    if not estimate:
+        return ""
+    parts = []
+    for name, shown in (("tokens", "{:,.0f} tokens"), ("cost_usd", "${:.4f}")):
+        pair = estimate.get(name) or {}
+        if pair.get("estimate") is None:
+            continue
+        error = pair.get("error")
+        parts.append(shown.format(pair["estimate"]) + (f" ({error:+.0%} off)" if error is not None else ""))
+    return " · estimated at submit: " + ", ".join(parts) if parts else ""
 
 
 def markdown(r: ReportInput) -> str:
