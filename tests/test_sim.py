@@ -499,3 +499,48 @@ def test_build_app_is_an_aiohttp_app() -> None:
     from aiohttp import web
 
     assert isinstance(build_app(SimConfig()), web.Application)
+
+
+# --- flex processing (OpenAI's flex guide) --------------------------------------------------
+
+
+def test_a_flex_request_is_answered_as_flex_and_a_bad_tier_is_refused() -> None:
+    with SimServer(FAST) as sim:
+        flex = extract(sim, service_tier="flex")
+        standard = extract(sim)
+        with pytest.raises(openai.BadRequestError, match="service_tier"):
+            extract(sim, service_tier="cheapest")  # type: ignore[arg-type]
+        stats = sim.stats()
+    assert flex.service_tier == "flex" and standard.service_tier == "default"
+    assert stats["flex_requests"] == 1 and stats["flex_unavailable"] == 0
+
+
+def test_flex_without_capacity_is_a_429_resource_unavailable_that_charges_no_quota() -> None:
+    config = SimConfig(p50_s=0.002, p95_s=0.005, seed=7, rpm=5, flex_unavailable_rate=1.0)
+    with SimServer(config) as sim:
+        for _ in range(10):  # twice the minute's requests: none counts against it
+            with pytest.raises(openai.RateLimitError) as refused:
+                extract(sim, service_tier="flex")
+        standard = client(sim).chat.completions.with_raw_response.create(
+            model="sim-1", messages=messages(FILING), response_format=RESPONSE_FORMAT
+        )
+        stats = sim.stats()
+    assert refused.value.status_code == 429 and refused.value.code == "resource_unavailable"
+    assert "Resource Unavailable" in refused.value.message
+    assert stats["flex_unavailable"] == 10 and stats["admitted"] == 1
+    assert standard.headers["x-ratelimit-remaining-requests"] == "4", "the refused flex calls took no quota"
+
+
+def test_flex_answers_slower_than_the_standard_tier_by_its_setting() -> None:
+    """A constant drawn latency: flex waits `flex_slowdown` times as long (a lower bound, which
+    no load on the machine can break)."""
+    config = SimConfig(p50_s=0.05, p95_s=0.05, seed=7, flex_slowdown=4.0)
+    with SimServer(config) as sim, httpx.Client(timeout=30) as http:
+        body = {"model": "sim-1", "messages": messages(FILING), "response_format": RESPONSE_FORMAT}
+        asked = http.post(
+            sim.base_url + "/chat/completions",
+            json={**body, "service_tier": "flex"},
+            headers={"Authorization": "Bearer sk-test"},
+        )
+    assert asked.status_code == 200 and asked.json()["service_tier"] == "flex"
+    assert asked.elapsed.total_seconds() >= 4 * 0.05

@@ -155,6 +155,18 @@ from pipeline.core.settings import get_settings
     show_default=True,
     help="How the outage refuses: 503 (overloaded), 500, or reset (the connection dropped).",
 )
+@click.option(
+    "--flex-slowdown",
+    default=3.0,
+    show_default=True,
+    help='Flex processing (service_tier "flex"): answers this many times slower than the standard tier.',
+)
+@click.option(
+    "--flex-unavailable-rate",
+    default=0.0,
+    show_default=True,
+    help='Share of flex requests refused with 429 "Resource Unavailable" (not charged).',
+)
 def sim(
     host: str,
     port: int,
@@ -188,6 +200,8 @@ def sim(
     outage_after_s: float,
     outage_for_s: float,
     outage_kind: str,
+    flex_slowdown: float,
+    flex_unavailable_rate: float,
 ) -> None:
     """Run the OpenAI-compatible LLM simulator.
 
@@ -226,6 +240,8 @@ def sim(
         outage_after_s=outage_after_s,
         outage_for_s=outage_for_s,
         outage_kind=outage_kind,
+        flex_slowdown=flex_slowdown,
+        flex_unavailable_rate=flex_unavailable_rate,
     )
     serve(host, port, config)
 

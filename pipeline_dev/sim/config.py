@@ -69,6 +69,12 @@ class SimConfig:
     chat completion refused (0: none; POST /sim/outage starts one while the simulator runs)."""
     outage_kind: str = "503"
     """How the outage refuses: 503 (overloaded), 500, or reset (the connection dropped)."""
+    flex_slowdown: float = 3.0
+    """Flex processing (`service_tier: "flex"`): answers this many times slower than the
+    standard tier (OpenAI's flex guide: slower responses; raise the timeout to 15 minutes)."""
+    flex_unavailable_rate: float = 0.0
+    """Share of flex requests refused with 429 "Resource Unavailable" (not charged, nothing
+    counted against the quota), as the guide says flex does when capacity is short."""
 
     def __post_init__(self) -> None:
         if self.p50_s < 0 or self.p95_s < 0 or self.hang_s < 0:
@@ -84,6 +90,8 @@ class SimConfig:
         if self.outage_after_s < 0 or self.outage_for_s < 0:
             raise ValueError("outage_after_s and outage_for_s must be >= 0")
         kind_of(self.outage_kind)
+        if self.flex_slowdown < 1:
+            raise ValueError(f"flex_slowdown must be >= 1, got {self.flex_slowdown}")
         if self.batch_enqueued_tokens < 0:
             raise ValueError("batch_enqueued_tokens must be >= 0 (0 = no limit)")
         for name in (
@@ -94,6 +102,7 @@ class SimConfig:
             "bad_json_rate",
             "truncate_rate",
             "ungrounded_rate",
+            "flex_unavailable_rate",
         ):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:

@@ -59,6 +59,7 @@ class ChatRequest:
     hooks: frozenset[str]  # the [[sim:...]] test hooks the prompt holds
     params: frozenset[str] = frozenset()  # the body's top-level keys
     kept: dict[str, Any] | None = None  # after a cut: the items the client kept (`<kept>` tags)
+    service_tier: str = "default"  # what the request asked for: auto, default, flex or priority
 
 
 @dataclass(frozen=True)
@@ -225,7 +226,22 @@ def parse(body: Any) -> ChatRequest:
         prompt_tokens=estimate_tokens(prompt),
         hooks=frozenset(hook for hook in HOOKS if f"[[sim:{hook}]]" in prompt),
         kept=kept_items(messages),
+        service_tier=_service_tier(body),
     )
+
+
+SERVICE_TIERS = ("auto", "default", "flex", "priority")
+"""The Chat Completions `service_tier` values (the API reference); auto and default are the
+standard tier here, priority too (the simulator has no faster lane)."""
+
+
+def _service_tier(body: dict[str, Any]) -> str:
+    tier = body.get("service_tier")
+    if tier is None:
+        return "default"
+    if tier not in SERVICE_TIERS:
+        raise RequestError(f"Invalid value for 'service_tier': expected one of {', '.join(SERVICE_TIERS)}.")
+    return str(tier)
 
 
 LONG_STRING_CHARS = 400
@@ -327,6 +343,7 @@ def finish(chat: ChatRequest, composed: Composed, draw: Draw, number: int) -> Fi
         "object": "chat.completion",
         "created": int(time.time()),
         "model": chat.model,
+        "service_tier": "flex" if chat.service_tier == "flex" else "default",
         "system_fingerprint": "fp_pipeline_sim",
         "choices": [
             {

@@ -175,6 +175,9 @@ async def _chat(request: web.Request, state: SimState) -> web.StreamResponse:
         charge = chat.prompt_tokens + composed.tokens
     else:
         charge = chat.prompt_tokens + chat.max_tokens
+    if chat.service_tier == "flex" and (refused := _flex_refusal(state)) is not None:
+        state.record(chat.model, chat.messages, chat.format_type, 429)
+        return refused
     presented = presented_key(request.headers.get("Authorization", ""))
     if (asked := asked_failure(chat, presented, state.config)) is not None:  # [[sim:fail-NNN]]
         return asked.response()
@@ -198,7 +201,8 @@ async def _chat(request: web.Request, state: SimState) -> web.StreamResponse:
         return await _abort(request)
     if outcome == "ok" and composed is None:
         composed = await _compose(chat, loop, state)
-    await asyncio.sleep(draw.latency_s + _copy_delay_s(chat, state))
+    slower = state.config.flex_slowdown if chat.service_tier == "flex" else 1.0
+    await asyncio.sleep(draw.latency_s * slower + _copy_delay_s(chat, state))
     if outcome == "drop":
         state.counters.dropped += 1
         return await _abort(request)
@@ -219,6 +223,21 @@ async def _chat(request: web.Request, state: SimState) -> web.StreamResponse:
         counters.ungrounded_quotes += len(composed.invented)
         state.invented_quotes.extend(composed.invented)
     return web.json_response(body.payload, headers=headers)
+
+
+FLEX_UNAVAILABLE = "Resource Unavailable: flex processing has no capacity for this request now. Please retry later, or without service_tier flex."
+"""OpenAI's flex guide names the error "429 Resource Unavailable", not charged; its body's exact
+words are not documented, so this says what the guide says."""
+
+
+def _flex_refusal(state: SimState) -> web.Response | None:
+    """A flex request refused for want of capacity (`flex_unavailable_rate`), before the quota
+    sees it: nothing is charged. None when it is served."""
+    state.counters.flex_requests += 1
+    if state.flex_rng.random() >= state.config.flex_unavailable_rate:
+        return None
+    state.counters.flex_unavailable += 1
+    return error_response(429, FLEX_UNAVAILABLE, "server_error", "resource_unavailable")
 
 
 def _copy_delay_s(chat: ChatRequest, state: SimState) -> float:

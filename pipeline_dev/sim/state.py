@@ -49,6 +49,8 @@ class Counters(_Zeroed):
     quotes: int = 0  # quote fields in intact JSON answers
     ungrounded_quotes: int = 0  # of those, replaced by text not in the document (--ungrounded-rate)
     outage_refused: int = 0  # refused by an outage (--outage-for, POST /sim/outage), before anything else
+    flex_requests: int = 0  # asked with service_tier "flex"
+    flex_unavailable: int = 0  # of those, refused 429 "Resource Unavailable" (--flex-unavailable-rate)
 
 
 @dataclass
@@ -106,6 +108,9 @@ class SimState:
     def __init__(self, config: SimConfig) -> None:
         self.config = config
         self.rng = random.Random(config.seed)
+        self.flex_rng = random.Random(
+            None if config.seed is None else config.seed + 1
+        )  # flex draws apart: the fault sequence stays as seeded
         self.limiter = SlidingWindowLimiter(config.rpm, config.tpm, config.window_s, quantize=config.quantize)
         self.counters = Counters()
         self.batch_counters = BatchCounters()
