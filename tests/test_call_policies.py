@@ -13,7 +13,14 @@ import pytest
 from pipeline.core import errors
 from pipeline.llm import retry_policy
 from pipeline.llm.failures import names_the_format
-from pipeline.llm.retry_policy import RATE_LIMITED, UNAVAILABLE, RetryPolicy, kind_of, retry_wait_s
+from pipeline.llm.retry_policy import (
+    NO_CAPACITY,
+    RATE_LIMITED,
+    UNAVAILABLE,
+    RetryPolicy,
+    kind_of,
+    retry_wait_s,
+)
 from pipeline.llm.structured import next_mode
 
 
@@ -53,6 +60,13 @@ LONG = RetryPolicy(call_attempts=10)
         (UNAVAILABLE, 1, None, PACED, Top(), 1.0),  # the limiter paces 429s only
         # A 5xx's Retry-After is not a floor here: the backoff alone decides.
         (UNAVAILABLE, 1, 30.0, ALONE, Top(), 1.0),
+        # Flex without capacity: its own backoff, with or without the limiter (no shared pause),
+        # capped at a minute, given up at the 8th try; a Retry-After is a floor.
+        (NO_CAPACITY, 1, None, PACED, Top(), 1.0),
+        (NO_CAPACITY, 3, None, ALONE, Top(), 4.0),
+        (NO_CAPACITY, 7, None, PACED, Top(), 60.0),
+        (NO_CAPACITY, 8, None, PACED, Top(), None),
+        (NO_CAPACITY, 1, 5.0, PACED, Bottom(), 5.0),
         # 429 with the shared limiter: its pause is the wait, the call asks it again at once.
         (RATE_LIMITED, 1, None, PACED, Top(), 0.0),
         (RATE_LIMITED, 1, 30.0, PACED, Top(), 0.0),
@@ -96,6 +110,7 @@ def test_the_jitter_spreads_waits_over_the_whole_window() -> None:
         (errors.RateLimited("429", 3.0), RATE_LIMITED),
         (errors.RateLimited("429", quota_spent=False), RATE_LIMITED),
         (errors.UpstreamUnavailable("503"), UNAVAILABLE),
+        (errors.CapacityUnavailable("429 Resource Unavailable"), NO_CAPACITY),
         (errors.ProviderRejected("401 bad key"), retry_policy.OTHER),
         (errors.RetryableError("the database"), retry_policy.OTHER),
         (errors.PipelineError("anything"), retry_policy.OTHER),

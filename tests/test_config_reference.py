@@ -35,7 +35,7 @@ def test_every_setting_is_in_the_reference_with_a_description() -> None:
     assert rows["llm_timeout_s"].default == "`60`" and rows["llm_timeout_s"].type == "number (> 0)"
     assert rows["database_url"].default == "unset"
     assert rows["rate_limit_pacing"].default == "`true`"
-    assert rows["llm_mode"].type == "`sync` \\| `batch` \\| `auto`"
+    assert rows["llm_mode"].type == "`sync` \\| `flex` \\| `batch` \\| `auto`"
 
 
 def test_every_setting_belongs_to_one_group_and_its_default_is_written_there_once() -> None:

@@ -129,3 +129,50 @@ def test_after_a_run_the_plan_of_the_next_one_is_within_ten_percent_of_its_token
     assert "estimate" in shown.stdout and "actual" in shown.stdout, shown.stdout
     report = run_cli("report", run_id, env=pipeline_env)
     assert "estimated at submit:" in report.stdout and "off)" in report.stdout, report.stdout[:2000]
+
+
+def test_a_flex_run_asks_at_the_flex_tier_rides_out_refusals_and_pays_batch_prices(
+    pipeline_env: dict[str, str], sim_url: str, engine: Engine, tmp_path: Path
+) -> None:
+    """`--mode flex`: every extract call carries service_tier flex; the simulator refuses a
+    share of them 429 "Resource Unavailable" (its flex guide's words), which the client backs
+    off from and asks again; what is answered costs batch prices."""
+    write_filings(tmp_path, 3, seed=705, sizes=[30_000, 30_000, 30_000])
+    config = sim_url.removesuffix("/v1") + "/sim/config"
+    httpx.post(
+        config, json={"flex_unavailable_rate": 0.3, "flex_slowdown": 1.0}, timeout=10
+    ).raise_for_status()
+    try:
+        submitted = run_cli(
+            "submit", "--wait", "--fresh", "--mode", "flex", str(tmp_path), env=_priced(pipeline_env)
+        )
+    finally:
+        httpx.post(
+            config, json={"flex_unavailable_rate": 0.0, "flex_slowdown": 3.0}, timeout=10
+        ).raise_for_status()
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    run_id = submitted.stdout.strip().splitlines()[-1]
+    with session_scope(engine) as session:
+        run = session.get(Run, run_id)
+        assert run is not None and run.mode == "flex" and run.status == "completed"
+        calls = session.execute(
+            select(
+                LLMCall.stage,
+                LLMCall.mode,
+                LLMCall.status,
+                LLMCall.prompt_tokens,
+                LLMCall.completion_tokens,
+                LLMCall.cost_usd,
+            ).where(LLMCall.run_id == run_id)
+        ).all()
+    extract = [c for c in calls if c.stage == "extract"]
+    assert {c.mode for c in extract} == {"flex"} and {c.mode for c in calls if c.stage != "extract"} == {
+        "sync"
+    }
+    refused = [c for c in extract if c.status == "no_capacity"]
+    assert refused, "at 30 % some calls were refused, and asked again"
+    assert all(c.cost_usd == 0 for c in refused), "a refused flex call is not charged"
+    sync_in, sync_out = (float(x) for x in PRICES.split(":")[1].split("/"))
+    for call in (c for c in extract if c.status == "ok"):
+        at_sync = (call.prompt_tokens * sync_in + call.completion_tokens * sync_out) / 1e6
+        assert call.cost_usd == pytest.approx(at_sync / 2), "flex is priced at batch rates"

@@ -8,6 +8,7 @@ import logging
 import socket
 
 from pipeline.core.errors import InputError
+from pipeline.runs.mode import SENT_AT_ONCE
 from workers.app import app
 from workers.context import worker_context
 
@@ -45,7 +46,7 @@ def nightly(inbox: str | None = None) -> str:
     problem = inbox_problem(path, host)
     plan = None
     if problem is None:
-        early = enqueue_early if ctx.settings.llm_mode == "sync" else None
+        early = enqueue_early if ctx.settings.llm_mode in SENT_AT_ONCE else None
         try:
             plan = prepare_nightly(
                 ctx.engine, ctx.settings.model_copy(update={"inbox": path}), on_early=early

@@ -63,9 +63,10 @@ def mode_options(command: F) -> F:
     )(command)
     return click.option(
         "--mode",
-        type=click.Choice(["sync", "batch", "auto"]),
+        type=click.Choice(["sync", "flex", "batch", "auto"]),
         default=None,
-        help="sync: HTTP calls under the global limit; batch: the provider's Batch API (half price), "
+        help="sync: HTTP calls under the global limit; flex: the same calls at flex processing's tier "
+        "(batch prices, slower; extractions only); batch: the provider's Batch API (half price), "
         "then sync for what it has not answered by the deadline; auto: batch when the deadline "
         "leaves room [default: PIPELINE_LLM_MODE, sync].",
     )(command)
@@ -143,6 +144,7 @@ def submit_and_wait(
     """Store and enqueue the run; with `wait`, follow it. Returns the exit code and run id."""
     from pipeline.cli.celery_app import connect_in_background, enqueue_early, start_run
     from pipeline.ingest.producer import new_run_id, prepare_run
+    from pipeline.runs.mode import SENT_AT_ONCE
 
     if schema:
         _check_schema(schema)
@@ -161,7 +163,9 @@ def submit_and_wait(
             reuse_answers=not fresh,
             only_new=new_only,
             schema=schema,
-            on_early=enqueue_early if settings.llm_mode == "sync" else None,  # batch: one file, at the end
+            on_early=enqueue_early
+            if settings.llm_mode in SENT_AT_ONCE
+            else None,  # batch: one file, at the end
             run_id=run_id,
         )
     except KeyboardInterrupt as exc:

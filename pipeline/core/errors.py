@@ -67,6 +67,12 @@ class UpstreamUnavailable(RetryableError):
     """The provider failed (5xx), dropped the connection or timed out."""
 
 
+class CapacityUnavailable(RetryableError):
+    """Flex processing had no capacity for the call (HTTP 429 "Resource Unavailable", code
+    `resource_unavailable`): not charged, not a rate limit (no shared pause, no cut) and not an
+    outage (the circuit is not told): the call backs off and is asked again."""
+
+
 class LeaseLost(PipelineError):
     """This worker's lease on the document ran out and another took it over (its fencing token
     moved on), or the document is already final: whatever this holder would write is refused.

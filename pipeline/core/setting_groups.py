@@ -262,10 +262,11 @@ class BatchSettings(BaseSettings):
 
     heading: ClassVar[str] = "Modes and deadlines"
 
-    llm_mode: Literal["sync", "batch", "auto"] = Field(
+    llm_mode: Literal["sync", "flex", "batch", "auto"] = Field(
         default="sync",
-        description="sync: HTTP calls under the global limit; batch: the Batch API first, then sync what "
-        "it has not answered in time; auto: batch when the deadline leaves room (`--mode`)",
+        description="sync: HTTP calls under the global limit; flex: the same calls at flex processing's "
+        "tier (batch prices, slower, refused when short of capacity); batch: the Batch API first, then "
+        "sync what it has not answered in time; auto: batch when the deadline leaves room (`--mode`)",
     )
     run_deadline: str | None = Field(
         default=None,

@@ -51,6 +51,10 @@ log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
 
 
+FLEX_TIMEOUT_S = 900.0
+"""A flex call's HTTP timeout, at least: OpenAI's flex guide advises 15 minutes."""
+
+
 class LLMClient:
     """Chat completions against one OpenAI-compatible endpoint, over one or more API keys."""
 
@@ -86,6 +90,8 @@ class LLMClient:
         self._keys = settings.api_keys()
         self._extract_models = settings.extract_models()
         self._prices = settings.prices()
+        self._flex_prices = settings.batch_prices()
+        """Flex processing is priced at Batch API rates (OpenAI's flex guide)."""
         self._circuit_pass = CircuitPass(breaker, settings, self.endpoint, self._prices)
         limits = httpx.Limits(max_connections=pool_size, max_keepalive_connections=pool_size)
         self._http = httpx.Client(limits=limits, timeout=settings.llm_timeout_s)
@@ -154,7 +160,7 @@ class LLMClient:
         sink: CallSink,
         model: str | None = None,
     ) -> str:
-        """A plain-text answer."""
+        """A plain-text answer (at the standard tier: the report's calls)."""
         request = LLMRequest(messages, stage, model or self.model, max_tokens, sink)
         done = self._complete(request)
         sink(done.record)
@@ -169,12 +175,16 @@ class LLMClient:
         max_tokens: int,
         sink: CallSink,
         model: str | None = None,
+        service_tier: str | None = None,
     ) -> M:
-        """An answer validated against `schema`, repaired once with the validation error.
+        """An answer validated against `schema`, repaired once with the validation error;
+        `service_tier="flex"` asks at flex processing's tier (a flex run's extractions).
 
         Raises SchemaViolation when the repaired answer does not validate either.
         """
-        request = LLMRequest(messages, stage, model or self.model, max_tokens, sink, schema)
+        request = LLMRequest(
+            messages, stage, model or self.model, max_tokens, sink, schema, service_tier=service_tier
+        )
         return cast(M, self._answers.ask(request))
 
     def structured_request(
@@ -274,6 +284,7 @@ class LLMClient:
             "ok",
             key_slot=permit.scope.key_slot,
             limiter_wait_ms=int(permit.waited_s * 1000),
+            mode="flex" if request.service_tier == "flex" else "sync",
         )
         started = time.monotonic()
         try:
@@ -285,9 +296,12 @@ class LLMClient:
     def _post(self, permit: Permit, request: LLMRequest) -> tuple[ProviderLimits, ChatCompletion]:
         """The HTTP call: the provider's rate-limit headers and the parsed answer."""
         # Within its HTTP timeout, the call keeps the lease it works under (progress).
-        with progress.blocking(self.settings.llm_timeout_s):
+        timeout_s = self.settings.llm_timeout_s
+        if request.service_tier == "flex":
+            timeout_s = max(timeout_s, FLEX_TIMEOUT_S)
+        with progress.blocking(timeout_s):
             raw = self._clients[permit.scope.key_slot].chat.completions.with_raw_response.create(
-                **request.body()
+                **request.body(), timeout=timeout_s
             )
         return provider_limits(raw.headers), raw.parse()
 
@@ -298,7 +312,8 @@ class LLMClient:
         # A refused call was not charged tokens (a provider that counts them says so in its
         # headers, and the limiter then follows them); a call that failed otherwise may
         # have been, so its reservation stays.
-        self._pacing.release(permit, limits, 0 if isinstance(error, errors.RateLimited) else None)
+        refused = isinstance(error, (errors.RateLimited, errors.CapacityUnavailable))
+        self._pacing.release(permit, limits, 0 if refused else None)
         failed = replace(
             record,
             status=STATUS_OF[type(error)],
@@ -321,6 +336,7 @@ class LLMClient:
         latency and cost recorded."""
         choice = response.choices[0]
         usage = response.usage
+        prices = self._flex_prices if request.service_tier == "flex" else self._prices
         prompt_tokens = usage.prompt_tokens if usage else 0
         completion_tokens = usage.completion_tokens if usage else 0
         # The quota was charged the prompt and max_tokens, whatever the answer used.
@@ -333,7 +349,7 @@ class LLMClient:
                 prompt_tokens=prompt_tokens,
                 completion_tokens=completion_tokens,
                 latency_ms=_since_ms(started),
-                cost_usd=call_cost(self._prices, record.model, prompt_tokens, completion_tokens),
+                cost_usd=call_cost(prices, record.model, prompt_tokens, completion_tokens),
             ),
         )
 

@@ -1,5 +1,6 @@
 """The SDK's errors mapped to the pipeline's, at this one boundary.
 
+    openai.RateLimitError, code resource_unavailable -> CapacityUnavailable (flex had no room)
     openai.RateLimitError (429)                     -> RateLimited (retry_after_s from headers)
     openai.APIStatusError naming response_format    -> FormatRejected (the mode steps down)
     openai.APIStatusError, other 4xx                -> ProviderRejected (retrying will not help)
@@ -21,6 +22,7 @@ from pipeline.llm.request import MAX_ERROR_CHARS, CallRecord
 
 STATUS_OF: dict[type[errors.PipelineError], str] = {
     errors.RateLimited: "rate_limited",
+    errors.CapacityUnavailable: "no_capacity",
     errors.ProviderRejected: "rejected",
     errors.FormatRejected: "rejected",
     errors.UpstreamUnavailable: "unavailable",
@@ -45,6 +47,8 @@ def map_error(
     """The pipeline's error for the SDK's `exc`; `limits`: what its headers said, if any."""
     # Redacted before it is cut: a key cut in two would no longer be found.
     message = redact(f"{type(exc).__name__}: {exc}", settings)[:MAX_ERROR_CHARS]
+    if isinstance(exc, openai.RateLimitError) and exc.code == "resource_unavailable":
+        return errors.CapacityUnavailable(message, provider_wait_s(exc.response.headers))
     if isinstance(exc, openai.RateLimitError):
         spent = limits.spent if limits is not None else True
         return errors.RateLimited(message, provider_wait_s(exc.response.headers), quota_spent=spent)
@@ -59,7 +63,7 @@ def map_error(
 def circuit_outcome(exc: openai.APIError, error: errors.PipelineError) -> str:
     """failed: no answer (connection failure, timeout) or a 5xx that is no format rejection;
     abandoned: a 429 (the limiter's business); answered: the endpoint answered otherwise."""
-    if isinstance(error, errors.RateLimited):
+    if isinstance(error, (errors.RateLimited, errors.CapacityUnavailable)):
         return "abandoned"
     if isinstance(exc, openai.APIConnectionError):
         return "failed"

@@ -36,7 +36,8 @@ class CallRecord:
     cost_usd: float | None = None
     """None when the model has no price in PIPELINE_LLM_PRICES."""
     mode: str = "sync"
-    """sync: asked over HTTP now; batch: a line of a Batch API output file."""
+    """sync: asked over HTTP now; flex: the same at flex processing's tier (batch prices);
+    batch: a line of a Batch API output file."""
 
 
 CallSink = Callable[[CallRecord], None]
@@ -64,6 +65,8 @@ class LLMRequest:
     sink: CallSink
     schema: type[BaseModel] | None = None
     response_format: dict[str, Any] | None = None
+    service_tier: str | None = None
+    """"flex": asked at flex processing's tier (slower, at batch prices); None: the standard tier."""
 
     def asking(self, messages: list[prompts.Message], stage: str | None = None) -> LLMRequest:
         """The same request with other messages (a repair, the rest of a cut-off answer)."""
@@ -79,4 +82,6 @@ class LLMRequest:
         }
         if self.response_format:
             body["response_format"] = self.response_format
+        if self.service_tier:
+            body["service_tier"] = self.service_tier
         return body

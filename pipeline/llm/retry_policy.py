@@ -8,6 +8,8 @@ call again on two kinds of failure, each counted on its own:
   it, capped exponential backoff with full jitter, the provider's `Retry-After` as a floor.
 - `unavailable` (5xx, timeout, dropped connection): up to `call_attempts` tries, with capped
   exponential backoff and full jitter.
+- `no_capacity` (flex processing's 429 "Resource Unavailable"): up to `capacity_attempts` tries,
+  with capped exponential backoff and full jitter (the flex guide's advice); no shared pause.
 
 Every other failure is not retried here: it goes up to the task (`workers/task_retry.py`), which
 retries transient ones with its own backoff, or records the permanent ones.
@@ -27,9 +29,13 @@ RATE_LIMITED_ATTEMPTS = 6
 """Tries of one call refused with 429 (each after the shared pause)."""
 CALL_BACKOFF_BASE_S = 1.0
 CALL_BACKOFF_CAP_S = 20.0
+CAPACITY_ATTEMPTS = 8
+"""Tries of one flex call refused for want of capacity before the task decides."""
+CAPACITY_BACKOFF_CAP_S = 60.0
 
 RATE_LIMITED = "rate_limited"
 UNAVAILABLE = "unavailable"
+NO_CAPACITY = "no_capacity"
 OTHER = "other"
 
 
@@ -39,12 +45,16 @@ class RetryPolicy:
     rate_limited_attempts: int = RATE_LIMITED_ATTEMPTS
     backoff_base_s: float = CALL_BACKOFF_BASE_S
     backoff_cap_s: float = CALL_BACKOFF_CAP_S
+    capacity_attempts: int = CAPACITY_ATTEMPTS
+    capacity_backoff_cap_s: float = CAPACITY_BACKOFF_CAP_S
     limiter_paces: bool = False
     """True with the shared limiter: after a 429 its pause is the wait, none is added here."""
 
 
 def kind_of(error: errors.PipelineError) -> str:
-    """The retry kind of a mapped error: rate_limited, unavailable or other."""
+    """The retry kind of a mapped error: rate_limited, unavailable, no_capacity or other."""
+    if isinstance(error, errors.CapacityUnavailable):
+        return NO_CAPACITY
     if isinstance(error, errors.RateLimited):
         return RATE_LIMITED
     if isinstance(error, errors.UpstreamUnavailable):
@@ -74,4 +84,9 @@ def retry_wait_s(
         if attempt >= policy.call_attempts:
             return None
         return backoff_s(attempt - 1, base_s=policy.backoff_base_s, cap_s=policy.backoff_cap_s, rng=rng)
+    if kind == NO_CAPACITY:
+        if attempt >= policy.capacity_attempts:
+            return None
+        cap_s = policy.capacity_backoff_cap_s
+        return backoff_s(attempt - 1, retry_after_s, base_s=policy.backoff_base_s, cap_s=cap_s, rng=rng)
     return None

@@ -226,7 +226,12 @@ def plan_run(
     batch_note = "the last batches' time" if batch_seconds is not None else "up to the provider's 24 h window"
     rows = {
         "sync": row("sync", sync_price, sync_s, work.sources["extract"]),
-        "flex": row("flex", batch_price, sync_s * FLEX_SLOWDOWN, "estimate only: not yet a run mode"),
+        "flex": row(
+            "flex",
+            batch_price,
+            sync_s * FLEX_SLOWDOWN,
+            f"flex processing: batch prices, {FLEX_SLOWDOWN:g}x slower assumed",
+        ),
         "batch": row("batch", batch_price, batch_s, batch_note),
     }
     choice = choose_mode(settings, deadline, sync_s, now)

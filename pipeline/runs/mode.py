@@ -28,9 +28,13 @@ REPORT_CALLS_PER_DOCUMENT = 1
 """Compressions: one call per document after its extraction."""
 
 
+SENT_AT_ONCE = ("sync", "flex")
+"""Modes whose documents go to the workers as they are stored (batch mode sends one file)."""
+
+
 @dataclass(frozen=True)
 class ModeChoice:
-    mode: str  # sync | batch
+    mode: str  # sync | flex | batch
     reason: str
 
 
@@ -40,7 +44,7 @@ def choose_mode(
     """What `--mode auto` sends: batch when the deadline leaves room for a batch beyond what the
     synchronous path needs, sync otherwise. `sync`/`batch` are taken as asked."""
     asked = settings.llm_mode
-    if asked in ("sync", "batch"):
+    if asked in ("sync", "flex", "batch"):
         return ModeChoice(asked, _taken_as_asked(settings))
     if deadline is None:
         return ModeChoice("batch", "auto: no deadline, so the price decides (batch costs half)")

@@ -42,12 +42,13 @@ class RunOfDocument:
     query: str = ""
     reuse_answers: bool = False
     budget_usd: float | None = None
+    mode: str = "sync"
 
 
 def text_and_run(session: Session, doc: Document) -> tuple[str, RunOfDocument]:
     """The document's text and what its extraction needs of its run, in one query."""
     found = session.execute(
-        select(Content.text, Run.schema, Run.query, Run.reuse_answers, Run.budget_usd, Run.id)
+        select(Content.text, Run.schema, Run.query, Run.reuse_answers, Run.budget_usd, Run.mode, Run.id)
         .select_from(Content)
         .outerjoin(Run, Run.id == doc.run_id)
         .where(Content.sha256 == doc.sha256)
@@ -57,7 +58,7 @@ def text_and_run(session: Session, doc: Document) -> tuple[str, RunOfDocument]:
     if found.id is None:
         return found.text, RunOfDocument()
     return found.text, RunOfDocument(
-        found.schema, found.query or "", bool(found.reuse_answers), found.budget_usd
+        found.schema, found.query or "", bool(found.reuse_answers), found.budget_usd, found.mode
     )
 
 

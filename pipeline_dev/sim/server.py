@@ -329,6 +329,8 @@ CONFIGURABLE: dict[str, Callable[[Any], Any]] = {
     "batch_fail_rate": float,
     "batch_expire_after_s": float,
     "batch_enqueued_tokens": int,
+    "flex_slowdown": float,
+    "flex_unavailable_rate": float,
     "api_key": str,
     "echo_key": _boolean,
 }
