@@ -79,7 +79,7 @@ def _history(settings: Settings) -> tuple[RecentUsage, float | None, str]:
 
     try:
         with session_scope(ensure_schema(settings.resolved_database_url)) as session:
-            usage = recent_usage(session, settings.llm_model)
+            usage = recent_usage(session, settings.llm_model, settings.plan_history_runs)
             batch_seconds = recent_batch_seconds(session)
     except Exception as exc:  # no database yet, or it does not answer: assumed figures
         log.debug("no history: %s", exc)

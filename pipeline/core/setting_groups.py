@@ -325,6 +325,12 @@ class RunSettings(BaseSettings):
         description="a run's spending cap, fixed at submit: once spent, no new LLM call is made, its "
         "remaining documents fail with reason 'budget' and the report says so",
     )
+    plan_history_runs: int = Field(
+        default=5,
+        ge=1,
+        description="the last completed sync runs of the model whose usage scales `pipeline plan`'s "
+        "estimates (and the one a run keeps at submit); fewer follow a changed corpus sooner",
+    )
     run_failure_threshold: float = Field(
         default=0.10,
         ge=0,

@@ -310,7 +310,7 @@ def record_estimate(engine: Engine, settings: Settings, submitted: SubmitPlan) -
     now = datetime.now(UTC)
     deadline = parse_deadline(settings.run_deadline, now) if settings.run_deadline else None
     with session_scope(engine) as session:
-        usage = recent_usage(session, settings.llm_model)
+        usage = recent_usage(session, settings.llm_model, settings.plan_history_runs)
         batch_seconds = recent_batch_seconds(session)
     plan = plan_run(settings, submitted, usage, limits_for(settings), now, deadline, batch_seconds)
     with session_scope(engine) as session:
