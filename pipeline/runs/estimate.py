@@ -187,8 +187,10 @@ def work_of(settings: Settings, survey: SubmitPlan, usage: RecentUsage) -> Work:
 
 def sync_seconds(work: Work, limits: Limits) -> float:
     """The synchronous path's wall time: the slower of what the limits allow and what the
-    slots can make (the last runs' seconds per call, else ASSUMED_LATENCY_S per call a slot)."""
-    rpm = limits.rpm or (0 if limits.tpm else ASSUMED_RPM)
+    slots can make (the last runs' seconds per call, else ASSUMED_LATENCY_S per call a slot).
+    With no limit configured or learned, ASSUMED_RPM stands in only where there is no history."""
+    assumed = 0 if limits.tpm or work.seconds_per_call else ASSUMED_RPM  # history knows better
+    rpm = limits.rpm or assumed
     by_requests = work.calls / rpm * 60 if rpm else 0.0
     by_tokens = work.reserved_tokens / limits.tpm * 60 if limits.tpm else 0.0
     if work.seconds_per_call:
