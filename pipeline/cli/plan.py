@@ -74,13 +74,12 @@ def show_plan(settings: Settings, paths: list[str], as_json: bool) -> int:
 
 def _history(settings: Settings) -> tuple[RecentUsage, float | None, str]:
     """The last runs' usage of the model, from the database when it answers."""
-    from pipeline.storage.db import ensure_schema, session_scope
-    from pipeline.storage.usage import RecentUsage, recent_batch_seconds, recent_usage
+    from pipeline.runs.estimate import history
+    from pipeline.storage.db import ensure_schema
+    from pipeline.storage.usage import RecentUsage
 
     try:
-        with session_scope(ensure_schema(settings.resolved_database_url)) as session:
-            usage = recent_usage(session, settings.llm_model, settings.plan_history_runs)
-            batch_seconds = recent_batch_seconds(session)
+        usage, batch_seconds = history(ensure_schema(settings.resolved_database_url), settings)
     except Exception as exc:  # no database yet, or it does not answer: assumed figures
         log.debug("no history: %s", exc)
         return RecentUsage(), None, f"none: the database could not be read ({type(exc).__name__})"

@@ -311,13 +311,18 @@ def record_estimate(engine: Engine, settings: Settings, submitted: SubmitPlan) -
     """Estimate the stored run as `pipeline plan` would have, and keep the figures on it."""
     now = datetime.now(UTC)
     deadline = parse_deadline(settings.run_deadline, now) if settings.run_deadline else None
-    with session_scope(engine) as session:
-        usage = recent_usage(session, settings.llm_model, settings.plan_history_runs)
-        batch_seconds = recent_batch_seconds(session)
+    usage, batch_seconds = history(engine, settings)
     plan = plan_run(settings, submitted, usage, limits_for(settings), now, deadline, batch_seconds)
     with session_scope(engine) as session:
         store_estimate(session, submitted.run_id, plan.stored())
     return plan
+
+
+def history(engine: Engine, settings: Settings) -> tuple[RecentUsage, float | None]:
+    """The last runs' usage of the model (PIPELINE_PLAN_HISTORY_RUNS), and the last batches' time."""
+    with session_scope(engine) as session:
+        usage = recent_usage(session, settings.llm_model, settings.plan_history_runs)
+        return usage, recent_batch_seconds(session)
 
 
 def accuracy(estimate: dict[str, Any] | None, mode: str, actual: Actual) -> dict[str, Any] | None:
