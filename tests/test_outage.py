@@ -47,6 +47,10 @@ def chat(sim: SimServer | str) -> Any:
 
 # --- the simulator's outage ----------------------------------------------------------------
 
+OUTAGE_WINDOW_S = 4.0
+"""Long enough that three refused calls fit inside it on a loaded CI machine (at 1 s, a suite
+running four workers on two cores once let the outage end before the third call)."""
+
 
 @pytest.mark.parametrize(
     ("kind", "error", "status", "message"),
@@ -66,8 +70,8 @@ def test_an_outage_refuses_every_chat_completion_as_a_provider_does_and_ends_by_
 ) -> None:
     with SimServer(SimConfig(p50_s=0, p95_s=0)) as sim:
         assert chat(sim).choices[0].message.content
-        shown = post_outage(sim.base_url, {"seconds": 1.0, "kind": kind})
-        assert shown["active"] and shown["kind"] == kind and 0 < shown["ends_in_s"] <= 1.0
+        shown = post_outage(sim.base_url, {"seconds": OUTAGE_WINDOW_S, "kind": kind})
+        assert shown["active"] and shown["kind"] == kind and 0 < shown["ends_in_s"] <= OUTAGE_WINDOW_S
         for _ in range(3):
             with pytest.raises(error) as refused:
                 chat(sim)
