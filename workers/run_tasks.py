@@ -13,7 +13,7 @@ from pipeline.context import Context
 from pipeline.core.errors import PermanentError, UnknownToDatabase
 from pipeline.core.logs import log_context
 from pipeline.recovery.steps import StepLease, once_per_lease
-from pipeline.runs import batching
+from pipeline.runs import batching, tiers
 from pipeline.runs import finalize as finalizing
 from workers.app import app
 from workers.context import redis_client, worker_context
@@ -57,6 +57,7 @@ def _finalize(self: Task, run_id: str) -> str:
         # and a compress that gave up stored its fallback: one sent again pays for nothing.
         if not once_per_lease(redis_client(), ctx.leases, f"report:{run_id}"):
             return "reporting elsewhere"  # a reclaim's or a resume's finalize got there first
+        tiers.record_document_tiers(ctx.engine, run_id)
         if step.compress_ids:
             chord(compress.si(d) for d in step.compress_ids)(synthesize.si(run_id))
         else:

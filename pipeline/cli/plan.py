@@ -89,7 +89,7 @@ def _history(settings: Settings) -> tuple[RecentUsage, float | None, str]:
 
 
 def _print(estimate: Plan, history_note: str) -> None:
-    from pipeline.runs.mode import format_duration
+    from pipeline.core.deadline import format_duration
 
     work = estimate.work
     out = _stdout()

@@ -86,6 +86,10 @@ def _rows(page: StatusPage) -> list[tuple[str, str]]:
             ("reclaimed", escape(f"{taken} documents taken back from {len(view.reclaimed)} dead workers"))
         )
     rows.append(("mode", escape(_mode(view))))
+    if view.tier_reason:
+        rows.append(("planner", escape(view.tier_reason)))
+    if view.tiers:
+        rows.append(("tiers", escape(_tiers(view.tiers))))
     if view.estimate:
         rows.append(("estimate", escape(estimate_line(view.estimate))))
     rows.append(("model", escape(_model(view, page.limiter))))
@@ -95,6 +99,12 @@ def _rows(page: StatusPage) -> list[tuple[str, str]]:
         rows.append(("error", f"[red]{escape(view.error)}[/]"))
     rows.append(("report", _report(view)))
     return rows
+
+
+def _tiers(tiers: dict[str, dict[str, int]]) -> str:
+    from pipeline.runs.tiers import tiers_line
+
+    return tiers_line({tier: sum(reasons.values()) for tier, reasons in tiers.items()})
 
 
 def estimate_line(figures: dict[str, Any]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import UTC, datetime, time, timedelta
 
@@ -34,3 +35,20 @@ def parse_deadline(text: str, now: datetime | None = None) -> datetime:
             f"deadline {text!r} is neither a time of day (06:00) nor an ISO timestamp (2026-12-02T06:00+00:00)"
         ) from None
     return moment if moment.tzinfo else moment.astimezone()
+
+
+def format_duration(seconds: float) -> str:
+    """`seconds` rounded up, as 1h05m, 4m10s or 12s."""
+    seconds = max(0, math.ceil(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+def format_time(moment: datetime) -> str:
+    """`moment` as the local time of day, to the second (05:41:07)."""
+    return moment.astimezone().strftime("%H:%M:%S")

@@ -305,6 +305,12 @@ class BatchSettings(BaseSettings):
         ge=0,
         description="auto: the least time a batch is given before the sync path must start",
     )
+    flex_slowdown: float = Field(
+        default=2.0,
+        ge=1,
+        description="how many times longer the planner assumes flex processing takes than the standard "
+        "tier (auto's deadline plan, `pipeline plan`)",
+    )
     batch_cancel_wait_s: float = Field(
         default=60.0, ge=0, description="at the cutover, how long to wait for cancelled batches' lines"
     )

@@ -217,7 +217,10 @@ class _Work:
     capped: bool
     """The run has a budget: check it before each call."""
     service_tier: str | None
-    """"flex" for a flex run: its extract calls go at flex processing's tier."""
+    """"flex" for a flex run (or an auto run the planner sent to flex): its extract calls go at
+    flex processing's tier..."""
+    standard_from: float | None
+    """...until then (epoch seconds), when only the standard tier still makes the deadline."""
     failed_attempts: int
     fence: int
     """This attempt's lease: every write it makes is refused once the fence moved on."""
@@ -252,7 +255,8 @@ def _start(ctx: Context, document_id: int, failed_attempts: int) -> _Work | None
             schema=run.schema,
             query=run.query,
             capped=run.budget_usd is not None,
-            service_tier="flex" if run.mode == "flex" else None,
+            service_tier="flex" if run.extract_tier == "flex" else None,
+            standard_from=run.standard_from.timestamp() if run.standard_from else None,
             failed_attempts=max(failed_attempts, doc.attempts - 1),  # earlier deliveries count too
             fence=doc.fence,
         )
@@ -288,7 +292,7 @@ def _answer_chunks(ctx: Context, work: _Work, started: float) -> list[tuple[Base
             work.capped,
             work.schema,
             work.fence,
-            work.service_tier,
+            (work.service_tier, work.standard_from),
         )
         if not _answered(chunk, work.schema):
             work.verified_at = time.monotonic()  # its answer was stored under the lease
@@ -372,7 +376,7 @@ def _chunk_result(
     capped: bool,
     schema: str | None,
     fence: int,
-    service_tier: str | None = None,
+    tier: tuple[str | None, float | None] = (None, None),
 ) -> tuple[BaseModel, str]:
     """The chunk's answer and the model that gave it: stored, or asked for now."""
     version = prompt_version(schema)
@@ -392,7 +396,8 @@ def _chunk_result(
             max_tokens=ctx.settings.extract_max_tokens,
             sink=ctx.llm.spending(doc.run_id, calls.append) if capped else calls.append,
             model=model,
-            service_tier=service_tier,
+            service_tier=tier[0],
+            standard_from=tier[1],
         )
     except errors.PipelineError:
         with session_scope(ctx.engine) as session:

@@ -42,8 +42,8 @@ from pipeline.llm.request import CallSink as CallSink
 from pipeline.llm.request import Completion as Completion
 from pipeline.llm.request import LLMRequest
 from pipeline.llm.retry_policy import CALL_ATTEMPTS as CALL_ATTEMPTS
+from pipeline.llm.retry_policy import NO_CAPACITY, RetryPolicy, flex_gives_way, kind_of, retry_wait_s
 from pipeline.llm.retry_policy import RATE_LIMITED_ATTEMPTS as RATE_LIMITED_ATTEMPTS
-from pipeline.llm.retry_policy import RetryPolicy, kind_of, retry_wait_s
 from pipeline.llm.structured import ModeStore
 from pipeline.llm.tokens import counter_for, estimate_prompt
 
@@ -176,14 +176,23 @@ class LLMClient:
         sink: CallSink,
         model: str | None = None,
         service_tier: str | None = None,
+        standard_from: float | None = None,
     ) -> M:
         """An answer validated against `schema`, repaired once with the validation error;
-        `service_tier="flex"` asks at flex processing's tier (a flex run's extractions).
+        `service_tier="flex"` asks at flex processing's tier (a flex run's extractions), until
+        `standard_from` (epoch seconds), when the deadline needs the standard tier.
 
         Raises SchemaViolation when the repaired answer does not validate either.
         """
         request = LLMRequest(
-            messages, stage, model or self.model, max_tokens, sink, schema, service_tier=service_tier
+            messages,
+            stage,
+            model or self.model,
+            max_tokens,
+            sink,
+            schema,
+            service_tier=service_tier,
+            standard_from=standard_from,
         )
         return cast(M, self._answers.ask(request))
 
@@ -227,6 +236,8 @@ class LLMClient:
         """Failed tries of the call per retry kind (rate_limited, unavailable)."""
         waited_s = 0.0
         while True:
+            if request.service_tier == "flex" and flex_gives_way(request.standard_from, time.time()):
+                request = request.at_standard_tier()  # only the standard tier still makes the deadline
             gate = self._circuit_pass.enter(request)
             try:
                 permit = self._pacing.acquire(scopes, tokens, waited_s)
@@ -260,6 +271,9 @@ class LLMClient:
             wait_s = retry_wait_s(kind, failed[kind], retry_after_s, self._retry, self._rng)
             if wait_s is None:
                 raise error
+            if kind == NO_CAPACITY and flex_gives_way(request.standard_from, time.time(), wait_s):
+                request = request.at_standard_tier()  # waiting for flex would cost the deadline
+                continue
             if wait_s > 0:
                 time.sleep(wait_s)
 

@@ -67,10 +67,17 @@ class LLMRequest:
     response_format: dict[str, Any] | None = None
     service_tier: str | None = None
     """"flex": asked at flex processing's tier (slower, at batch prices); None: the standard tier."""
+    standard_from: float | None = None
+    """A flex request's last moment at flex (epoch seconds: the planner's `runs.standard_from`):
+    from then on, or when waiting out a refusal would pass it, it goes at the standard tier."""
 
     def asking(self, messages: list[prompts.Message], stage: str | None = None) -> LLMRequest:
         """The same request with other messages (a repair, the rest of a cut-off answer)."""
         return replace(self, messages=messages, stage=stage or self.stage)
+
+    def at_standard_tier(self) -> LLMRequest:
+        """The same request at the standard tier (flex could not answer it in time)."""
+        return replace(self, service_tier=None, standard_from=None)
 
     def body(self) -> dict[str, Any]:
         """The chat-completion body this request sends (also a Batch API line's body)."""

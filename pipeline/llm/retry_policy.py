@@ -90,3 +90,9 @@ def retry_wait_s(
         cap_s = policy.capacity_backoff_cap_s
         return backoff_s(attempt - 1, retry_after_s, base_s=policy.backoff_base_s, cap_s=cap_s, rng=rng)
     return None
+
+
+def flex_gives_way(standard_from: float | None, now: float, wait_s: float = 0.0) -> bool:
+    """Whether a flex call goes at the standard tier now: `now` is past `standard_from` (epoch
+    seconds; None: never), or waiting `wait_s` for flex capacity would take it past."""
+    return standard_from is not None and now + wait_s >= standard_from

@@ -131,7 +131,16 @@ def _cost_text(totals: dict[str, Any]) -> str:
             f" · batch mode: {batch['answers']} answers at batch prices (${batch.get('cost_usd', 0):.4f}), "
             f"${batch.get('saved_usd', 0):.4f} saved against sync prices"
         )
-    return text + _estimate_text(totals.get("estimate"))
+    return text + _tiers_text(totals.get("tiers")) + _estimate_text(totals.get("estimate"))
+
+
+def _tiers_text(tiers: dict[str, int] | None) -> str:
+    """Documents per tier that answered them, where more than one tier did (`--mode auto`)."""
+    if not tiers or len(tiers) < 2:
+        return ""
+    from pipeline.runs.tiers import tiers_line
+
+    return " · documents by tier: " + tiers_line(tiers)
 
 
 def _estimate_text(estimate: dict[str, Any] | None) -> str:

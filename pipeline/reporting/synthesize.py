@@ -246,6 +246,7 @@ def _totals(view: RunStatusView, copies_running: int = 0) -> dict[str, Any]:
         "injection_flagged": view.injection_flagged,
         "cost_usd": view.cost_usd,
         "mode": view.mode,
+        "tiers": {tier: sum(reasons.values()) for tier, reasons in view.tiers.items()},
         "estimate": view.estimate,
         "batch": {
             "answers": view.batch_calls,

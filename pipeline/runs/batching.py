@@ -27,15 +27,17 @@ from typing import TYPE_CHECKING
 
 from pipeline.context import Context, stop_check
 from pipeline.core import errors
+from pipeline.core.deadline import format_time
 from pipeline.extraction.prompting import prompt_version
 from pipeline.llm import stops
 from pipeline.llm.batch import BatchAPI, BatchState
 from pipeline.llm.ratelimit import Scope
 from pipeline.runs.batch_ingest import ingest
 from pipeline.runs.batch_submit import create_batch, submit, upload_again
-from pipeline.runs.mode import SAFETY, sync_estimate_s, work_estimate
+from pipeline.runs.mode import sync_estimate_s, work_estimate
+from pipeline.runs.tiers import flex_need_s, plan_handover, standard_need_s
 from pipeline.storage import batches as repo
-from pipeline.storage import clock, runs
+from pipeline.storage import clock, run_state, runs
 from pipeline.storage.db import session_scope
 from pipeline.storage.models import LLMBatch, Run, RunStatus, aware
 
@@ -70,11 +72,35 @@ def remaining_estimate_s(ctx: Context, run_id: str) -> float:
 
 
 def cutover_at(ctx: Context, run: Run) -> datetime | None:
-    """When the run must leave the batch path to make its deadline (None: no deadline)."""
+    """When the run must leave the batch path to make its deadline (None: no deadline): in time
+    for flex to answer the rest where the planner hands it to flex (`--mode auto`), else in
+    time for the standard tier."""
     if run.deadline is None:
         return None
-    need = remaining_estimate_s(ctx, run.id) * SAFETY + ctx.settings.batch_deadline_margin_s
+    sync_s = remaining_estimate_s(ctx, run.id)
+    need = (
+        flex_need_s(ctx.settings, sync_s)
+        if run.extract_tier == "flex"
+        else standard_need_s(ctx.settings, sync_s)
+    )
     return aware(run.deadline) - timedelta(seconds=need)
+
+
+def _plan_handover(ctx: Context, run: Run, now: datetime, cut: bool) -> None:
+    """The planner's tier for what the batches leave to the synchronous path (an auto run with
+    a deadline): flex if it still finishes in time, else the standard tier; kept on the run
+    before its chord is sent."""
+    if run.extract_tier is None or run.deadline is None:
+        return
+    why = (
+        f"cutover at {format_time(now)}: the batches had not answered everything"
+        if cut
+        else "the batches ended before the deadline"
+    )
+    plan = plan_handover(ctx.settings, aware(run.deadline), remaining_estimate_s(ctx, run.id), now, why)
+    log.info("run %s: %s", run.id, plan.reason)
+    with session_scope(ctx.engine) as session:
+        run_state.set_tier(session, run.id, plan.extract_tier, plan.standard_from, plan.reason)
 
 
 @dataclass
@@ -161,6 +187,7 @@ def _tick(ctx: Context, api: BatchAPI, run: Run) -> Tick:
             open_rows = repo.open_batches(session, run_id)
         outcome.dispatch = not left and not open_rows
     if outcome.dispatch:
+        _plan_handover(ctx, run, now, deadline_due)
         log.info("run %s: the batch path is done, the rest goes synchronously", run_id)
     return outcome
 

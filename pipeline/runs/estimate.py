@@ -10,7 +10,7 @@ Each mode's figures are the same work priced and timed differently:
   provider's headers), and no faster than the calls can be made one after another by the
   slots that make them;
 - batch: the batch prices, and the provider's completion window (24 h) or what the last
-  batches took; flex: the batch prices, at the sync path's time x FLEX_SLOWDOWN.
+  batches took; flex: the batch prices, at the sync path's time x PIPELINE_FLEX_SLOWDOWN.
 
 Where the database holds completed runs of the same model, their usage replaces the assumed
 figures: tokens per text token and per answer, calls per chunk and per document, and the time
@@ -52,8 +52,6 @@ ASSUMED_RPM = 500
 """Requests a minute where no limit is configured or learned (as `pipeline.runs.mode`)."""
 BATCH_WINDOW_S = 24 * 3600.0
 """The Batch API's completion window: what a batch may take, where no batch has told us better."""
-FLEX_SLOWDOWN = 2.0
-"""Flex processing answers slower than the standard tier (OpenAI's guide: allow long timeouts)."""
 
 
 @dataclass(frozen=True)
@@ -231,14 +229,15 @@ def plan_run(
         "flex": row(
             "flex",
             batch_price,
-            sync_s * FLEX_SLOWDOWN,
-            f"flex processing: batch prices, {FLEX_SLOWDOWN:g}x slower assumed",
+            sync_s * settings.flex_slowdown,
+            f"flex processing: batch prices, {settings.flex_slowdown:g}x slower assumed "
+            "(PIPELINE_FLEX_SLOWDOWN)",
         ),
         "batch": row("batch", batch_price, batch_s, batch_note),
     }
     choice = choose_mode(settings, deadline, sync_s, now)
     auto = choose_mode(settings.model_copy(update={"llm_mode": "auto"}), deadline, sync_s, now)
-    rows["auto"] = _auto_row(rows, auto.mode, f"sends {auto.mode}: {auto.reason}", left, sync_s)
+    rows["auto"] = _auto_row(rows, auto.mode, f"sends {auto.mode}: {auto.reason}", left)
     chosen = rows[choice.mode] if settings.llm_mode != "auto" else rows["auto"]
     return Plan(
         work=work,
@@ -252,21 +251,20 @@ def plan_run(
     )
 
 
-def _auto_row(
-    rows: dict[str, ModeEstimate], mode: str, note: str, left: float | None, sync_s: float
-) -> ModeEstimate:
-    """Auto's figures: sync's, or batch's. With a deadline the batch path cuts over to sync in
-    time for it, so what the batch has not answered by then (its lines done evenly over its
-    time: the estimate's assumption) goes at sync prices, and the deadline is met."""
+def _auto_row(rows: dict[str, ModeEstimate], mode: str, note: str, left: float | None) -> ModeEstimate:
+    """Auto's figures: the tier the planner starts at. A batch that would end after the deadline
+    is cut over to flex in time for it (`pipeline.runs.tiers`): what it has not answered by
+    then (its lines done evenly over its time: the estimate's assumption) goes at flex, at the
+    same prices, and the deadline is met."""
     chosen = rows[mode]
-    if mode == "sync" or left is None or chosen.seconds <= left:
+    if mode != "batch" or left is None or chosen.seconds <= left:
         return replace(chosen, mode="auto", note=note)
-    sync = rows["sync"]
-    done = max(0.0, min(1.0, (left - sync_s) / chosen.seconds))
+    flex = rows["flex"]
+    done = max(0.0, min(1.0, (left - flex.seconds) / chosen.seconds))
     cost = None
-    if chosen.cost_usd is not None and sync.cost_usd is not None:
-        cost = done * chosen.cost_usd + (1 - done) * sync.cost_usd
-    note = f"{note}; about {done:.0%} by batch before the cutover"
+    if chosen.cost_usd is not None and flex.cost_usd is not None:
+        cost = done * chosen.cost_usd + (1 - done) * flex.cost_usd
+    note = f"{note}; about {done:.0%} by batch before the cutover, the rest at flex"
     return replace(chosen, mode="auto", cost_usd=cost, seconds=left, meets_deadline=True, note=note)
 
 

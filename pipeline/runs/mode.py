@@ -1,4 +1,4 @@
-"""A run's mode (sync or batch), chosen at submit from PIPELINE_LLM_MODE and the deadline, and
+"""A run's mode (sync, flex or batch), chosen at submit from PIPELINE_LLM_MODE and the deadline, and
 the synchronous path's time estimate that both the choice and the batch path's cutover use.
 
 Light on imports: the producer loads it to record the mode before it sends anything.
@@ -6,22 +6,19 @@ Light on imports: the producer loads it to record the mode before it sends anyth
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from pipeline.core.deadline import parse_deadline
 from pipeline.core.settings import Settings, get_settings
 from pipeline.ingest.producer import SubmitPlan
-from pipeline.storage import run_state
+from pipeline.runs.tiers import TierPlan, plan_auto
+from pipeline.storage import run_state, usage
 from pipeline.storage.db import session_scope
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
-SAFETY = 1.25
-"""The synchronous path's estimate is stretched by this before the deadline is met with it."""
 ASSUMED_RPM = 500
 """Requests a minute assumed for the synchronous path when no limit is configured or learned."""
 REPORT_CALLS_PER_DOCUMENT = 1
@@ -32,35 +29,15 @@ SENT_AT_ONCE = ("sync", "flex")
 """Modes whose documents go to the workers as they are stored (batch mode sends one file)."""
 
 
-@dataclass(frozen=True)
-class ModeChoice:
-    mode: str  # sync | flex | batch
-    reason: str
-
-
 def choose_mode(
     settings: Settings, deadline: datetime | None, sync_estimate_s: float, now: datetime
-) -> ModeChoice:
-    """What `--mode auto` sends: batch when the deadline leaves room for a batch beyond what the
-    synchronous path needs, sync otherwise. `sync`/`batch` are taken as asked."""
+) -> TierPlan:
+    """What the run sends: `sync`, `flex` and `batch` as asked; `auto` by the deadline planner
+    over the three tiers (`pipeline.runs.tiers`)."""
     asked = settings.llm_mode
-    if asked in ("sync", "flex", "batch"):
-        return ModeChoice(asked, _taken_as_asked(settings))
-    if deadline is None:
-        return ModeChoice("batch", "auto: no deadline, so the price decides (batch costs half)")
-    room = (deadline - now).total_seconds() - sync_estimate_s * SAFETY - settings.batch_deadline_margin_s
-    need = settings.batch_min_room_s
-    if room >= need:
-        return ModeChoice(
-            "batch",
-            f"auto: the deadline leaves {format_duration(room)} beyond the {format_duration(sync_estimate_s)} "
-            f"the synchronous path needs (a batch needs at least {format_duration(need)})",
-        )
-    return ModeChoice(
-        "sync",
-        f"auto: the deadline leaves {format_duration(max(0.0, room))} beyond the {format_duration(sync_estimate_s)} "
-        f"the synchronous path needs, less than the {format_duration(need)} a batch needs",
-    )
+    if asked == "auto":
+        return plan_auto(settings, deadline, sync_estimate_s, now)
+    return TierPlan(asked, _taken_as_asked(settings), "flex" if asked == "flex" else None)
 
 
 def _taken_as_asked(settings: Settings) -> str:
@@ -97,32 +74,32 @@ PROMPT_OVERHEAD_TOKENS = 400
 """The instructions and schema around a chunk's text, roughly."""
 
 
-def decide(engine: Engine, settings: Settings, plan: SubmitPlan, now: datetime | None = None) -> ModeChoice:
+def decide(engine: Engine, settings: Settings, plan: SubmitPlan, now: datetime | None = None) -> TierPlan:
     """Choose the stored run's mode (`PIPELINE_LLM_MODE`, `PIPELINE_RUN_DEADLINE`) and record it
-    on the run with its reason and deadline."""
+    on the run with its reason, deadline and tiers. The synchronous path's time is the estimate
+    kept on the run at submit (`pipeline plan`'s), else the limits' bound."""
     now = now or datetime.now(UTC)
     deadline = parse_deadline(settings.run_deadline, now) if settings.run_deadline else None
-    chunks = sum(plan.chunk_counts.values())
-    calls, tokens = work_estimate(settings, chunks, plan.tokens, plan.submitted)
-    estimate = sync_estimate_s(calls, tokens, settings.rate_limit_rpm, settings.rate_limit_tpm)
+    with session_scope(engine) as session:
+        estimate = usage.estimated_seconds(session, plan.run_id, "sync")  # the plan's, history-aware
+    if estimate is None:
+        chunks = sum(plan.chunk_counts.values())
+        calls, tokens = work_estimate(settings, chunks, plan.tokens, plan.submitted)
+        estimate = sync_estimate_s(calls, tokens, settings.rate_limit_rpm, settings.rate_limit_tpm)
     choice = (
         choose_mode(settings, deadline, estimate, now)
         if plan.submitted
-        else ModeChoice("sync", "no documents")
+        else TierPlan("sync", "no documents", None)
     )
     if choice.mode == "batch" and plan.early_ids:
-        choice = ModeChoice("sync", f"{choice.reason}; but the run started early, synchronously")
+        choice = TierPlan("sync", f"{choice.reason}; but the run started early, synchronously", None)
     with session_scope(engine) as session:
-        run_state.set_mode(session, plan.run_id, choice.mode, choice.reason, deadline)
+        run_state.set_mode(
+            session,
+            plan.run_id,
+            choice.mode,
+            choice.reason,
+            deadline,
+            (choice.extract_tier, choice.standard_from),
+        )
     return choice
-
-
-def format_duration(seconds: float) -> str:
-    seconds = max(0, math.ceil(seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    if minutes:
-        return f"{minutes}m{secs:02d}s"
-    return f"{secs}s"

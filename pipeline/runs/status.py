@@ -12,6 +12,7 @@ from pipeline.runs.estimate import accuracy
 from pipeline.storage import batches as batch_repo
 from pipeline.storage import run_state as repo
 from pipeline.storage import run_totals, runs
+from pipeline.storage import tiers as tier_rows
 from pipeline.storage.db import session_scope
 from pipeline.storage.llm_calls import call_totals
 from pipeline.storage.models import TERMINAL_DOC_STATUSES, Run, aware, utcnow
@@ -72,6 +73,11 @@ class RunStatusView:
     """What the batch calls' tokens would have cost more at synchronous prices."""
     batches: list[dict[str, Any]] = field(default_factory=list)
     """The run's provider batches: id, status, requests, completed, failed."""
+    tier_reason: str | None = None
+    """The deadline planner's tier for what the batches left, and why (`--mode auto`)."""
+    tiers: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Extracted documents per tier that answered them (batch, flex, sync, reused), and within
+    each tier per reason (set once the run is final)."""
     estimate: dict[str, Any] | None = None
     """The run's mode's estimate at submit beside what it used: calls, tokens, cost_usd and
     seconds, each {estimate, actual, error} (`pipeline.runs.estimate.accuracy`)."""
@@ -116,6 +122,7 @@ def run_status(engine: Engine, run_id: str) -> RunStatusView:
             chunks, chunks_done = kept[1], kept[2]
         flagged = run_totals.flagged_count(session, run_id)
         reclaimed = run_totals.reclaims_by_owner(session, run_id)
+        tiers = tier_rows.tier_counts(session, run_id)
         batch_calls, batch_cost, batch_sync_cost = batch_repo.batch_totals(session, run_id)
         batches = [
             {
@@ -166,6 +173,8 @@ def run_status(engine: Engine, run_id: str) -> RunStatusView:
         batch_cost_usd=round(batch_cost, 6),
         batch_saved_usd=round(batch_sync_cost - batch_cost, 6),
         batches=batches,
+        tier_reason=run.tier_reason,
+        tiers=tiers,
         pruned_at=_iso(run.pruned_at) if run.pruned_at else None,
         estimate=accuracy(run.estimate, run.mode, _actual(run, calls.calls, tokens, calls.cost_usd)),
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
@@ -25,6 +26,7 @@ from pipeline.storage.models import (
     Extraction,
     RiskFactor,
     Run,
+    aware,
     table_of,
     utcnow,
 )
@@ -43,12 +45,26 @@ class RunOfDocument:
     reuse_answers: bool = False
     budget_usd: float | None = None
     mode: str = "sync"
+    extract_tier: str | None = None
+    """flex: its extract calls go at flex processing's tier (`runs.extract_tier`)."""
+    standard_from: datetime | None = None
+    """From when they go at the standard tier instead (`runs.standard_from`)."""
 
 
 def text_and_run(session: Session, doc: Document) -> tuple[str, RunOfDocument]:
     """The document's text and what its extraction needs of its run, in one query."""
     found = session.execute(
-        select(Content.text, Run.schema, Run.query, Run.reuse_answers, Run.budget_usd, Run.mode, Run.id)
+        select(
+            Content.text,
+            Run.schema,
+            Run.query,
+            Run.reuse_answers,
+            Run.budget_usd,
+            Run.mode,
+            Run.extract_tier,
+            Run.standard_from,
+            Run.id,
+        )
         .select_from(Content)
         .outerjoin(Run, Run.id == doc.run_id)
         .where(Content.sha256 == doc.sha256)
@@ -58,7 +74,13 @@ def text_and_run(session: Session, doc: Document) -> tuple[str, RunOfDocument]:
     if found.id is None:
         return found.text, RunOfDocument()
     return found.text, RunOfDocument(
-        found.schema, found.query or "", bool(found.reuse_answers), found.budget_usd, found.mode
+        found.schema,
+        found.query or "",
+        bool(found.reuse_answers),
+        found.budget_usd,
+        found.mode,
+        found.extract_tier,
+        aware(found.standard_from) if found.standard_from else None,
     )
 
 

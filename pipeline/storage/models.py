@@ -144,6 +144,14 @@ class Run(Base):
     """Batch mode: the last poll of the run's batches (a quiet one is restarted)."""
     cutover_at: Mapped[datetime | None]
     """Batch mode: when the deadline made the run cancel its batches and go on synchronously."""
+    extract_tier: Mapped[str | None] = mapped_column(String(8))
+    """The tier the run's synchronous extract calls go at: flex (a flex run, or an auto run the
+    planner hands to flex) or sync; None: sync (`pipeline.runs.tiers`)."""
+    standard_from: Mapped[datetime | None]
+    """An auto run with a deadline: from this moment what flex has not answered goes at the
+    standard tier (only it still makes the deadline); a flex refusal after it is not waited out."""
+    tier_reason: Mapped[str | None] = mapped_column(Text)
+    """Why the planner chose `extract_tier` (at submit, or at the batch path's cutover)."""
     pruned_at: Mapped[datetime | None]
     """When `pipeline prune` began dropping the run's filing texts, chunks and call rows (on
     the database's clock); from then on the run cannot be retried."""
@@ -195,6 +203,11 @@ class Document(Base):
     """The text holds instruction-like passages aimed at a model (`pipeline.ingest.injection`)."""
     injection_excerpt: Mapped[str | None] = mapped_column(Text)
     """The first such passage, short, whitespace collapsed, control characters escaped."""
+    tier: Mapped[str | None] = mapped_column(String(8))
+    """Which tier answered it: batch, flex or sync (the dearest its chunks used), or reused (an
+    earlier run's answers); set when it is extracted."""
+    tier_reason: Mapped[str | None] = mapped_column(Text)
+    """Why it was answered at that tier (the run's mode, or the planner's decision)."""
     trace_parent: Mapped[str | None] = mapped_column(String(64))
     """The W3C traceparent of its submit span (`pipeline.core.tracing`); None: traces were off."""
     lease_owner: Mapped[str | None] = mapped_column(String(200))

@@ -104,10 +104,38 @@ def revive(session: Session, run_id: str) -> None:
     )
 
 
-def set_mode(session: Session, run_id: str, mode: str, reason: str, deadline: datetime | None) -> None:
-    """The run's mode (sync or batch), why, and its deadline."""
+def set_mode(
+    session: Session,
+    run_id: str,
+    mode: str,
+    reason: str,
+    deadline: datetime | None,
+    tier: tuple[str | None, datetime | None] = (None, None),
+) -> None:
+    """The run's mode (sync, flex or batch), why, its deadline, and `tier`: the tier of its
+    synchronous extract calls and from when flex gives way to the standard tier."""
+    extract_tier, standard_from = tier
     session.execute(
-        update(Run).where(Run.id == run_id).values(mode=mode, mode_reason=reason, deadline=deadline)
+        update(Run)
+        .where(Run.id == run_id)
+        .values(
+            mode=mode,
+            mode_reason=reason,
+            deadline=deadline,
+            extract_tier=extract_tier,
+            standard_from=standard_from,
+        )
+    )
+
+
+def set_tier(
+    session: Session, run_id: str, extract_tier: str | None, standard_from: datetime | None, reason: str
+) -> None:
+    """The planner's tier for what the batch path hands over at its cutover, and why."""
+    session.execute(
+        update(Run)
+        .where(Run.id == run_id)
+        .values(extract_tier=extract_tier, standard_from=standard_from, tier_reason=reason)
     )
 
 

@@ -130,6 +130,13 @@ def store_estimate(session: Session, run_id: str, estimate: dict[str, Any]) -> N
     session.execute(update(Run).where(Run.id == run_id).values(estimate=estimate))
 
 
+def estimated_seconds(session: Session, run_id: str, mode: str) -> float | None:
+    """The time the run's stored estimate gives `mode` (None: no estimate stored)."""
+    estimate = session.scalar(select(Run.estimate).where(Run.id == run_id)) or {}
+    seconds = estimate.get("modes", {}).get(mode, {}).get("seconds")
+    return float(seconds) if seconds is not None else None
+
+
 @dataclass(frozen=True)
 class Actual:
     calls: int
