@@ -60,7 +60,9 @@ def test_plan_prices_every_mode_and_sends_and_stores_nothing(
     assert list(modes) == ["sync", "flex", "batch", "auto"]
     sync, batch = modes["sync"], modes["batch"]
     assert sync["calls"] >= plan["chunks"] + 3, "an extract call per chunk and a compression per document"
-    assert sync["cost_usd"] > 0 and batch["cost_usd"] == pytest.approx(sync["cost_usd"] / 2)
+    # The extractions at half price; the report's calls (compressions, synthesis) at full price.
+    assert sync["cost_usd"] > 0 and sync["cost_usd"] / 2 < batch["cost_usd"] < sync["cost_usd"] * 0.6
+    assert modes["flex"]["cost_usd"] == batch["cost_usd"]
     assert batch["seconds"] > sync["seconds"]
     assert all(m["meets_deadline"] is not None for m in modes.values())
     # The same estimate, read by a person.

@@ -9,8 +9,10 @@ Each mode's figures are the same work priced and timed differently:
 - time (sync): the requests and tokens a minute allow (configured, or learned from the
   provider's headers), and no faster than the calls can be made one after another by the
   slots that make them;
-- batch: the batch prices, and the provider's completion window (24 h) or what the last
-  batches took; flex: the batch prices, at the sync path's time x PIPELINE_FLEX_SLOWDOWN.
+- batch: the extractions at batch prices (the report's calls stay at the standard tier's), and
+  the provider's completion window (24 h) or what the last batches took; flex: the same prices,
+  at the sync path's time x PIPELINE_FLEX_SLOWDOWN;
+- auto: the tier the deadline planner starts at (`pipeline.runs.tiers`).
 
 Where the database holds completed runs of the same model, their usage replaces the assumed
 figures: tokens per text token and per answer, calls per chunk and per document, and the time
@@ -73,6 +75,8 @@ class Work:
     calls: int
     report_calls: int
     """Of `calls`, the compressions and syntheses (synchronous in every mode)."""
+    report_tokens: tuple[int, int]
+    """Of the tokens in and out, the report calls' (at the standard tier's price in every mode)."""
     input_tokens: int
     output_tokens: int
     reserved_tokens: int
@@ -175,6 +179,7 @@ def work_of(settings: Settings, survey: SubmitPlan, usage: RecentUsage) -> Work:
         text_tokens=text,
         calls=calls,
         report_calls=calls - extract_calls,
+        report_tokens=(tokens_in - extract_in, tokens_out - extract_out),
         input_tokens=tokens_in,
         output_tokens=tokens_out,
         reserved_tokens=tokens_in + tokens_out - extract_out + extract_calls * settings.extract_max_tokens,
@@ -216,7 +221,12 @@ def plan_run(
     left = (deadline - now).total_seconds() if deadline else None
 
     def row(mode: str, price: Price | None, seconds: float, note: str) -> ModeEstimate:
-        cost = price.of(work.input_tokens, work.output_tokens) if price else None
+        # The extractions at the mode's price, the report's calls at the standard tier's.
+        cost = None
+        if price and sync_price:
+            report_in, report_out = work.report_tokens
+            extract = price.of(work.input_tokens - report_in, work.output_tokens - report_out)
+            cost = extract + sync_price.of(report_in, report_out)
         meets = None if left is None else seconds <= left
         return ModeEstimate(
             mode, work.calls, work.input_tokens, work.output_tokens, cost, seconds, meets, note
@@ -270,7 +280,9 @@ def _auto_row(rows: dict[str, ModeEstimate], mode: str, note: str, left: float |
 
 def _report_part(work: Work) -> Work:
     """The report's calls alone (compressions and synthesis: sync in every mode)."""
-    return Work(work.documents, 0, 0, work.report_calls, work.report_calls, 0, 0, 0, work.seconds_per_call)
+    return Work(
+        work.documents, 0, 0, work.report_calls, work.report_calls, (0, 0), 0, 0, 0, work.seconds_per_call
+    )
 
 
 def limits_for(settings: Settings) -> Limits:
