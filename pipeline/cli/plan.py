@@ -101,8 +101,12 @@ def _print(estimate: Plan, history_note: str) -> None:
     for path, reason in estimate.rejected:
         out.print(f"  {escape(path)}: {escape(reason)}", highlight=False)
     limits = estimate.limits
+    per = "min" if limits.window_s == 60 else format_duration(limits.window_s)
+    source = limits.source
+    if not (limits.rpm or limits.tpm) and work.seconds_per_call:
+        source = "none configured or learned: the last runs' pace"
     out.print(
-        f"limits: {limits.rpm or '-'} requests/min, {limits.tpm or '-'} tokens/min ({escape(limits.source)}); "
+        f"limits: {limits.rpm or '-'} requests/{per}, {limits.tpm or '-'} tokens/{per} ({escape(source)}); "
         f"{limits.slots} calls at once; history: {escape(history_note)}",
         highlight=False,
     )

@@ -68,7 +68,7 @@ def remaining_estimate_s(ctx: Context, run_id: str) -> float:
         version = prompt_version(run.schema if run else None)
         chunks, tokens, documents = repo.remaining_work(session, run_id, version)
     calls, total = work_estimate(ctx.settings, chunks, tokens, documents)
-    return sync_estimate_s(calls, total, *limits_in_force(ctx))
+    return sync_estimate_s(calls, total, *limits_in_force(ctx), ctx.settings.rate_limit_window_s)
 
 
 def cutover_at(ctx: Context, run: Run) -> datetime | None:
@@ -78,11 +78,10 @@ def cutover_at(ctx: Context, run: Run) -> datetime | None:
     if run.deadline is None:
         return None
     sync_s = remaining_estimate_s(ctx, run.id)
-    need = (
-        flex_need_s(ctx.settings, sync_s)
-        if run.extract_tier == "flex"
-        else standard_need_s(ctx.settings, sync_s)
-    )
+    if run.extract_tier == "flex":  # a poll late at most: the plan as it begins still finds flex in time
+        need = flex_need_s(ctx.settings, sync_s) + ctx.settings.batch_poll_s
+    else:
+        need = standard_need_s(ctx.settings, sync_s)
     return aware(run.deadline) - timedelta(seconds=need)
 
 
@@ -179,6 +178,8 @@ def _tick(ctx: Context, api: BatchAPI, run: Run) -> Tick:
     now = _now(ctx)
     deadline_due = run.cutover_at is not None or ((cut := cutover_at(ctx, run)) is not None and now >= cut)
     if deadline_due:
+        if run.cutover_at is None:  # the plan is made as the cutover begins, before its cancels
+            _plan_handover(ctx, run, now, cut=True)
         outcome.dispatch = _cut_over(ctx, api, run, now)
     else:
         outcome.submitted = submit(ctx, api, run, version)
@@ -186,8 +187,9 @@ def _tick(ctx: Context, api: BatchAPI, run: Run) -> Tick:
             left = repo.still_to_send(session, run_id, version, ctx.settings.batch_line_attempts)
             open_rows = repo.open_batches(session, run_id)
         outcome.dispatch = not left and not open_rows
+    if outcome.dispatch and not deadline_due:
+        _plan_handover(ctx, run, now, cut=False)
     if outcome.dispatch:
-        _plan_handover(ctx, run, now, deadline_due)
         log.info("run %s: the batch path is done, the rest goes synchronously", run_id)
     return outcome
 

@@ -63,6 +63,8 @@ class Limits:
     source: str
     slots: int
     """Calls made at once: live workers x PIPELINE_WORKER_CONCURRENCY (or one worker's)."""
+    window_s: float = 60.0
+    """What `rpm` and `tpm` are counted over (PIPELINE_RATE_LIMIT_WINDOW_S)."""
 
 
 @dataclass(frozen=True)
@@ -194,8 +196,9 @@ def sync_seconds(work: Work, limits: Limits) -> float:
     With no limit configured or learned, ASSUMED_RPM stands in only where there is no history."""
     assumed = 0 if limits.tpm or work.seconds_per_call else ASSUMED_RPM  # history knows better
     rpm = limits.rpm or assumed
-    by_requests = work.calls / rpm * 60 if rpm else 0.0
-    by_tokens = work.reserved_tokens / limits.tpm * 60 if limits.tpm else 0.0
+    window_s = limits.window_s if limits.rpm or limits.tpm else 60.0  # ASSUMED_RPM is a minute's
+    by_requests = work.calls / rpm * window_s if rpm else 0.0
+    by_tokens = work.reserved_tokens / limits.tpm * window_s if limits.tpm else 0.0
     if work.seconds_per_call:
         by_slots = work.calls * work.seconds_per_call
     else:
@@ -298,7 +301,7 @@ def limits_for(settings: Settings) -> Limits:
         except Exception as exc:  # the broker is down: the configured figures stand, said so
             source += f" (the broker did not answer: {type(exc).__name__})"
     slots = max(1, workers) * settings.worker_concurrency
-    return Limits(rpm, tpm, source, slots)
+    return Limits(rpm, tpm, source, slots, settings.rate_limit_window_s)
 
 
 def _from_redis(settings: Settings, rpm: int, tpm: int, source: str) -> tuple[int, int, str, int]:

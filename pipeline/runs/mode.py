@@ -53,13 +53,13 @@ def _taken_as_asked(settings: Settings) -> str:
     return f"asked for: --mode {mode}"
 
 
-def sync_estimate_s(calls: int, tokens: int, rpm: int, tpm: int) -> float:
+def sync_estimate_s(calls: int, tokens: int, rpm: int, tpm: int, window_s: float = 60.0) -> float:
     """How long the synchronous path needs for `calls` calls of `tokens` tokens in all at these
-    limits (none: ASSUMED_RPM)."""
+    limits, counted per `window_s` (PIPELINE_RATE_LIMIT_WINDOW_S; none: ASSUMED_RPM a minute)."""
     if not rpm and not tpm:
-        rpm = ASSUMED_RPM
-    by_requests = calls / rpm * 60 if rpm else 0.0
-    by_tokens = tokens / tpm * 60 if tpm else 0.0
+        rpm, window_s = ASSUMED_RPM, 60.0
+    by_requests = calls / rpm * window_s if rpm else 0.0
+    by_tokens = tokens / tpm * window_s if tpm else 0.0
     return max(by_requests, by_tokens)
 
 
@@ -85,7 +85,9 @@ def decide(engine: Engine, settings: Settings, plan: SubmitPlan, now: datetime |
     if estimate is None:
         chunks = sum(plan.chunk_counts.values())
         calls, tokens = work_estimate(settings, chunks, plan.tokens, plan.submitted)
-        estimate = sync_estimate_s(calls, tokens, settings.rate_limit_rpm, settings.rate_limit_tpm)
+        estimate = sync_estimate_s(
+            calls, tokens, settings.rate_limit_rpm, settings.rate_limit_tpm, settings.rate_limit_window_s
+        )
     choice = (
         choose_mode(settings, deadline, estimate, now)
         if plan.submitted

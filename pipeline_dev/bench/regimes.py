@@ -159,6 +159,9 @@ def run_pipeline(
         "producer_peak_mb": producer_mb,
         "worker_peak_mb": max((m or 0.0) for m in worker_mb),
         "synthesis_levels": synthesis_levels,
+        "flex_requests": stats.get("flex_requests", 0),
+        "flex_unavailable": stats.get("flex_unavailable", 0),
+        "batch_lines_answered": stats.get("batch_lines_answered", 0),
     }
 
 
@@ -591,6 +594,12 @@ def _costs(database_url: str, run_id: str) -> dict[str, Any]:
         }
 
 
+def r10_plan(cfg: BenchConfig) -> Result:
+    from pipeline_dev.bench.planning import r10_plan as run
+
+    return run(cfg)
+
+
 def peer(cfg: BenchConfig, regime: str) -> Result:
     from pipeline_dev.bench.peer import run_peer
 
@@ -624,7 +633,8 @@ REGIMES: dict[str, Callable[[BenchConfig], Result]] = {
     "R5": r5_memory,
     "R7": r7_batch,
     "R8": r8_real_sizes,  # after R6: it reports R6's producer peak
-    "R9": r9_retention,  # Postgres only: the database's size per 1,000 filings, before and after prune
+    "R9": r9_retention,
+    "R10": r10_plan,  # issue 32: estimates against actuals, the three-tier planner, an expired batch  # Postgres only: the database's size per 1,000 filings, before and after prune
     "peer-R1": lambda cfg: peer(cfg, "R1"),
     "peer-R4": lambda cfg: peer(cfg, "R4"),
 }

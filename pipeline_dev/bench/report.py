@@ -18,6 +18,7 @@ HEADLINE = {
     "R7": ("batch cost / sync cost; deadline run wall / deadline", "cost_ratio"),
     "R8": ("wall / quota minimum; worker peak MB", "ratio_to_min"),
     "R9": ("database MB per 1,000 filings: kept; pruned", "mb_per_1000_kept"),
+    "R10": ("auto run's cost / sync cost; wall / deadline", "auto_cost_ratio"),
     "peer-R1": ("our wall / peer wall", "wall_ratio_ours_to_peer"),
     "peer-R4": ("our wall / peer wall", "wall_ratio_ours_to_peer"),
 }
@@ -69,6 +70,8 @@ def markdown(results: dict[str, dict[str, Any]], meta: dict[str, Any]) -> str:
             value += f"; {_fmt(r['mb_per_1000_pruned'])}"
         if name == "R7" and r.get("deadline_s"):
             value += f"; {_fmt(r['deadline_wall_s'] / r['deadline_s'])}"
+        if name == "R10" and r.get("deadline_s"):
+            value += f"; {_fmt(r['auto_wall_s'] / r['deadline_s'])}"
         if name.startswith("peer"):
             value += f"; peer text share {_fmt(r.get('text_share'))}, extracted {r.get('extracted')}"
         met = "" if r.get("met") is None else ("yes" if r["met"] else "no")
