@@ -119,7 +119,7 @@ def test_a_run_in_batch_mode_is_extracted_and_reported_at_half_price(
     assert "batch" in status.stdout and "saved" in status.stdout
     report = run_cli("report", run_id, env=batch_env)
     assert re.search(
-        rf"batch mode: {chunks} answers at batch prices .* saved against sync prices", report.stdout
+        rf"batch and flex: {chunks} answers at batch prices .* saved against sync prices", report.stdout
     )
     listed = run_cli("runs", "--json", env=batch_env)
     assert {"run_id": run_id, "mode": "batch"}.items() <= next(

@@ -168,6 +168,7 @@ def test_a_flex_run_asks_at_the_flex_tier_rides_out_refusals_and_pays_batch_pric
                 LLMCall.prompt_tokens,
                 LLMCall.completion_tokens,
                 LLMCall.cost_usd,
+                LLMCall.sync_cost_usd,
             ).where(LLMCall.run_id == run_id)
         ).all()
     extract = [c for c in calls if c.stage == "extract"]
@@ -181,3 +182,4 @@ def test_a_flex_run_asks_at_the_flex_tier_rides_out_refusals_and_pays_batch_pric
     for call in (c for c in extract if c.status == "ok"):
         at_sync = (call.prompt_tokens * sync_in + call.completion_tokens * sync_out) / 1e6
         assert call.cost_usd == pytest.approx(at_sync / 2), "flex is priced at batch rates"
+        assert call.sync_cost_usd == pytest.approx(at_sync), "and says what the standard tier would cost"

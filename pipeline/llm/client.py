@@ -364,6 +364,7 @@ class LLMClient:
                 completion_tokens=completion_tokens,
                 latency_ms=_since_ms(started),
                 cost_usd=call_cost(prices, record.model, prompt_tokens, completion_tokens),
+                sync_cost_usd=call_cost(self._prices, record.model, prompt_tokens, completion_tokens),
             ),
         )
 

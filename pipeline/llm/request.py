@@ -38,6 +38,8 @@ class CallRecord:
     mode: str = "sync"
     """sync: asked over HTTP now; flex: the same at flex processing's tier (batch prices);
     batch: a line of a Batch API output file."""
+    sync_cost_usd: float | None = None
+    """What the same tokens cost at the standard tier (a flex call's); None: `cost_usd`."""
 
 
 CallSink = Callable[[CallRecord], None]

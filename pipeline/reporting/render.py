@@ -128,7 +128,7 @@ def _cost_text(totals: dict[str, Any]) -> str:
     text = f" · ${cost:.4f}" if isinstance(cost, (int, float)) else ""
     if batch.get("answers"):
         text += (
-            f" · batch mode: {batch['answers']} answers at batch prices (${batch.get('cost_usd', 0):.4f}), "
+            f" · batch and flex: {batch['answers']} answers at batch prices (${batch.get('cost_usd', 0):.4f}), "
             f"${batch.get('saved_usd', 0):.4f} saved against sync prices"
         )
     return text + _tiers_text(totals.get("tiers")) + _estimate_text(totals.get("estimate"))

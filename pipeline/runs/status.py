@@ -67,7 +67,7 @@ class RunStatusView:
     mode_reason: str | None = None
     deadline: str | None = None
     batch_calls: int = 0
-    """Answers that came from the provider's Batch API."""
+    """Answers at batch prices: from the provider's Batch API, or at the flex tier."""
     batch_cost_usd: float = 0.0
     batch_saved_usd: float = 0.0
     """What the batch calls' tokens would have cost more at synchronous prices."""

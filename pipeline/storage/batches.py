@@ -350,12 +350,13 @@ def overdue_runs(session: Session, quiet_s: float) -> list[str]:
 
 
 def batch_totals(session: Session, run_id: str) -> tuple[int, float, float]:
-    """(batch calls, their cost, what the same tokens cost at synchronous prices)."""
+    """(calls at batch prices: batch lines and flex answers, their cost, what the same tokens
+    cost at synchronous prices)."""
     row = session.execute(
         select(
             func.count(LLMCall.id),
             func.coalesce(func.sum(LLMCall.cost_usd), 0.0),
             func.coalesce(func.sum(LLMCall.sync_cost_usd), 0.0),
-        ).where(and_(LLMCall.run_id == run_id, LLMCall.mode == "batch"))
+        ).where(and_(LLMCall.run_id == run_id, LLMCall.mode.in_(("batch", "flex"))))
     ).one()
     return int(row[0]), float(row[1]), float(row[2])

@@ -57,7 +57,7 @@ def call_values(
     sync_cost_usd: float | None = None,
 ) -> dict[str, Any]:
     """A call's row as column values; `sync_cost_usd` is what its tokens cost at synchronous
-    prices (a batch call's; a synchronous call's own cost when not given)."""
+    prices (a batch call's; else the record's, a flex call's; else its own cost)."""
     return {
         "run_id": run_id,
         "document_id": document_id,
@@ -73,8 +73,12 @@ def call_values(
         "limiter_wait_ms": r.limiter_wait_ms,
         "cost_usd": r.cost_usd,
         "mode": r.mode,
-        "sync_cost_usd": r.cost_usd if sync_cost_usd is None else sync_cost_usd,
+        "sync_cost_usd": _first_known(sync_cost_usd, r.sync_cost_usd, r.cost_usd),
     }
+
+
+def _first_known(*costs: float | None) -> float | None:
+    return next((c for c in costs if c is not None), None)
 
 
 @dataclass(frozen=True)
