@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, create_engine, delete, select
+from sqlalchemy import Engine, create_engine, delete, select, update
 
 from pipeline.context import Context
 from pipeline.core.settings import get_settings
@@ -17,7 +17,7 @@ from pipeline.llm.batch import BatchAPI
 from pipeline.llm.client import LLMClient
 from pipeline.runs import batching
 from pipeline.storage import run_state
-from pipeline.storage.db import session_scope
+from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Chunk, Document, LLMBatch, LLMCall, Run
 from pipeline_dev.sim import SimConfig, SimServer
 from pipeline_dev.synth_filings import write_filings
@@ -102,3 +102,50 @@ def test_a_batch_repair_longer_than_the_idle_in_transaction_timeout_is_stored_an
         session.execute(delete(Run).where(Run.id == run_id))
     assert answered and all(result is not None for result in answered)
     assert sorted(modes) == sorted(["batch"] + ["sync"] * paid), "every call recorded once"
+
+
+def test_a_batch_is_sent_only_when_what_it_may_cost_fits_the_budget_beside_the_open_ones(
+    pipeline_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Budget counted at submission (estimated) and at ingestion (actual): with a budget for one
+    line at its most, the first file carries one line, the rest waits while it is open, and once
+    its actual cost is recorded and the rest still does not fit, the batch path hands the run
+    to the synchronous path (whose budget check fails what it cannot pay for)."""
+    engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
+    write_filings(tmp_path, 3, seed=283, sizes=[8_000] * 3)
+    run_id = _batch_run(engine, tmp_path)
+    config = SimConfig(p50_s=0, p95_s=0, seed=9, batch_duration_s=0.1, batch_validate_s=0.05)
+    with SimServer(config) as sim:
+        settings = get_settings().model_copy(
+            update={"llm_base_url": sim.base_url, "llm_model": "sim-1", "llm_prices": "sim-1:1.0/2.0"}
+        )
+        with session_scope(engine) as session:
+            tokens = session.scalars(
+                select(Chunk.token_estimate).join(Document).where(Document.run_id == run_id)
+            ).all()
+            assert len(tokens) == 3
+            # A line at its most, at batch prices (half of 1.0/2.0): its prompt and max_tokens.
+            line = (max(tokens) + 600) * 0.5e-6 + settings.extract_max_tokens * 1.0e-6
+            session.execute(update(Run).where(Run.id == run_id).values(budget_usd=1.4 * line))
+        ctx = Context(settings, engine, LLMClient(settings, pool_size=1))
+        try:
+            first = batching.tick(ctx, run_id)
+            assert (first.submitted, first.dispatch) == (1, False), "one line fits, beside none open"
+            row = _row(engine, run_id)
+            assert row.requests == 1 and row.estimated_cost_usd is not None
+            assert row.estimated_cost_usd <= 1.4 * line
+            assert batching.tick(ctx, run_id).submitted == 0, "the open batch holds the room"
+            _wait_until_ended(ctx, run_id)
+            last = batching.tick(ctx, run_id)  # ingested: its actual cost is recorded
+        finally:
+            ctx.llm.close()
+    with session_scope(engine) as session:
+        run = session.get(Run, run_id)
+        assert run is not None
+        spent, budget = run.cost_usd, run.budget_usd
+        rows = session.scalars(select(LLMBatch).where(LLMBatch.run_id == run_id)).all()
+        session.execute(delete(Run).where(Run.id == run_id))
+    assert len(rows) == 1 and rows[0].status == "ingested"
+    assert 0 < spent < rows[0].estimated_cost_usd, "the actual cost, below the estimate at its most"
+    assert budget is not None and budget - spent < line, "no room left for another line"
+    assert last.dispatch and last.submitted == 0, "the rest goes to the synchronous path"

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pipeline.context import Context
 from pipeline.core import constants as c
+from pipeline.core.cost import price_of
 from pipeline.extraction.prompting import chunk_messages
 from pipeline.llm.batch import BatchAPI, FileLimits, InputFile, Request, custom_id, pack
 from pipeline.llm.tokens import estimate_prompt
@@ -33,18 +35,32 @@ def _requests(ctx: Context, run: Run, pending: Iterator[repo.Pending], version: 
         yield Request(item.chunk.id, custom_id(item.chunk.id, version, model), body, tokens)
 
 
-def submit(ctx: Context, api: BatchAPI, run: Run, version: str) -> int:
-    """Send new input files while the run has chunks to send and the budget room; returns the
-    requests sent."""
+@dataclass
+class Sent:
+    """What one round of `submit` sent."""
+
+    requests: int = 0
+    over_budget: bool = False
+    """The run's budget has no room for another line, and no open batch holds any of it: the
+    batch path is done, and what is left goes to the synchronous path, whose budget check
+    fails what it cannot pay for."""
+
+
+def submit(ctx: Context, api: BatchAPI, run: Run, version: str) -> Sent:
+    """Send new input files while the run has chunks to send, the enqueued-token budget room
+    and, for a run with a budget, the money: a file is sent only when what it may cost at most
+    (`file_cost`) fits what the budget has left beyond the recorded cost and the open batches'
+    own estimates. Returns what was sent."""
     settings = ctx.settings
-    sent = 0
+    sent = Sent()
+    max_requests = settings.batch_max_requests
     while True:
         with session_scope(ctx.engine) as session:
             room = settings.batch_max_enqueued_tokens - repo.enqueued_tokens(session, run.id)
             if settings.batch_max_enqueued_tokens and room <= 0:
                 return sent
             limits = FileLimits(
-                settings.batch_max_requests,
+                max_requests,
                 c.BATCH_MAX_FILE_BYTES,
                 room if settings.batch_max_enqueued_tokens else 0,
             )
@@ -60,7 +76,23 @@ def submit(ctx: Context, api: BatchAPI, run: Run, version: str) -> int:
                     repo.out_of_tries(session, over.chunk_id, settings.batch_line_attempts)
                     continue
                 return sent
-            row = repo.create(session, run.id, packed.chunk_ids, packed.tokens)
+            cost = file_cost(ctx, packed)
+            money = repo.budget_room(session, run.id)
+            if money is not None and cost is not None and cost > money[0]:
+                packed.close()
+                lines = int(len(packed.chunk_ids) * max(0.0, money[0]) / cost)
+                if lines >= 1:
+                    max_requests = lines  # a smaller file fits
+                    continue
+                sent.over_budget = not money[1]  # else: wait for the open batches' actual cost
+                log.info(
+                    "run %s: the budget has $%.4f left, less than a batch line may cost: %s",
+                    run.id,
+                    money[0],
+                    "the rest goes synchronously" if sent.over_budget else "waiting for the open batches",
+                )
+                return sent
+            row = repo.create(session, run.id, packed.chunk_ids, packed.tokens, cost)
             row_id = row.id
             session.flush()
             session.expunge(row)
@@ -68,14 +100,25 @@ def submit(ctx: Context, api: BatchAPI, run: Run, version: str) -> int:
             _send_file(ctx, api, row, packed, run)
         finally:
             packed.close()
-        sent += len(packed.chunk_ids)
+        sent.requests += len(packed.chunk_ids)
         log.info(
-            "run %s: batch row %s: %d requests, %d tokens sent",
+            "run %s: batch row %s: %d requests, %d tokens, at most $%s sent",
             run.id,
             row_id,
             len(packed.chunk_ids),
             packed.tokens,
+            "?" if cost is None else f"{cost:.4f}",
         )
+
+
+def file_cost(ctx: Context, packed: InputFile) -> float | None:
+    """What the file's lines may cost at most, at batch prices: their prompts, and every line's
+    max_tokens answered (None: the model has no price)."""
+    price = price_of(ctx.settings.batch_prices(), ctx.llm.pick_model("extract", 0))
+    if price is None:
+        return None
+    answers = len(packed.chunk_ids) * ctx.settings.extract_max_tokens
+    return price.of(max(0, packed.tokens - answers), answers)
 
 
 def _room_taken(session: Session, run: Run) -> bool:

@@ -182,11 +182,12 @@ def _tick(ctx: Context, api: BatchAPI, run: Run) -> Tick:
             _plan_handover(ctx, run, now, cut=True)
         outcome.dispatch = _cut_over(ctx, api, run, now)
     else:
-        outcome.submitted = submit(ctx, api, run, version)
+        sent = submit(ctx, api, run, version)
+        outcome.submitted = sent.requests
         with session_scope(ctx.engine) as session:
             left = repo.still_to_send(session, run_id, version, ctx.settings.batch_line_attempts)
             open_rows = repo.open_batches(session, run_id)
-        outcome.dispatch = not left and not open_rows
+        outcome.dispatch = (not left or sent.over_budget) and not open_rows
     if outcome.dispatch and not deadline_due:
         _plan_handover(ctx, run, now, cut=False)
     if outcome.dispatch:

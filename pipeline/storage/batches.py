@@ -167,9 +167,21 @@ def remaining_work(session: Session, run_id: str, version: str) -> tuple[int, in
     return int(row[0]), int(row[1]), int(documents or 0)
 
 
-def create(session: Session, run_id: str, chunk_ids: Sequence[int], tokens: int) -> LLMBatch:
+def create(
+    session: Session,
+    run_id: str,
+    chunk_ids: Sequence[int],
+    tokens: int,
+    estimated_cost_usd: float | None = None,
+) -> LLMBatch:
     """A batch row holding these chunks (`preparing`): they go in no other batch meanwhile."""
-    row = LLMBatch(run_id=run_id, status=PREPARING, requests=len(chunk_ids), enqueued_tokens=tokens)
+    row = LLMBatch(
+        run_id=run_id,
+        status=PREPARING,
+        requests=len(chunk_ids),
+        enqueued_tokens=tokens,
+        estimated_cost_usd=estimated_cost_usd,
+    )
     session.add(row)
     session.flush()
     session.execute(
@@ -210,6 +222,23 @@ def enqueued_tokens(session: Session, run_id: str) -> int:
         )
         or 0
     )
+
+
+def budget_room(session: Session, run_id: str) -> tuple[float, float] | None:
+    """(what the run's budget has left beyond its recorded cost and its open batches' estimates,
+    those estimates); None: the run has no budget."""
+    budget, spent = session.execute(select(Run.budget_usd, Run.cost_usd).where(Run.id == run_id)).one()
+    if budget is None:
+        return None
+    held = float(
+        session.scalar(
+            select(func.coalesce(func.sum(LLMBatch.estimated_cost_usd), 0.0)).where(
+                LLMBatch.run_id == run_id, LLMBatch.status != INGESTED
+            )
+        )
+        or 0.0
+    )
+    return budget - (spent or 0.0) - held, held
 
 
 def update_row(session: Session, batch_id: int, *, stamp: Sequence[str] = (), **values: Any) -> None:

@@ -357,6 +357,9 @@ class LLMBatch(Base):
     completed: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     failed: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     enqueued_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    estimated_cost_usd: Mapped[float | None] = mapped_column(Float)
+    """What the batch may cost at most (prompts, and every line's max_tokens, at batch prices):
+    held against the run's budget until its lines are ingested and their cost recorded."""
     output_lines_done: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     error_lines_done: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     """Lines of each file ingested (committed with their answers): a new reader starts after them."""
