@@ -130,6 +130,7 @@ def test_the_nightly_task_submits_the_inbox_once(
         with session_scope(engine) as session:
             run = session.get(Run, run_id)
             assert run is not None and run.name is not None and run.name.startswith("nightly-")
+            assert run.estimate and run.estimate["modes"]["sync"]["calls"] > 0, "kept as submit keeps it"
             paths = sorted(
                 Path(p).name for p in session.scalars(select(Document.path).where(Document.run_id == run_id))
             )

@@ -139,3 +139,13 @@ def test_a_flex_call_refused_near_its_standard_moment_goes_at_the_standard_tier_
     assert answered.cost_usd == pytest.approx(
         (answered.prompt_tokens * 1.0 + answered.completion_tokens * 2.0) / 1e6
     ), "at the standard tier's price"
+
+
+def test_the_synchronous_estimate_counts_the_limits_per_their_window() -> None:
+    """PIPELINE_RATE_LIMIT_RPM is requests per PIPELINE_RATE_LIMIT_WINDOW_S: 60 a 6 s window
+    is 600 a minute, and 600 calls take a minute, not ten."""
+    from pipeline.runs.mode import ASSUMED_RPM, sync_estimate_s
+
+    assert sync_estimate_s(600, 0, 60, 0, window_s=6.0) == pytest.approx(60.0)
+    assert sync_estimate_s(600, 1_200_000, 0, 100_000, window_s=10.0) == pytest.approx(120.0)
+    assert sync_estimate_s(ASSUMED_RPM, 0, 0, 0, window_s=1.0) == pytest.approx(60.0), "none: a minute's"

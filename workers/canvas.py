@@ -14,6 +14,7 @@ from celery.canvas import Signature
 
 from pipeline.core.settings import Settings
 from pipeline.ingest.producer import SubmitPlan
+from pipeline.runs.estimate import keep_estimate
 from pipeline.runs.mode import decide
 from pipeline.runs.resume import ResumePlan
 from workers.app import app
@@ -50,8 +51,9 @@ def enqueue_batch(run_id: str) -> str:
 
 
 def start_run(engine: Engine, settings: Settings, plan: SubmitPlan) -> str:
-    """Decide the stored run's mode (recorded on the run with its reason) and send it: the
-    chord, or the batch path's first tick. Returns the mode."""
+    """Keep the run's estimate, decide its mode (recorded on the run with its reason and tiers)
+    and send it: the chord, or the batch path's first tick. Returns the mode."""
+    keep_estimate(engine, settings, plan)
     choice = decide(engine, settings, plan)
     if choice.mode == "batch":
         enqueue_batch(plan.run_id)

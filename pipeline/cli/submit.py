@@ -3,7 +3,6 @@ the options they share with `run` (`--follow-links`, `--mode`, `--deadline`)."""
 
 from __future__ import annotations
 
-import logging
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -26,7 +25,6 @@ from pipeline.core import exits
 from pipeline.core.settings import Settings, get_settings
 
 F = TypeVar("F", bound=Callable[..., Any])
-log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -176,7 +174,6 @@ def submit_and_wait(
         if plan.created and not plan.submitted:  # nothing to run: no run left behind
             _discard(engine, plan.run_id)
         return refused
-    _estimate(engine, settings, plan)
     try:
         mode = start_run(engine, settings, plan)
         console.print(f"submitted {plan.submitted} documents" + (" (batch mode)" if mode == "batch" else ""))
@@ -188,16 +185,6 @@ def submit_and_wait(
         if check is None or isinstance(exc, RunInterrupted):
             raise
         raise RunInterrupted(plan.run_id, stopped_by(exc)) from None  # `pipeline run` marks it
-
-
-def _estimate(engine: Engine, settings: Settings, plan: SubmitPlan) -> None:
-    """Keep `pipeline plan`'s estimate on the run; a failure to make one never stops a submit."""
-    from pipeline.runs.estimate import record_estimate
-
-    try:
-        record_estimate(engine, settings, plan)
-    except Exception as exc:  # the estimate is a report, not a gate
-        log.warning("run %s: no estimate stored: %s", plan.run_id, exc)
 
 
 def with_mode(settings: Settings, mode: str | None, deadline: str | None) -> Settings:

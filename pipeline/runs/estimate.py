@@ -21,6 +21,7 @@ they took per call. The plan says which figures came from where.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -42,6 +43,8 @@ from pipeline.storage.usage import (
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
+
+log = logging.getLogger(__name__)
 
 ASSUMED_ANSWER_SHARE = 0.3
 """An answer's share of its `max_tokens`, without history (a 10-K chunk's JSON is a few hundred
@@ -329,6 +332,15 @@ def record_estimate(engine: Engine, settings: Settings, submitted: SubmitPlan) -
     with session_scope(engine) as session:
         store_estimate(session, submitted.run_id, plan.stored())
     return plan
+
+
+def keep_estimate(engine: Engine, settings: Settings, submitted: SubmitPlan) -> None:
+    """`record_estimate` for a run about to start (submit, the nightly inbox): a failure to make
+    one is logged and never stops the run (the estimate is a report, not a gate)."""
+    try:
+        record_estimate(engine, settings, submitted)
+    except Exception as exc:
+        log.warning("run %s: no estimate stored: %s", submitted.run_id, exc)
 
 
 def history(engine: Engine, settings: Settings) -> tuple[RecentUsage, float | None]:
