@@ -134,6 +134,12 @@ def test_after_a_run_the_plan_of_the_next_one_is_within_ten_percent_of_its_token
     assert "estimate" in shown.stdout and "actual" in shown.stdout, shown.stdout
     report = run_cli("report", run_id, env=pipeline_env)
     assert "estimated at submit:" in report.stdout and "off)" in report.stdout, report.stdout[:2000]
+    # Filings answered before: a run that reuses answers asks only the report's calls for them.
+    again, fresh = _plan(pipeline_env, str(first)), _plan(pipeline_env, "--fresh", str(first))
+    assert again["chunks"] == 0 and "reused" in again["sources"], again["sources"]  # type: ignore[operator]
+    assert fresh["chunks"] > 0 and "reused" not in fresh["sources"]  # type: ignore[operator]
+    reused = {m["mode"]: m for m in again["modes"]}["sync"]  # type: ignore[attr-defined]
+    assert reused["calls"] < {m["mode"]: m for m in fresh["modes"]}["sync"]["calls"]  # type: ignore[attr-defined]
 
 
 def test_a_flex_run_asks_at_the_flex_tier_rides_out_refusals_and_pays_batch_prices(

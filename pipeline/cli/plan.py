@@ -21,6 +21,7 @@ from pipeline.core import exits
 from pipeline.core.settings import Settings, get_settings
 
 if TYPE_CHECKING:
+    from pipeline.ingest.producer import SubmitPlan
     from pipeline.runs.estimate import Plan
     from pipeline.storage.usage import RecentUsage
 
@@ -30,20 +31,32 @@ log = logging.getLogger(__name__)
 @main.command()
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON on stdout.")
+@click.option(
+    "--fresh",
+    is_flag=True,
+    help="Price every chunk, as `submit --fresh` asks again what earlier runs answered for the same text.",
+)
 @links_option
 @mode_options
 def plan(
-    paths: tuple[str, ...], as_json: bool, follow_links: bool | None, mode: str | None, deadline: str | None
+    paths: tuple[str, ...],
+    as_json: bool,
+    fresh: bool,
+    follow_links: bool | None,
+    mode: str | None,
+    deadline: str | None,
 ) -> None:
     """Estimate a run of PATHS in each mode (sync, flex, batch, auto): calls, tokens, cost, time
     and whether the deadline is met. Reads and chunks the files as submit would; stores
-    nothing and calls no LLM. Exits 6 when the run's mode costs more than PIPELINE_RUN_BUDGET_USD."""
+    nothing and calls no LLM. Chunks an earlier run answered for the same text cost nothing
+    (unless --fresh). Exits 6 when the run's mode costs more than PIPELINE_RUN_BUDGET_USD."""
     settings = with_links(with_mode(get_settings(), mode, deadline), follow_links)
-    sys.exit(show_plan(settings, list(paths), as_json))
+    sys.exit(show_plan(settings, list(paths), as_json, reuse=not fresh))
 
 
-def show_plan(settings: Settings, paths: list[str], as_json: bool) -> int:
-    """Print the plan of `paths`; the exit code (6 over the budget)."""
+def show_plan(settings: Settings, paths: list[str], as_json: bool, reuse: bool = True) -> int:
+    """Print the plan of `paths`; the exit code (6 over the budget). With `reuse`, chunks an
+    earlier run answered for the same text are counted as answered."""
     from pipeline.core.deadline import parse_deadline
     from pipeline.ingest.producer import survey
     from pipeline.runs.estimate import limits_for, plan_run
@@ -52,6 +65,8 @@ def show_plan(settings: Settings, paths: list[str], as_json: bool) -> int:
     now = datetime.now(UTC)
     deadline = parse_deadline(settings.run_deadline, now) if settings.run_deadline else None
     usage, batch_seconds, history_note = _history(settings)
+    if reuse:
+        surveyed = _reusing(settings, surveyed)
     estimate = plan_run(settings, surveyed, usage, limits_for(settings), now, deadline, batch_seconds)
     if as_json:
         click.echo(json.dumps({**estimate.as_json(), "history": history_note}, indent=2))
@@ -70,6 +85,18 @@ def show_plan(settings: Settings, paths: list[str], as_json: bool) -> int:
         )
         return exits.USAGE
     return exits.OK
+
+
+def _reusing(settings: Settings, surveyed: SubmitPlan) -> SubmitPlan:
+    """The survey without what earlier runs answered, when the database answers."""
+    from pipeline.runs.estimate import reusing
+    from pipeline.storage.db import ensure_schema
+
+    try:
+        return reusing(ensure_schema(settings.resolved_database_url), settings, surveyed)
+    except Exception as exc:  # no database yet: nothing to reuse
+        log.debug("no stored answers: %s", exc)
+        return surveyed
 
 
 def _history(settings: Settings) -> tuple[RecentUsage, float | None, str]:
@@ -94,12 +121,14 @@ def _print(estimate: Plan, history_note: str) -> None:
     work = estimate.work
     out = _stdout()
     out.print(
-        f"{work.documents} documents, {work.chunks} chunks, about {work.text_tokens:,} tokens of text"
+        f"{work.documents} documents, {work.chunks} chunks to ask, about {work.text_tokens:,} tokens of text"
         + (f"; {len(estimate.rejected)} files not taken" if estimate.rejected else ""),
         highlight=False,
     )
     for path, reason in estimate.rejected:
         out.print(f"  {escape(path)}: {escape(reason)}", highlight=False)
+    if "reused" in work.sources:
+        out.print(f"reused: {escape(work.sources['reused'])} (--fresh prices them)", highlight=False)
     limits = estimate.limits
     per = "min" if limits.window_s == 60 else format_duration(limits.window_s)
     source = limits.source

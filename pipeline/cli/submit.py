@@ -109,7 +109,7 @@ def submit(
         from pipeline.cli.plan import show_plan
 
         settings = with_links(with_mode(get_settings(), mode, deadline), follow_links)
-        sys.exit(show_plan(settings, list(paths), as_json=False))
+        sys.exit(show_plan(settings, list(paths), as_json=False, reuse=not fresh and not schema))
     settings = with_links(with_mode(deployment_settings("submit"), mode, deadline), follow_links)
     if wait:
         stop_on_sigterm()

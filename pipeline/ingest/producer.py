@@ -48,6 +48,11 @@ class SubmitPlan:
     """With `only_new`: files whose content an earlier run extracted (not part of this run)."""
     tokens: int = 0
     """Estimated tokens of the run's documents (what PIPELINE_MAX_RUN_TOKENS caps)."""
+    spans: dict[int, tuple[str, list[tuple[int, int, int]]]] = field(default_factory=dict)
+    """Each document's content hash and chunks (start, end, estimated tokens): where an
+    earlier run answered the same text, `pipeline plan` counts no call."""
+    reused_chunks: int = 0
+    """Of the chunks, those an earlier run answered (set by `pipeline.runs.estimate.reusing`)."""
     created: bool = True
     """False when `only_new` found nothing new: no run was stored."""
 
@@ -245,6 +250,7 @@ def _add_traced_file(
     current.set_attributes({"document.id": document_id, "document.chunks": len(spans)})
     plan.document_ids.append(document_id)
     plan.chunk_counts[document_id] = len(spans)
+    plan.spans[document_id] = (loaded.sha256, [(c.char_start, c.char_end, c.token_estimate) for c in spans])
 
 
 def _chunk(
@@ -282,6 +288,7 @@ def survey(settings: Settings, paths: Sequence[str]) -> SubmitPlan:
         number = len(plan.document_ids) + 1
         plan.document_ids.append(number)
         plan.chunk_counts[number] = len(spans)
+        plan.spans[number] = (loaded.sha256, [(c.char_start, c.char_end, c.token_estimate) for c in spans])
     return plan
 
 

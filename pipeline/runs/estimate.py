@@ -32,6 +32,7 @@ from pipeline.core.settings import Settings
 from pipeline.ingest.producer import SubmitPlan
 from pipeline.runs.mode import PROMPT_OVERHEAD_TOKENS, choose_mode
 from pipeline.storage.db import session_scope
+from pipeline.storage.runs import get_run
 from pipeline.storage.usage import (
     Actual,
     RecentUsage,
@@ -145,6 +146,28 @@ class Plan:
         }
 
 
+def reusing(engine: Engine, settings: Settings, survey: SubmitPlan) -> SubmitPlan:
+    """The survey without the chunks an earlier run answered for the same text (same span,
+    prompt version and a model still in use): a run that reuses answers (not `--fresh`, the
+    filing schema) asks no call for them. Their count is kept in `reused_chunks`."""
+    from pipeline.core.constants import PROMPT_VERSION
+    from pipeline.storage.usage import answered_spans
+
+    models = [settings.llm_model] + ([settings.llm_fallback_model] if settings.llm_fallback_model else [])
+    with session_scope(engine) as session:
+        answered = answered_spans(session, [sha for sha, _ in survey.spans.values()], models, PROMPT_VERSION)
+    if not answered:
+        return survey
+    counts, tokens, reused = dict(survey.chunk_counts), survey.tokens, 0
+    for number, (sha, spans) in survey.spans.items():
+        for start, end, span_tokens in spans:
+            if (sha, start, end) in answered:
+                counts[number] -= 1
+                tokens -= span_tokens
+                reused += 1
+    return replace(survey, chunk_counts=counts, tokens=tokens, reused_chunks=reused)
+
+
 def work_of(settings: Settings, survey: SubmitPlan, usage: RecentUsage) -> Work:
     """The run's calls and tokens: the last runs' ratios where there are any, else the assumed."""
     documents, chunks, text = survey.submitted, sum(survey.chunk_counts.values()), survey.tokens
@@ -177,6 +200,10 @@ def work_of(settings: Settings, survey: SubmitPlan, usage: RecentUsage) -> Work:
         calls += stage_calls
         tokens_in += round(stage_calls * seen.prompt_tokens / seen.calls)
         tokens_out += round(stage_calls * seen.completion_tokens / seen.calls)
+    if survey.reused_chunks:
+        sources["reused"] = (
+            f"{survey.reused_chunks} chunks answered by earlier runs of the same text: no call"
+        )
     history_calls = sum(s.calls for s in usage.stages.values())
     return Work(
         documents=documents,
@@ -328,6 +355,11 @@ def record_estimate(engine: Engine, settings: Settings, submitted: SubmitPlan) -
     now = datetime.now(UTC)
     deadline = parse_deadline(settings.run_deadline, now) if settings.run_deadline else None
     usage, batch_seconds = history(engine, settings)
+    with session_scope(engine) as session:
+        run = get_run(session, submitted.run_id)
+        reuse = run is not None and run.reuse_answers and not run.schema
+    if reuse:
+        submitted = reusing(engine, settings, submitted)
     plan = plan_run(settings, submitted, usage, limits_for(settings), now, deadline, batch_seconds)
     with session_scope(engine) as session:
         store_estimate(session, submitted.run_id, plan.stored())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -160,3 +161,29 @@ def run_actual(session: Session, run_id: str) -> Actual:
             aware(run.finished_at) - aware(run.started_at or run.stored_at or run.created_at)
         ).total_seconds()
     return Actual(int(calls), int(tokens), float(run.cost_usd if run else 0.0), seconds)
+
+
+def answered_spans(
+    session: Session, hashes: Sequence[str], models: Sequence[str], version: str
+) -> set[tuple[str, int, int]]:
+    """(content hash, start, end) of the chunks of these texts an earlier run answered with
+    this prompt version and one of these models: a run that reuses answers asks no call for
+    them (`pipeline.storage.documents.reuse_answers`)."""
+    from pipeline.storage.models import Document
+
+    found: set[tuple[str, int, int]] = set()
+    unique = sorted(set(hashes))
+    for at in range(0, len(unique), 1000):
+        rows = session.execute(
+            select(Document.sha256, Chunk.char_start, Chunk.char_end)
+            .join(Chunk, Chunk.document_id == Document.id)
+            .where(
+                Document.sha256.in_(unique[at : at + 1000]),
+                Chunk.completed_at.is_not(None),
+                Chunk.prompt_version == version,
+                Chunk.model.in_(list(models)),
+            )
+            .distinct()
+        )
+        found.update((sha, start, end) for sha, start, end in rows if sha)
+    return found
