@@ -11,12 +11,14 @@ import pytest
 from sqlalchemy import Engine, create_engine, delete, select, update
 
 from pipeline.context import Context
+from pipeline.core.cost import price_of
 from pipeline.core.settings import get_settings
+from pipeline.extraction.prompting import prompt_version
 from pipeline.ingest.producer import prepare_run
 from pipeline.llm.batch import BatchAPI
 from pipeline.llm.client import LLMClient
-from pipeline.runs import batching
-from pipeline.storage import run_state
+from pipeline.runs import batch_submit, batching
+from pipeline.storage import batches, run_state
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Chunk, Document, LLMBatch, LLMCall, Run
 from pipeline_dev.sim import SimConfig, SimServer
@@ -119,15 +121,21 @@ def test_a_batch_is_sent_only_when_what_it_may_cost_fits_the_budget_beside_the_o
         settings = get_settings().model_copy(
             update={"llm_base_url": sim.base_url, "llm_model": "sim-1", "llm_prices": "sim-1:1.0/2.0"}
         )
-        with session_scope(engine) as session:
-            tokens = session.scalars(
-                select(Chunk.token_estimate).join(Document).where(Document.run_id == run_id)
-            ).all()
-            assert len(tokens) == 3
-            # A line at its most, at batch prices (half of 1.0/2.0): its prompt and max_tokens.
-            line = (max(tokens) + 600) * 0.5e-6 + settings.extract_max_tokens * 1.0e-6
-            session.execute(update(Run).where(Run.id == run_id).values(budget_usd=1.4 * line))
         ctx = Context(settings, engine, LLMClient(settings, pool_size=1))
+        # A line at its most, as the submit counts it: its prompt and max_tokens at batch prices.
+        price = price_of(settings.batch_prices(), "sim-1")
+        assert price is not None
+        with session_scope(engine) as session:
+            run = session.get(Run, run_id)
+            assert run is not None
+            pending = batches.pending_chunks(
+                session, run_id, prompt_version(None), settings.batch_line_attempts
+            )
+            requests = list(batch_submit._requests(ctx, run, pending, prompt_version(None)))
+            assert len(requests) == 3
+            most = settings.extract_max_tokens
+            line = max(price.of(r.tokens - most, most) for r in requests)
+            session.execute(update(Run).where(Run.id == run_id).values(budget_usd=1.4 * line))
         try:
             first = batching.tick(ctx, run_id)
             assert (first.submitted, first.dispatch) == (1, False), "one line fits, beside none open"
