@@ -15,10 +15,17 @@
 from __future__ import annotations
 
 from collections import Counter
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pipeline_dev.bench.regimes import R7_PRICES, BenchConfig, Result, filings, run_pipeline
+from pipeline_dev.bench.regimes import (
+    BenchConfig,
+    Result,
+    batch_env,
+    by_deadline,
+    filings,
+    run_costs,
+    run_pipeline,
+)
 
 LEARN_FILINGS = 60
 TONIGHT_FILINGS = 120
@@ -34,14 +41,7 @@ FLEX_REFUSALS = 0.1
 
 def r10_plan(cfg: BenchConfig) -> Result:
     k = cfg.window_s / 60  # the harness's short window shortens batches and the deadline
-    env = {
-        "PIPELINE_RATE_LIMIT_RPM": str(cfg.rpm),
-        "PIPELINE_LLM_PRICES": R7_PRICES,
-        "PIPELINE_BATCH_POLL_S": str(max(0.2, 1.0 * k)),
-        "PIPELINE_BATCH_DEADLINE_MARGIN_S": str(10 * k),
-        "PIPELINE_BATCH_CANCEL_WAIT_S": str(10 * k),
-        "PIPELINE_BATCH_MIN_ROOM_S": str(30 * k),
-    }
+    env = {**batch_env(cfg), "PIPELINE_BATCH_MIN_ROOM_S": str(30 * k)}
     sim = cfg.latency_args() + cfg.limit_args()
     batch_sim = [*sim, "--batch-duration", str(BATCH_S * k)]
     learn = filings(cfg, "r10-learn", cfg.count(LEARN_FILINGS), 20_000, 80_000)
@@ -55,19 +55,10 @@ def r10_plan(cfg: BenchConfig) -> Result:
     estimates = {"sync": _accuracy(cfg, sync["run_id"]), "batch": _accuracy(cfg, batch["run_id"])}
 
     deadline_s = DEADLINE_S * k
-
-    def by_deadline() -> list[str]:
-        return [
-            "--mode",
-            "auto",
-            "--deadline",
-            (datetime.now(UTC) + timedelta(seconds=deadline_s)).isoformat(),
-        ]
-
     slow = [*sim, "--batch-duration", str(10 * deadline_s), "--flex-unavailable-rate", str(FLEX_REFUSALS)]
-    auto = run_pipeline(cfg, tonight, slow, env_extra=env, submit_args=by_deadline)
+    auto = run_pipeline(cfg, tonight, slow, env_extra=env, submit_args=by_deadline("auto", deadline_s))
     planned = _planned(cfg, auto["run_id"])
-    sync_cost = _cost(cfg, sync["run_id"])
+    sync_cost = run_costs(cfg.database_url, sync["run_id"])["cost_usd"]
 
     expire_s = BATCH_S * k
     expired = run_pipeline(
@@ -133,15 +124,6 @@ def _accuracy(cfg: BenchConfig, run_id: str) -> dict[str, Any]:
     from pipeline.storage.db import get_engine
 
     return run_status(get_engine(cfg.database_url), run_id).estimate or {}
-
-
-def _cost(cfg: BenchConfig, run_id: str) -> float:
-    from pipeline.storage.db import get_engine, session_scope
-    from pipeline.storage.models import Run
-
-    with session_scope(get_engine(cfg.database_url)) as session:
-        run = session.get(Run, run_id)
-        return float(run.cost_usd) if run else 0.0
 
 
 def _planned(cfg: BenchConfig, run_id: str) -> dict[str, Any]:

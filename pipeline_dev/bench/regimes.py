@@ -496,6 +496,28 @@ R7_DEADLINE_S = 150.0
 synchronous path alone meets (~90 s at 600 RPM): the run cuts over, keeps what the batch answered."""
 
 
+def batch_env(cfg: BenchConfig) -> dict[str, str]:
+    """The workers' settings of the regimes with batches (R7, R10): R1's quota, gpt-4o-mini's
+    prices, and the batch path's poll, margin and cancel wait scaled with the window."""
+    k = cfg.window_s / 60
+    return {
+        "PIPELINE_RATE_LIMIT_RPM": str(cfg.rpm),
+        "PIPELINE_LLM_PRICES": R7_PRICES,
+        "PIPELINE_BATCH_POLL_S": str(max(0.2, 1.0 * k)),
+        "PIPELINE_BATCH_DEADLINE_MARGIN_S": str(10 * k),
+        "PIPELINE_BATCH_CANCEL_WAIT_S": str(10 * k),
+    }
+
+
+def by_deadline(mode: str, seconds: float) -> Callable[[], list[str]]:
+    """Submit options for `mode` with a deadline `seconds` after the submit starts."""
+
+    def args() -> list[str]:
+        return ["--mode", mode, "--deadline", (datetime.now(UTC) + timedelta(seconds=seconds)).isoformat()]
+
+    return args
+
+
 def r7_batch(cfg: BenchConfig) -> Result:
     """200 of R1's filings three times against R1's provider (600 RPM, quantized): synchronously
     (what R1 pays for them), in batch mode, and in batch mode with a deadline shorter than the
@@ -506,13 +528,7 @@ def r7_batch(cfg: BenchConfig) -> Result:
         for path in sorted(r1_filings(cfg).iterdir())[: cfg.count(R7_FILINGS)]:
             shutil.copy(path, files / path.name)
     k = cfg.window_s / 60  # the harness test's short window shortens the batches and deadline
-    env = {
-        "PIPELINE_RATE_LIMIT_RPM": str(cfg.rpm),
-        "PIPELINE_LLM_PRICES": R7_PRICES,
-        "PIPELINE_BATCH_POLL_S": str(max(0.2, 1.0 * k)),
-        "PIPELINE_BATCH_DEADLINE_MARGIN_S": str(10 * k),
-        "PIPELINE_BATCH_CANCEL_WAIT_S": str(10 * k),
-    }
+    env = batch_env(cfg)
     sim = cfg.latency_args() + cfg.limit_args()
     batch_s = R7_BATCH_S * k
     sync = run_pipeline(cfg, files, sim, env_extra=env)
@@ -524,19 +540,10 @@ def r7_batch(cfg: BenchConfig) -> Result:
         submit_args=lambda: ["--mode", "batch"],
     )
     deadline_s = R7_DEADLINE_S * k
-
-    def by_deadline() -> list[str]:
-        return [
-            "--mode",
-            "batch",
-            "--deadline",
-            (datetime.now(UTC) + timedelta(seconds=deadline_s)).isoformat(),
-        ]
-
     slow = [*sim, "--batch-duration", str(R7_SLOW_BATCH_S * k)]
-    deadline = run_pipeline(cfg, files, slow, env_extra=env, submit_args=by_deadline)
+    deadline = run_pipeline(cfg, files, slow, env_extra=env, submit_args=by_deadline("batch", deadline_s))
     costs = {
-        name: _costs(cfg.database_url, r["run_id"])
+        name: run_costs(cfg.database_url, r["run_id"])
         for name, r in (("sync", sync), ("batch", batch), ("deadline", deadline))
     }
     result = {
@@ -569,7 +576,7 @@ def r7_batch(cfg: BenchConfig) -> Result:
     return result
 
 
-def _costs(database_url: str, run_id: str) -> dict[str, Any]:
+def run_costs(database_url: str, run_id: str) -> dict[str, Any]:
     """The run's cost, and its answered extraction calls by mode."""
     from sqlalchemy import func, select
 
