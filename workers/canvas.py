@@ -53,8 +53,7 @@ def enqueue_batch(run_id: str) -> str:
 def start_run(engine: Engine, settings: Settings, plan: SubmitPlan) -> str:
     """Keep the run's estimate, decide its mode (recorded on the run with its reason and tiers)
     and send it: the chord, or the batch path's first tick. Returns the mode."""
-    keep_estimate(engine, settings, plan)
-    choice = decide(engine, settings, plan)
+    choice = decide(engine, settings, plan, sync_s=keep_estimate(engine, settings, plan))
     if choice.mode == "batch":
         enqueue_batch(plan.run_id)
     else:

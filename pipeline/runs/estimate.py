@@ -366,13 +366,16 @@ def record_estimate(engine: Engine, settings: Settings, submitted: SubmitPlan) -
     return plan
 
 
-def keep_estimate(engine: Engine, settings: Settings, submitted: SubmitPlan) -> None:
-    """`record_estimate` for a run about to start (submit, the nightly inbox): a failure to make
-    one is logged and never stops the run (the estimate is a report, not a gate)."""
+def keep_estimate(engine: Engine, settings: Settings, submitted: SubmitPlan) -> float | None:
+    """`record_estimate` for a run about to start (submit, the nightly inbox); the synchronous
+    path's estimated seconds, which the mode's choice uses. A failure to make one is logged and
+    never stops the run (the estimate is a report, not a gate): None then."""
     try:
-        record_estimate(engine, settings, submitted)
+        plan = record_estimate(engine, settings, submitted)
     except Exception as exc:
         log.warning("run %s: no estimate stored: %s", submitted.run_id, exc)
+        return None
+    return next(m.seconds for m in plan.modes if m.mode == "sync")
 
 
 def history(engine: Engine, settings: Settings) -> tuple[RecentUsage, float | None]:

@@ -13,7 +13,7 @@ from pipeline.core.deadline import parse_deadline
 from pipeline.core.settings import Settings, get_settings
 from pipeline.ingest.producer import SubmitPlan
 from pipeline.runs.tiers import TierPlan, plan_auto
-from pipeline.storage import run_state, usage
+from pipeline.storage import run_state
 from pipeline.storage.db import session_scope
 
 if TYPE_CHECKING:
@@ -74,14 +74,19 @@ PROMPT_OVERHEAD_TOKENS = 400
 """The instructions and schema around a chunk's text, roughly."""
 
 
-def decide(engine: Engine, settings: Settings, plan: SubmitPlan, now: datetime | None = None) -> TierPlan:
+def decide(
+    engine: Engine,
+    settings: Settings,
+    plan: SubmitPlan,
+    now: datetime | None = None,
+    sync_s: float | None = None,
+) -> TierPlan:
     """Choose the stored run's mode (`PIPELINE_LLM_MODE`, `PIPELINE_RUN_DEADLINE`) and record it
-    on the run with its reason, deadline and tiers. The synchronous path's time is the estimate
-    kept on the run at submit (`pipeline plan`'s), else the limits' bound."""
+    on the run with its reason, deadline and tiers. `sync_s` is the synchronous path's time
+    as the estimate kept at submit gives it (history-aware); without it, the limits' bound."""
     now = now or datetime.now(UTC)
     deadline = parse_deadline(settings.run_deadline, now) if settings.run_deadline else None
-    with session_scope(engine) as session:
-        estimate = usage.estimated_seconds(session, plan.run_id, "sync")  # the plan's, history-aware
+    estimate = sync_s
     if estimate is None:
         chunks = sum(plan.chunk_counts.values())
         calls, tokens = work_estimate(settings, chunks, plan.tokens, plan.submitted)

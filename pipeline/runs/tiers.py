@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from pipeline.core.deadline import format_duration, format_time
 from pipeline.core.settings import Settings
 from pipeline.storage import tiers as tier_rows
 from pipeline.storage.db import session_scope
@@ -37,7 +38,6 @@ from pipeline.storage.tiers import RunPlan
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
-from pipeline.core.deadline import format_duration, format_time
 
 SAFETY = 1.25
 """An estimate of the time a tier needs is stretched by this before the deadline is met with it."""

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
-from sqlalchemy import bindparam, delete, insert, select, update
+from sqlalchemy import ColumnElement, bindparam, delete, insert, select, update
 from sqlalchemy.orm import Session
 
 from pipeline.core.constants import PROMPT_VERSION
@@ -91,6 +91,12 @@ def document_text(session: Session, doc: Document) -> str:
     return text
 
 
+def reusable(models: Sequence[str], version: str) -> tuple[ColumnElement[bool], ...]:
+    """What makes a stored chunk answer reusable for the same text: answered, to this prompt
+    version, by a model still in use (`reuse_answers`, and `pipeline plan`'s count of it)."""
+    return (Chunk.completed_at.is_not(None), Chunk.prompt_version == version, Chunk.model.in_(list(models)))
+
+
 def reuse_answers(session: Session, doc: Document, chunks: Sequence[Chunk], models: Sequence[str]) -> int:
     """Fill unanswered chunks with answers stored for the same text by an earlier run.
 
@@ -103,13 +109,7 @@ def reuse_answers(session: Session, doc: Document, chunks: Sequence[Chunk], mode
     earlier = session.execute(
         select(Chunk)
         .join(Document, Document.id == Chunk.document_id)
-        .where(
-            Document.sha256 == doc.sha256,
-            Document.id != doc.id,
-            Chunk.completed_at.is_not(None),
-            Chunk.prompt_version == PROMPT_VERSION,
-            Chunk.model.in_(list(models)),
-        )
+        .where(Document.sha256 == doc.sha256, Document.id != doc.id, *reusable(models, PROMPT_VERSION))
         .order_by(Chunk.id)
     ).scalars()
     reused, now = 0, clock.now(session)

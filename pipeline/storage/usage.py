@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
+from pipeline.storage.documents import reusable
 from pipeline.storage.models import Chunk, LLMCall, Run, RunStatus, aware
 
 
@@ -131,13 +132,6 @@ def store_estimate(session: Session, run_id: str, estimate: dict[str, Any]) -> N
     session.execute(update(Run).where(Run.id == run_id).values(estimate=estimate))
 
 
-def estimated_seconds(session: Session, run_id: str, mode: str) -> float | None:
-    """The time the run's stored estimate gives `mode` (None: no estimate stored)."""
-    estimate = session.scalar(select(Run.estimate).where(Run.id == run_id)) or {}
-    seconds = estimate.get("modes", {}).get(mode, {}).get("seconds")
-    return float(seconds) if seconds is not None else None
-
-
 @dataclass(frozen=True)
 class Actual:
     calls: int
@@ -168,7 +162,7 @@ def answered_spans(
 ) -> set[tuple[str, int, int]]:
     """(content hash, start, end) of the chunks of these texts an earlier run answered with
     this prompt version and one of these models: a run that reuses answers asks no call for
-    them (`pipeline.storage.documents.reuse_answers`)."""
+    them (`pipeline.storage.documents.reuse_answers`, by the same rule)."""
     from pipeline.storage.models import Document
 
     found: set[tuple[str, int, int]] = set()
@@ -177,12 +171,7 @@ def answered_spans(
         rows = session.execute(
             select(Document.sha256, Chunk.char_start, Chunk.char_end)
             .join(Chunk, Chunk.document_id == Document.id)
-            .where(
-                Document.sha256.in_(unique[at : at + 1000]),
-                Chunk.completed_at.is_not(None),
-                Chunk.prompt_version == version,
-                Chunk.model.in_(list(models)),
-            )
+            .where(Document.sha256.in_(unique[at : at + 1000]), *reusable(models, version))
             .distinct()
         )
         found.update((sha, start, end) for sha, start, end in rows if sha)
