@@ -37,6 +37,14 @@ class Context:
     chunk_pool: ThreadPoolExecutor | None = None
     """Where a document's chunks are answered side by side (a worker's, as many threads as its
     concurrency); None: one after another."""
+    escalation: LLMClient | None = None
+    """The escalation model's client when it has an endpoint of its own
+    (PIPELINE_ESCALATE_BASE_URL); None: `llm` asks it."""
+
+
+def escalation_llm(ctx: Context) -> LLMClient:
+    """The client that asks PIPELINE_ESCALATE_MODEL (and the verification's second answers)."""
+    return ctx.escalation or ctx.llm
 
 
 def stop_check(ctx: Context, run_id: str) -> stops.Check | None:

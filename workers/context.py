@@ -33,6 +33,7 @@ def worker_context() -> Context:
             pool = settings.worker_concurrency if settings.worker_pool == "threads" else 1
             # Calls come from the task threads (compressions, syntheses) and from the chunk pool.
             calls = 2 * pool
+            escalation = settings.escalation_endpoint()
             _context = Context(
                 settings=settings,
                 # Room beyond the task threads for the heartbeat, whose renewals must not wait
@@ -47,6 +48,7 @@ def worker_context() -> Context:
                     if pool > 1
                     else None
                 ),
+                escalation=LLMClient(escalation, pool_size=calls) if escalation else None,
             )
         return _context
 

@@ -27,6 +27,7 @@ from pipeline.core.setting_groups import (
     NightlySettings,
     RunSettings,
     StorageSettings,
+    TrustSettings,
     WorkerSettings,
 )
 
@@ -39,6 +40,7 @@ class Settings(
     WorkerSettings,
     LimitSettings,
     InputSettings,
+    TrustSettings,
     LLMSettings,
     StorageSettings,
 ):
@@ -58,6 +60,8 @@ class Settings(
         "redis_url",
         "limiter_redis_url",
         "llm_base_url",
+        "escalate_base_url",
+        "escalate_model",
         "inbox",
         "flower_user",
         "flower_password",
@@ -129,12 +133,17 @@ class Settings(
                 )
         return value
 
-    @field_validator("llm_base_url")
+    @field_validator("llm_base_url", "escalate_base_url")
     @classmethod
-    def _http_endpoint(cls, value: str | None) -> str | None:
+    def _http_endpoint(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is not None and urlsplit(value).scheme not in ("http", "https"):
+            name = (
+                "PIPELINE_ESCALATE_BASE_URL"
+                if info.field_name == "escalate_base_url"
+                else "PIPELINE_LLM_BASE_URL"
+            )
             raise ValueError(
-                "PIPELINE_LLM_BASE_URL is not an HTTP URL: write it as https://host/v1 "
+                f"{name} is not an HTTP URL: write it as https://host/v1 "
                 "(the OpenAI-compatible API's base, e.g. https://api.openai.com/v1)"
             )
         return value
@@ -175,6 +184,21 @@ class Settings(
             m: Price(p.input_usd_per_m * k, p.output_usd_per_m * k) for m, p in self.prices().items()
         }
         return {**discounted, **parse_prices(self.llm_batch_prices)}
+
+    def escalation_endpoint(self) -> Settings | None:
+        """The settings of the escalation model's own endpoint (PIPELINE_ESCALATE_BASE_URL);
+        None when it shares PIPELINE_LLM_BASE_URL's, or no escalation model is set."""
+        if not (self.escalate_model and self.escalate_base_url):
+            return None
+        update: dict[str, Any] = {
+            "llm_base_url": self.escalate_base_url,
+            "llm_model": self.escalate_model,
+            "llm_models": None,
+            "llm_fallback_model": None,
+        }
+        if self.escalate_api_key:
+            update.update(llm_api_key=self.escalate_api_key, llm_api_keys=None)
+        return self.model_copy(update=update)
 
     def extract_models(self) -> list[tuple[str, float]]:
         """(model, weight) pairs for the extract stage; the configured model alone by default."""
@@ -238,6 +262,7 @@ def _check_database_url(value: str) -> None:
 GROUPS: tuple[type[BaseSettings], ...] = (
     StorageSettings,
     LLMSettings,
+    TrustSettings,
     InputSettings,
     LimitSettings,
     WorkerSettings,

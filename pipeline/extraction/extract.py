@@ -17,8 +17,9 @@ from pipeline.context import Context, check_spend, database_url, deadline_of, st
 from pipeline.core import errors, logs, tracing
 from pipeline.core.constants import PROMPT_VERSION
 from pipeline.extraction import custom
-from pipeline.extraction.grounding import GroundedExtraction, Source, ground
-from pipeline.extraction.merge import merge_chunks
+from pipeline.extraction.confidence import Assessed
+from pipeline.extraction.escalation import Started, assess_document
+from pipeline.extraction.grounding import GroundedExtraction, Source
 from pipeline.extraction.prompting import chunk_messages, prompt_version
 from pipeline.extraction.schemas import FilingExtraction
 from pipeline.llm import stops
@@ -124,12 +125,14 @@ def _extract(
             answers = _answer_chunks(ctx, work, started)
             model = Counter(model for _, model in answers).most_common(1)[0][0]
             parts = [part for part, _ in answers]
-            result = _custom_result(work, parts) if work.schema else _filing_result(work, parts)
+            result = _custom_result(work, parts) if work.schema else _filing_result(ctx, work, parts)
             summary: str | None = None
             calls: list[CallRecord] = []
             if summarize is not None and not _budget_spent(ctx, work):
                 sink = ctx.llm.spending(work.doc.run_id, calls.append) if work.capped else calls.append
-                summary = summarize(work.query, result, sink)
+                summary = summarize(
+                    work.query, result.grounded if isinstance(result, Assessed) else result, sink
+                )
             try:
                 with (
                     tracing.span("store extraction", {"llm.calls": len(calls)}),
@@ -339,15 +342,15 @@ def _custom_result(work: _Work, parts: list[BaseModel]) -> CustomResult:
     return CustomResult(data, total, grounded)
 
 
-def _filing_result(work: _Work, parts: list[BaseModel]) -> GroundedExtraction:
-    """The 10-K schema: answers merged (preferring found quotes), grounded."""
-    source = Source(work.text)
+def _filing_result(ctx: Context, work: _Work, parts: list[BaseModel]) -> Assessed:
+    """The 10-K schema: answers merged (preferring found quotes), grounded, each field scored
+    (doubtful ones escalated)."""
     filings = [p for p in parts if isinstance(p, FilingExtraction)]
-    return ground(merge_chunks(filings, lambda quote: source.find(quote) is not None), source)
+    return assess_document(ctx, Started(work.doc, work.text, work.chunks, work.capped), filings)
 
 
 def _save(
-    session: Session, work: _Work, result: GroundedExtraction | CustomResult, model: str, summary: str | None
+    session: Session, work: _Work, result: Assessed | CustomResult, model: str, summary: str | None
 ) -> None:
     if isinstance(result, CustomResult):
         documents.save_custom_extraction(

@@ -50,13 +50,18 @@ def _key(text: str) -> str:
     return re.sub(r"\W+", " ", text).strip().lower()
 
 
+def risk_key(risk: RiskFactor) -> set[str]:
+    """What makes two risk factors the same one: an equal title or an equal quote (normalised)."""
+    return {_key(risk.title), _key(risk.quote)}
+
+
 def _unique_risks(risks: Iterable[RiskFactor], found: Callable[[str], bool]) -> list[RiskFactor]:
     """First of each title or quote, except that a grounded repeat replaces an ungrounded one."""
     unique: list[RiskFactor] = []
     grounded: list[bool] = []
     owner: dict[str, int] = {}  # title or quote key -> position in `unique`
     for risk in risks:
-        keys = {_key(risk.title), _key(risk.quote)}
+        keys = risk_key(risk)
         seen = [owner[k] for k in keys if k in owner]
         if seen:
             at = min(seen)

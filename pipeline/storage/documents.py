@@ -33,7 +33,7 @@ from pipeline.storage.models import (
 from pipeline.storage.upsert import upsert
 
 if TYPE_CHECKING:
-    from pipeline.extraction.grounding import GroundedExtraction
+    from pipeline.extraction.confidence import Assessed
 
 
 @dataclass(frozen=True)
@@ -168,7 +168,7 @@ _DELETE_RISKS = delete(table_of(RiskFactor)).where(
 def save_extraction(
     session: Session,
     doc: Document,
-    checked: GroundedExtraction,
+    assessed: Assessed,
     *,
     model: str,
     prompt_version: str,
@@ -178,10 +178,12 @@ def save_extraction(
     risk factors (`mark_extracted` ends the document in the same transaction).
 
     Every fact is stored, grounded or not: the flags and offsets say which quotes were
-    found in the filing's text.
+    found in the filing's text, and each field's confidence how far to trust it.
     """
+    checked = assessed.grounded
     extraction = checked.extraction
     revenue = checked.revenue
+    scores = assessed.fields
     _upsert_extraction(
         session,
         doc,
@@ -197,6 +199,11 @@ def save_extraction(
         revenue_grounded=revenue.grounded if revenue else None,
         revenue_quote_start=revenue.start if revenue else None,
         revenue_quote_end=revenue.end if revenue else None,
+        company_confidence=scores["company"].confidence,
+        fiscal_year_confidence=scores["fiscal_year"].confidence,
+        revenue_confidence=scores["revenue_usd"].confidence,
+        revenue_match=scores["revenue_usd"].match,
+        escalated=",".join(assessed.escalated) or None,
         summary=summary,
     )
     session.execute(_DELETE_RISKS, {"risks_of": doc.id})
@@ -212,9 +219,13 @@ def save_extraction(
                 "grounded": check.grounded,
                 "quote_start": check.start,
                 "quote_end": check.end,
+                "confidence": scored.confidence,
+                "match": scored.match,
             },
         )
-        for i, (r, check) in enumerate(zip(extraction.risk_factors, checked.risks, strict=True))
+        for i, (r, check, scored) in enumerate(
+            zip(extraction.risk_factors, checked.risks, assessed.risks, strict=True)
+        )
     ]
     if risks:
         session.execute(insert(table_of(RiskFactor)), risks)

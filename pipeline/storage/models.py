@@ -270,6 +270,15 @@ class Extraction(Base):
     quotes_total: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     quotes_grounded: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     data: Mapped[dict[str, Any]]
+    company_confidence: Mapped[float | None] = mapped_column(Float)
+    fiscal_year_confidence: Mapped[float | None] = mapped_column(Float)
+    revenue_confidence: Mapped[float | None] = mapped_column(Float)
+    """How far to trust each field, in [0, 1] (pipeline.extraction.confidence; NULL: a user's
+    schema, or an extraction stored before confidence was scored)."""
+    revenue_match: Mapped[str | None] = mapped_column(String(12))
+    """How the revenue quote was found: exact, normalised, fuzzy or none."""
+    escalated: Mapped[str | None] = mapped_column(String(100))
+    """Fields the escalation model answered, comma-separated (NULL: none)."""
     summary: Mapped[str | None] = mapped_column(Text)
     partial_id: Mapped[int | None] = mapped_column(ForeignKey("synthesis_partials.id"))
     """The partial synthesis that took this summary in while the run still extracted; the
@@ -307,6 +316,33 @@ class RiskFactor(Base):
     """Whether the quote was found in the filing's text (verbatim or whitespace/case normalised)."""
     quote_start: Mapped[int | None] = mapped_column(Integer)
     quote_end: Mapped[int | None] = mapped_column(Integer)
+    confidence: Mapped[float | None] = mapped_column(Float)
+    match: Mapped[str | None] = mapped_column(String(12))
+    """How the quote was found: exact, normalised, fuzzy or none."""
+
+
+class Correction(Base):
+    """A person's review of one field (`pipeline review import`): the value it should have (NULL:
+    none), who said so and when. The newest per field overrides the extraction in the views."""
+
+    __tablename__ = "corrections"
+    __table_args__ = (Index("ix_corrections_document_field", "document_id", "field"),)
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    document_id: Mapped[int] = mapped_column(ForeignKey("documents.id", ondelete="CASCADE"))
+    field: Mapped[str] = mapped_column(String(20))
+    """company, fiscal_year, revenue_usd or risk_title."""
+    position: Mapped[int | None] = mapped_column(Integer)
+    """The risk factor's position (risk_title only)."""
+    value: Mapped[str | None] = mapped_column(Text)
+    original: Mapped[str | None] = mapped_column(Text)
+    """The value the sheet showed (what the reviewer confirmed or corrected)."""
+    reviewer: Mapped[str] = mapped_column(String(200))
+    reviewed_at: Mapped[datetime]
+    source: Mapped[str | None] = mapped_column(String(300))
+    """The file the correction was imported from."""
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class LLMCall(Base):

@@ -1,0 +1,370 @@
+"""A confidence per field of a merged 10-K extraction (pure): which facts to check first.
+
+Each field's score starts from how its evidence was found in the filing, then moves with the
+cheap signals there are (docs/extraction.md, "Confidence", states the rule with examples):
+
+- `match`: the field's quote (revenue, a risk factor) or, for a field without one (company,
+  fiscal year), the value itself: found verbatim (exact), after folding case, whitespace and
+  typography (normalised), only approximately within the chunk that stated it (fuzzy, rapidfuzz's
+  partial ratio of at least 85), or not at all (none). Base 0.9, 0.8, 0.45, 0.15.
+- `value_in_quote`: a revenue figure its own quote does not state (no amount in the quote comes
+  within 0.5 %, at any scale the quote allows) keeps 0.3 of its score; one the quote states moves
+  half way to 1.
+- Agreement across chunks: where two or more chunks stated the field, unanimity moves the score
+  0.3 of the way to 1, and disagreement scales it by 0.5 + 0.5 x the agreeing share.
+- `token_p`: the probability of the answer's tokens (log-probabilities, when the server returns
+  them) scales the score by 0.5 + 0.5 x p.
+- `second`: a second answer for the same chunk (the PIPELINE_VERIFY_SHARE sample) that agrees
+  moves the score half way to 1; one that disagrees keeps 0.4 of it.
+
+A field the filing's answers leave empty scores 0: nothing stated is nothing to trust, and it is
+what escalation asks again first.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from rapidfuzz import fuzz
+
+from pipeline.extraction.grounding import GroundedExtraction, Match, Source, ground
+from pipeline.extraction.merge import merge_chunks, risk_key
+from pipeline.extraction.schemas import FilingExtraction, RiskFactor
+
+MATCH_BASE = {"exact": 0.9, "normalised": 0.8, "fuzzy": 0.45, "none": 0.15}
+FUZZY_CUTOFF = 85.0
+REVENUE_TOLERANCE = 0.005
+SCALAR_FIELDS = ("company", "fiscal_year", "revenue_usd")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """The signals behind one field's value."""
+
+    match: str
+    value_in_quote: bool | None = None
+    stating: int = 1
+    """Chunks that stated a value for the field..."""
+    agreeing: int = 1
+    """...and of those, the chunks that stated this value."""
+    token_p: float | None = None
+    second: bool | None = None
+
+
+def score(evidence: Evidence) -> float:
+    """The confidence in [0, 1] the rule gives `evidence` (rounded to 3 places)."""
+    c = MATCH_BASE[evidence.match]
+    if evidence.value_in_quote is False:
+        c *= 0.3
+    elif evidence.value_in_quote:
+        c += (1 - c) * 0.5
+    if evidence.stating >= 2:
+        share = evidence.agreeing / evidence.stating
+        c = c + (1 - c) * 0.3 if share >= 1 else c * (0.5 + 0.5 * share)
+    if evidence.token_p is not None:
+        c *= 0.5 + 0.5 * min(max(evidence.token_p, 0.0), 1.0)
+    if evidence.second is True:
+        c += (1 - c) * 0.5
+    elif evidence.second is False:
+        c *= 0.4
+    return round(min(max(c, 0.0), 1.0), 3)
+
+
+@dataclass(frozen=True)
+class FieldScore:
+    """A field's confidence, how its evidence was found, and which chunk (by position among the
+    document's chunks) stated it (None: no chunk did)."""
+
+    confidence: float
+    match: str | None
+    chunk: int | None
+
+
+ABSENT = FieldScore(0.0, None, None)
+
+
+@dataclass(frozen=True)
+class Assessed:
+    """A merged, grounded extraction with a score per field."""
+
+    grounded: GroundedExtraction
+    fields: dict[str, FieldScore]
+    """company, fiscal_year, revenue_usd."""
+    risks: list[FieldScore]
+    escalated: list[str] = field(default_factory=list)
+    """Fields whose value came from the escalation model ('risk_factors' for risks)."""
+
+    def below(self, threshold: float) -> list[str]:
+        """The fields scoring under `threshold` ('risk:N' for the Nth risk factor)."""
+        low = [name for name, s in self.fields.items() if s.confidence < threshold]
+        return low + [f"risk:{i}" for i, s in enumerate(self.risks) if s.confidence < threshold]
+
+    def chunks_of(self, names: Sequence[str], fallback: dict[str, int]) -> set[int]:
+        """The chunks that stated `names` (for an empty field: `fallback`'s chunk for it)."""
+        found: set[int] = set()
+        for name in names:
+            s = self.risks[int(name[5:])] if name.startswith("risk:") else self.fields[name]
+            chunk = s.chunk if s.chunk is not None else fallback.get(name)
+            if chunk is not None:
+                found.add(chunk)
+        return found
+
+
+class Assessor:
+    """Scores a document's answers: its text, its chunks' spans, the signals from second answers."""
+
+    def __init__(self, source: Source, spans: Sequence[tuple[int, int]]) -> None:
+        self.source = source
+        self.spans = spans
+
+    def assess(
+        self,
+        parts: Sequence[FilingExtraction],
+        second: dict[int, FilingExtraction] | None = None,
+        token_p: Sequence[float | None] | None = None,
+    ) -> Assessed:
+        """Merge `parts` (one per chunk, in order), ground the result and score each field."""
+        merged = merge_chunks(parts, lambda quote: self.source.find(quote) is not None)
+        grounded = ground(merged, self.source)
+        second = second or {}
+        probs = list(token_p or [None] * len(parts))
+        fields = {
+            "company": self._company(merged.company, parts, second, probs),
+            "fiscal_year": self._year(merged.fiscal_year, parts, second, probs),
+            "revenue_usd": self._revenue(merged.revenue_usd, merged.revenue_quote, parts, second, probs),
+        }
+        risks = [self._risk(risk, parts, second, probs) for risk in merged.risk_factors]
+        return Assessed(grounded, fields, risks)
+
+    def escalate(
+        self,
+        assessed: Assessed,
+        names: Sequence[str],
+        parts: Sequence[FilingExtraction],
+        better: dict[int, FilingExtraction],
+    ) -> Assessed:
+        """`assessed` with each low field of `names` replaced by the escalation model's answer of
+        a chunk (`better`, by chunk) where that answer scores higher; the fields replaced are listed."""
+        merged = assessed.grounded.extraction
+        values = merged.model_dump()
+        fields = dict(assessed.fields)
+        escalated: list[str] = []
+        for name in (n for n in SCALAR_FIELDS if n in names):
+            for chunk, answer in sorted(better.items()):
+                candidate = self._scalar(name, answer, parts, chunk)
+                if candidate.confidence > fields[name].confidence:
+                    fields[name] = candidate
+                    values[name] = getattr(answer, name)
+                    if name == "revenue_usd":
+                        values["revenue_quote"] = answer.revenue_quote
+                    escalated += [name] if name not in escalated else []
+        risks, risk_scores = merged.risk_factors, assessed.risks
+        if any(n.startswith("risk:") for n in names):
+            risks, risk_scores = self._better_risks(risks, risk_scores, parts, better)
+        if risks != merged.risk_factors:
+            escalated.append("risk_factors")
+        values["risk_factors"] = [r.model_dump() for r in risks]
+        extraction = FilingExtraction.model_validate(values)
+        return Assessed(ground(extraction, self.source), fields, risk_scores, escalated)
+
+    # Scalars ---------------------------------------------------------------------------
+
+    def _scalar(
+        self, name: str, answer: FilingExtraction, parts: Sequence[FilingExtraction], chunk: int
+    ) -> FieldScore:
+        """The score the escalation answer's value of `name` would have (its chunk: `chunk`)."""
+        others = [p for i, p in enumerate(parts) if i != chunk] + [answer]
+        if name == "company":
+            scored = self._company(answer.company, others, {}, [])
+        elif name == "fiscal_year":
+            scored = self._year(answer.fiscal_year, others, {}, [])
+        else:
+            scored = self._revenue(answer.revenue_usd, answer.revenue_quote, others, {}, [])
+        return FieldScore(scored.confidence, scored.match, chunk if scored.chunk is not None else None)
+
+    def _company(
+        self,
+        value: str | None,
+        parts: Sequence[FilingExtraction],
+        second: dict[int, FilingExtraction],
+        probs: list[float | None],
+    ) -> FieldScore:
+        if value is None:
+            return ABSENT
+        stated = [p.company for p in parts]
+        chunk = _first(stated, lambda v: v == value)
+        found = self.source.find(value)
+        match = found.how if found else self._fuzzy(value, chunk)[0]
+        evidence = Evidence(
+            match,
+            stating=sum(v is not None for v in stated),
+            agreeing=sum(_same_name(v, value) for v in stated),
+            token_p=_at(probs, chunk),
+            second=_second(second, chunk, lambda p: _same_name(p.company, value)),
+        )
+        return FieldScore(score(evidence), match, chunk)
+
+    def _year(
+        self,
+        value: int | None,
+        parts: Sequence[FilingExtraction],
+        second: dict[int, FilingExtraction],
+        probs: list[float | None],
+    ) -> FieldScore:
+        if value is None:
+            return ABSENT
+        stated = [p.fiscal_year for p in parts]
+        chunk = _first(stated, lambda v: v == value)
+        text = self.source.text
+        if re.search(rf"fiscal(?:\s+year)?[^.\n]{{0,60}}\b{value}\b", text, re.IGNORECASE):
+            match = "exact"
+        else:
+            match = "fuzzy" if re.search(rf"\b{value}\b", text) else "none"
+        evidence = Evidence(
+            match,
+            stating=sum(v is not None for v in stated),
+            agreeing=sum(v == value for v in stated),
+            token_p=_at(probs, chunk),
+            second=_second(second, chunk, lambda p: p.fiscal_year == value),
+        )
+        return FieldScore(score(evidence), match, chunk)
+
+    def _revenue(
+        self,
+        value: float | None,
+        quote: str | None,
+        parts: Sequence[FilingExtraction],
+        second: dict[int, FilingExtraction],
+        probs: list[float | None],
+    ) -> FieldScore:
+        if value is None:
+            return ABSENT
+        stated = [p.revenue_usd for p in parts]
+        chunk = _first(
+            list(zip(stated, [p.revenue_quote for p in parts], strict=True)), lambda v: v == (value, quote)
+        )
+        chunk = chunk if chunk is not None else _first(stated, lambda v: _same_figure(v, value))
+        found = self.source.find(quote)
+        match = found.how if found else (self._fuzzy(quote, chunk)[0] if quote else "none")
+        evidence = Evidence(
+            match,
+            value_in_quote=states_figure(quote, value) if quote else None,
+            stating=sum(v is not None for v in stated),
+            agreeing=sum(_same_figure(v, value) for v in stated),
+            token_p=_at(probs, chunk),
+            second=_second(second, chunk, lambda p: _same_figure(p.revenue_usd, value)),
+        )
+        return FieldScore(score(evidence), match, chunk)
+
+    # Risk factors ----------------------------------------------------------------------
+
+    def _risk(
+        self,
+        risk: RiskFactor,
+        parts: Sequence[FilingExtraction],
+        second: dict[int, FilingExtraction],
+        probs: list[float | None],
+    ) -> FieldScore:
+        key = risk_key(risk)
+        stating = [i for i, p in enumerate(parts) if any(risk_key(r) & key for r in p.risk_factors)]
+        chunk = stating[0] if stating else None
+        found = self.source.find(risk.quote)
+        match = found.how if found else self._fuzzy(risk.quote, chunk)[0]
+        evidence = Evidence(
+            match,
+            stating=len(stating),
+            agreeing=len(stating),
+            token_p=_at(probs, chunk),
+            second=_second(second, chunk, lambda p: any(risk_key(r) & key for r in p.risk_factors)),
+        )
+        return FieldScore(score(evidence), match, chunk)
+
+    def _better_risks(
+        self,
+        risks: list[RiskFactor],
+        scores: list[FieldScore],
+        parts: Sequence[FilingExtraction],
+        better: dict[int, FilingExtraction],
+    ) -> tuple[list[RiskFactor], list[FieldScore]]:
+        """Each risk scored below one the escalation answer of its chunk gives in its place (same
+        title or quote, else the first not yet kept) is replaced by it."""
+        kept = list(zip(risks, scores, strict=True))
+        for chunk, answer in sorted(better.items()):
+            offered = [(r, self._risk(r, [*parts, answer], {}, [])) for r in answer.risk_factors]
+            offered = [(r, FieldScore(s.confidence, s.match, chunk)) for r, s in offered]
+            for i, (risk, current) in enumerate(kept):
+                if current.chunk != chunk:
+                    continue
+                same = next((o for o in offered if risk_key(o[0]) & risk_key(risk)), None)
+                pick = same or next(
+                    (o for o in offered if not any(risk_key(o[0]) & risk_key(k[0]) for k in kept)), None
+                )
+                if pick is not None and pick[1].confidence > current.confidence:
+                    kept[i] = pick
+        return [r for r, _ in kept], [s for _, s in kept]
+
+    def _fuzzy(self, quote: str, chunk: int | None) -> tuple[str, Match | None]:
+        """Where `quote` lies approximately within chunk `chunk`'s span: ('fuzzy', match) or
+        ('none', None). Within one chunk only: partial matching is quadratic-ish in the text."""
+        if chunk is None or chunk >= len(self.spans) or len(quote.strip()) < 12:
+            return "none", None
+        start, end = self.spans[chunk]
+        hit = fuzz.partial_ratio_alignment(
+            quote.strip().lower(), self.source.text[start:end].lower(), score_cutoff=FUZZY_CUTOFF
+        )
+        if hit is None:
+            return "none", None
+        return "fuzzy", Match(start + hit.dest_start, start + hit.dest_end, "fuzzy")
+
+
+_AMOUNT = re.compile(
+    r"(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?\s*(thousand|million|billion|trillion|bn|mn|[mbk])?\b",
+    re.IGNORECASE,
+)
+_SCALE = {"thousand": 1e3, "k": 1e3, "million": 1e6, "mn": 1e6, "m": 1e6, "billion": 1e9, "bn": 1e9, "b": 1e9}
+_SCALE["trillion"] = 1e12
+
+
+def states_figure(quote: str, value: float) -> bool | None:
+    """Whether `quote` states `value` (an amount within 0.5 %, at its own scale word or, without
+    one, at any of the scales tables use); None when the quote holds no amount at all."""
+    amounts = list(_AMOUNT.finditer(quote))
+    if not amounts:
+        return None
+    for found in amounts:
+        number = float(found.group(1).replace(",", "") + "." + (found.group(2) or "0"))
+        word = (found.group(3) or "").lower()
+        scales = [_SCALE[word]] if word else [1.0, 1e3, 1e6, 1e9]
+        if any(_same_figure(number * scale, value) for scale in scales):
+            return True
+    return False
+
+
+def _same_figure(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return False
+    return abs(a - b) <= REVENUE_TOLERANCE * max(abs(a), abs(b)) if a or b else True
+
+
+def _same_name(a: str | None, b: str | None) -> bool:
+    return a is not None and b is not None and a.strip().lower() == b.strip().lower()
+
+
+def _first(values: Sequence[T | None], test: Callable[[T], bool]) -> int | None:
+    return next((i for i, v in enumerate(values) if v is not None and test(v)), None)
+
+
+def _at(probs: list[float | None], chunk: int | None) -> float | None:
+    return probs[chunk] if chunk is not None and chunk < len(probs) else None
+
+
+def _second(
+    second: dict[int, FilingExtraction], chunk: int | None, agrees: Callable[[FilingExtraction], bool]
+) -> bool | None:
+    if chunk is None or chunk not in second:
+        return None
+    return bool(agrees(second[chunk]))

@@ -1,0 +1,129 @@
+"""Scoring a document's fields, with second answers where they are asked for: the verification
+sample (PIPELINE_VERIFY_SHARE) and the escalation of doubtful fields (PIPELINE_ESCALATE_MODEL).
+
+A second answer is the chunk's own extraction prompt sent again (to the escalation model when
+there is one, else to the same model), never the whole document: only the chunks that state a
+doubtful field go, so escalation costs a share of what asking the stronger model for everything
+would. Its calls are recorded under their own stage (`verify`, `escalate`) and model, so the
+report can say what each tier cost. Second answers are not stored as chunk answers: a retried
+document asks them again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pipeline.context import Context, check_spend, escalation_llm
+from pipeline.core import errors
+from pipeline.extraction.confidence import SCALAR_FIELDS, Assessed, Assessor
+from pipeline.extraction.grounding import Source
+from pipeline.extraction.prompting import chunk_messages
+from pipeline.extraction.schemas import FilingExtraction
+from pipeline.llm.client import CallRecord
+from pipeline.storage import llm_calls
+from pipeline.storage.db import session_scope
+from pipeline.storage.models import Chunk, Document
+
+log = logging.getLogger(__name__)
+
+_WHERE_EMPTY = {"company": ("Cover",), "fiscal_year": ("Cover",), "revenue_usd": ("Item 7", "Item 8")}
+"""The sections to ask about a field no chunk stated (else the document's first chunk)."""
+
+
+@dataclass(frozen=True)
+class Started:
+    """What second answers need of a started document."""
+
+    doc: Document
+    text: str
+    chunks: list[Chunk]
+    capped: bool
+
+
+def assess_document(ctx: Context, work: Started, parts: Sequence[FilingExtraction]) -> Assessed:
+    """The merged extraction of `parts` (one per chunk) with a confidence per field, after the
+    verification sample's second answers and the escalation of fields scoring too low."""
+    assessor = Assessor(Source(work.text), [(c.char_start, c.char_end) for c in work.chunks])
+    assessed = assessor.assess(parts)
+    settings = ctx.settings
+    if in_sample(work.doc.id, settings.verify_share):
+        everything = [*SCALAR_FIELDS, *(f"risk:{i}" for i in range(len(assessed.risks)))]
+        chunks = assessed.chunks_of(everything, _fallback_chunks(work.chunks))
+        model = settings.escalate_model or ctx.llm.model
+        second = _ask(ctx, work, sorted(chunks), model, "verify")
+        assessed = assessor.assess(parts, second)
+    if settings.escalate_model:
+        low = assessed.below(settings.escalate_below)
+        if low:
+            chunks = assessed.chunks_of(low, _fallback_chunks(work.chunks))
+            better = _ask(ctx, work, sorted(chunks), settings.escalate_model, "escalate")
+            assessed = assessor.escalate(assessed, low, parts, better)
+            log.info(
+                "document %s: escalated %s of %s doubtful fields (%s chunks asked of %s)",
+                work.doc.id,
+                len(assessed.escalated),
+                len(low),
+                len(better),
+                settings.escalate_model,
+            )
+    return assessed
+
+
+def in_sample(document_id: int, share: float) -> bool:
+    """Whether the document is in the verification sample: a stable draw from its id."""
+    if share <= 0:
+        return False
+    draw = int.from_bytes(hashlib.sha256(f"verify:{document_id}".encode()).digest()[:8], "big") / 2**64
+    return draw < share
+
+
+def _fallback_chunks(chunks: Sequence[Chunk]) -> dict[str, int]:
+    """For each scalar field, the chunk to ask when no chunk stated it: the first of the section
+    where filings state it, else the first chunk."""
+    found: dict[str, int] = {}
+    for name, sections in _WHERE_EMPTY.items():
+        at = next((i for i, c in enumerate(chunks) if c.section in sections), 0 if chunks else None)
+        if at is not None:
+            found[name] = at
+    return found
+
+
+def _ask(
+    ctx: Context, work: Started, positions: Sequence[int], model: str, stage: str
+) -> dict[int, FilingExtraction]:
+    """Each chunk's (by position) second answer from `model`; a chunk whose call fails is left
+    out (the first answer stands), a cancelled run or a spent budget stops the asking."""
+    answers: dict[int, FilingExtraction] = {}
+    llm = escalation_llm(ctx)
+    for position in positions:
+        chunk = work.chunks[position]
+        if work.capped:
+            try:
+                check_spend(ctx, work.doc.run_id)
+            except errors.BudgetSpent:
+                log.info("document %s: the budget is spent; no more %s answers", work.doc.id, stage)
+                break
+        messages, _ = chunk_messages(chunk, work.text, len(work.chunks), None)
+        calls: list[CallRecord] = []
+        sink = llm.spending(work.doc.run_id, calls.append) if work.capped else calls.append
+        try:
+            answer = llm.structured(
+                messages,
+                FilingExtraction,
+                stage=stage,
+                max_tokens=ctx.settings.extract_max_tokens,
+                sink=sink,
+                model=model,
+            )
+            answers[position] = FilingExtraction.model_validate(answer.model_dump())
+        except errors.RunCancelled:
+            raise
+        except errors.PipelineError as exc:
+            log.info("document %s chunk %s: no %s answer (%s)", work.doc.id, chunk.idx, stage, exc)
+        finally:
+            with session_scope(ctx.engine) as session:
+                llm_calls.record_calls(session, work.doc.run_id, work.doc.id, chunk.idx, calls)
+    return answers
