@@ -220,6 +220,13 @@ def format_of(output: Path | None) -> str:
     help="difflib ratio at which two risk-factor titles match (after normalising).",
 )
 @click.option("--grounded-only", is_flag=True, help="Count only facts whose quote was found in the filing.")
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the scores and the calibration (accuracy per confidence band, a reliability "
+    "diagram) as a self-contained HTML page.",
+)
 def eval_(
     run: str,
     truth_path: Path,
@@ -227,10 +234,14 @@ def eval_(
     revenue_tolerance: float,
     title_threshold: float,
     grounded_only: bool,
+    html_path: Path | None,
 ) -> None:
     """Score RUN's extractions against a truth file.
 
-    Per filing (matched by file name) and overall."""
+    Per filing (matched by file name) and overall, then accuracy per confidence band: are the
+    fields scored higher right more often? A truth field that is null (a truth file made by
+    `pipeline review truth`) is not scored."""
+    from pipeline.reporting.eval_page import render_eval_page
     from pipeline.reporting.evaluate import evaluate, load_run, load_truth
     from pipeline.runs.status import UnknownRun, resolve_run_id
 
@@ -250,15 +261,50 @@ def eval_(
         title_threshold=title_threshold,
         grounded_only=grounded_only,
     )
+    data = result.as_dict()
+    if html_path is not None:
+        try:
+            html_path.write_text(render_eval_page(run_id, data, result.calibration()), encoding="utf-8")
+        except OSError as exc:
+            fail(f"cannot write the page {html_path}: {exc.strerror or exc}")
     if as_json:
-        click.echo(json.dumps({"run_id": run_id, **result.as_dict()}, indent=2))
+        click.echo(json.dumps({"run_id": run_id, **data}, indent=2))
         return
-    _print_eval(run_id, result.as_dict())
+    _print_eval(run_id, data)
+    _print_calibration(data["calibration"])
+    if html_path is not None:
+        console.print(f"page: {escape(str(html_path))}")
+
+
+def _print_calibration(cal: dict[str, Any]) -> None:
+    """Accuracy per confidence band, in all and per kind of field."""
+    if not cal["fields"]:
+        console.print("no scored field has a confidence (a custom schema, or a run from before confidence)")
+        return
+    kinds = list(cal["by_field"])
+    table = Table("confidence", "fields", "accuracy", *kinds, title="accuracy per confidence band")
+    for i, band in enumerate(cal["bands"]):
+        per_kind = [cal["by_field"][k][i] for k in kinds]
+        table.add_row(
+            band["band"],
+            str(band["fields"]),
+            _percent(band["accuracy"]),
+            *(f"{_percent(b['accuracy'])} of {b['fields']}" if b["fields"] else "" for b in per_kind),
+        )
+    Console(width=160).print(table)
+    if cal["expected_calibration_error"] is not None:
+        console.print(f"expected calibration error: {cal['expected_calibration_error']:.3f}")
+
+
+def _percent(value: float | None) -> str:
+    return "" if value is None else f"{value:.0%}"
 
 
 def _print_eval(run_id: str, data: dict[str, Any]) -> None:
     def mark(value: object) -> str:
-        return "yes" if value is True else "no" if value is False else "" if value is None else f"{value:.2f}"
+        return (
+            "yes" if value is True else "no" if value is False else "-" if value is None else f"{value:.2f}"
+        )
 
     columns = [
         "filing",

@@ -28,6 +28,7 @@ from pipeline.cli.status_page import (
     summary_line,
 )
 from pipeline.cli.status_tables import batches_table, failures_table, grounding_table, limiter_table
+from pipeline.reporting.trust_text import confidence_lines
 from pipeline.runs.status import RunStatusView
 
 WORKERS_NAMED = 3
@@ -92,6 +93,7 @@ def _rows(page: StatusPage) -> list[tuple[str, str]]:
         rows.append(("tiers", escape(_tiers(view.tiers))))
     if view.estimate:
         rows.append(("estimate", escape(estimate_line(view.estimate))))
+    rows += [("confidence", escape(line)) for line in confidence_lines(view.confidence)]
     rows.append(("model", escape(_model(view, page.limiter))))
     rows += _workers(page)
     rows += [(label, escape(text)) for label, text in page.notes]

@@ -38,6 +38,8 @@ MATCH_BASE = {"exact": 0.9, "normalised": 0.8, "fuzzy": 0.45, "none": 0.15}
 FUZZY_CUTOFF = 85.0
 REVENUE_TOLERANCE = 0.005
 SCALAR_FIELDS = ("company", "fiscal_year", "revenue_usd")
+BANDS = ((0.0, 0.2), (0.2, 0.4), (0.4, 0.6), (0.6, 0.8), (0.8, 1.0))
+"""The confidence bands the report and `pipeline eval` count by: fifths of [0, 1], the top closed."""
 T = TypeVar("T")
 
 
@@ -53,6 +55,11 @@ class Evidence:
     """...and of those, the chunks that stated this value."""
     token_p: float | None = None
     second: bool | None = None
+
+
+def band_of(confidence: float) -> int:
+    """The band's index (the top band holds 1.0)."""
+    return min(int(max(confidence, 0.0) / 0.2), len(BANDS) - 1)
 
 
 def score(evidence: Evidence) -> float:

@@ -4,7 +4,12 @@ Filings are matched by file name. Per filing: company (exact, and normalised: ca
 punctuation and legal suffixes ignored), fiscal year (exact), revenue (within a relative
 tolerance) and risk factors (recall and precision of titles, matched one to one when their
 normalised forms are equal or difflib's ratio reaches the threshold). Truth filings the run
-does not hold score zero; run documents the truth does not name are listed, not scored.
+does not hold score zero; run documents the truth does not name are listed, not scored. A truth
+field that is null (a truth file made from reviews: `pipeline review truth`) is unknown: that
+field of that filing is not scored.
+
+Each scored field with a confidence is also an observation of the calibration
+(`pipeline.reporting.calibration`): its confidence, and whether it was right.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from difflib import SequenceMatcher
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
+from pipeline.reporting.calibration import Calibration, Observation
 from pipeline.storage import extractions
 from pipeline.storage.db import session_scope
 
@@ -34,11 +40,13 @@ _LEGAL_SUFFIXES = re.compile(
 
 @dataclass(frozen=True)
 class TruthFiling:
+    """A filing's true fields; None: not known (not scored)."""
+
     filename: str
-    company: str
-    fiscal_year: int
-    revenue_usd: float
-    risk_factor_titles: list[str]
+    company: str | None
+    fiscal_year: int | None
+    revenue_usd: float | None
+    risk_factor_titles: list[str] | None
 
 
 @dataclass
@@ -50,19 +58,26 @@ class ExtractedFiling:
     revenue_grounded: bool | None = None
     risks: list[tuple[str, bool]] = field(default_factory=list)
     """(title, grounded) of every stored risk factor."""
+    confidence: dict[str, float | None] = field(default_factory=dict)
+    """company, fiscal_year, revenue_usd: each field's stored confidence."""
+    risk_confidence: list[float | None] = field(default_factory=list)
+    """Each risk factor's confidence, in the order of `risks`."""
 
 
 @dataclass
 class FilingScore:
+    """One filing's scores; None where the truth does not know the field."""
+
     filename: str
     found: bool
-    company_exact: bool = False
-    company_normalised: bool = False
-    fiscal_year: bool = False
-    revenue: bool = False
+    company_exact: bool | None = False
+    company_normalised: bool | None = False
+    fiscal_year: bool | None = False
+    revenue: bool | None = False
     risks_truth: int = 0
     risks_extracted: int = 0
     risks_matched: int = 0
+    observations: list[Observation] = field(default_factory=list)
 
     @property
     def risk_recall(self) -> float | None:
@@ -73,8 +88,10 @@ class FilingScore:
         return self.risks_matched / self.risks_extracted if self.risks_extracted else None
 
     def as_dict(self) -> dict[str, Any]:
+        fields = asdict(self)
+        del fields["observations"]
         return {
-            **asdict(self),
+            **fields,
             "risk_recall": _round(self.risk_recall),
             "risk_precision": _round(self.risk_precision),
         }
@@ -96,7 +113,8 @@ class Evaluation:
         matched = sum(f.risks_matched for f in self.filings)
 
         def share(attr: str) -> float | None:
-            return _round(sum(bool(getattr(f, attr)) for f in self.filings) / n) if n else None
+            known = [getattr(f, attr) for f in self.filings if getattr(f, attr) is not None]
+            return _round(sum(bool(v) for v in known) / len(known)) if known else None
 
         return {
             "filings": n,
@@ -112,9 +130,14 @@ class Evaluation:
             "risks_matched": matched,
         }
 
+    def calibration(self) -> Calibration:
+        """Accuracy per confidence band, over every scored field that has a confidence."""
+        return Calibration([o for f in self.filings for o in f.observations])
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "overall": self.overall(),
+            "calibration": self.calibration().as_dict(),
             "filings": [f.as_dict() for f in self.filings],
             "unscored": self.unscored,
             "revenue_tolerance": self.revenue_tolerance,
@@ -133,10 +156,10 @@ def load_truth(path: Path) -> list[TruthFiling]:
     return [
         TruthFiling(
             filename=row["filename"],
-            company=row["company"],
-            fiscal_year=int(row["fiscal_year"]),
-            revenue_usd=float(row["revenue_usd"]),
-            risk_factor_titles=list(row.get("risk_factor_titles", [])),
+            company=row.get("company"),
+            fiscal_year=None if row.get("fiscal_year") is None else int(row["fiscal_year"]),
+            revenue_usd=None if row.get("revenue_usd") is None else float(row["revenue_usd"]),
+            risk_factor_titles=None if "risk_factor_titles" not in row else list(row["risk_factor_titles"]),
         )
         for row in rows
     ]
@@ -171,25 +194,58 @@ def score_filing(
     grounded_only: bool = False,
 ) -> FilingScore:
     """One filing's scores; with `grounded_only`, facts whose quote was not found count as absent."""
-    score = FilingScore(truth.filename, found is not None, risks_truth=len(truth.risk_factor_titles))
+    known = truth.risk_factor_titles
+    score = FilingScore(truth.filename, found is not None, risks_truth=len(known or []))
     if found is None:
+        score.company_exact = score.company_normalised = None if truth.company is None else False
+        score.fiscal_year = None if truth.fiscal_year is None else False
+        score.revenue = None if truth.revenue_usd is None else False
         return score
-    score.company_exact = found.company == truth.company
-    score.company_normalised = found.company is not None and (
-        normalise_company(found.company) == normalise_company(truth.company)
-    )
-    score.fiscal_year = found.fiscal_year == truth.fiscal_year
+    if truth.company is not None:
+        score.company_exact = found.company == truth.company
+        score.company_normalised = found.company is not None and (
+            normalise_company(found.company) == normalise_company(truth.company)
+        )
+    else:
+        score.company_exact = score.company_normalised = None
+    score.fiscal_year = None if truth.fiscal_year is None else found.fiscal_year == truth.fiscal_year
     revenue_ok = not grounded_only or found.revenue_grounded is not False
-    score.revenue = revenue_ok and revenue_matches(found.revenue_usd, truth.revenue_usd, revenue_tolerance)
-    titles = [title for title, grounded in found.risks if grounded or not grounded_only]
-    score.risks_extracted = len(titles)
-    unmatched = list(titles)
-    for wanted in truth.risk_factor_titles:
-        hit = next((t for t in unmatched if titles_match(t, wanted, title_threshold)), None)
-        if hit is not None:
-            unmatched.remove(hit)
-            score.risks_matched += 1
+    score.revenue = (
+        None
+        if truth.revenue_usd is None
+        else revenue_ok and revenue_matches(found.revenue_usd, truth.revenue_usd, revenue_tolerance)
+    )
+    for name, right in (
+        ("company", score.company_normalised),
+        ("fiscal_year", score.fiscal_year),
+        ("revenue_usd", score.revenue),
+    ):
+        confidence = found.confidence.get(name)
+        if right is not None and confidence is not None:
+            score.observations.append(Observation(name, confidence, right))
+    if known is not None:
+        _score_risks(score, found, known, title_threshold, grounded_only)
     return score
+
+
+def _score_risks(
+    score: FilingScore, found: ExtractedFiling, known: list[str], threshold: float, grounded_only: bool
+) -> None:
+    """Risk recall and precision (titles matched one to one), and each risk's observation."""
+    kept = [
+        (title, found.risk_confidence[i] if i < len(found.risk_confidence) else None)
+        for i, (title, grounded) in enumerate(found.risks)
+        if grounded or not grounded_only
+    ]
+    score.risks_extracted = len(kept)
+    wanted = list(known)
+    for title, confidence in kept:
+        hit = next((w for w in wanted if titles_match(title, w, threshold)), None)
+        if hit is not None:
+            wanted.remove(hit)
+            score.risks_matched += 1
+        if confidence is not None:
+            score.observations.append(Observation("risk_factor", confidence, hit is not None))
 
 
 def evaluate(
@@ -219,13 +275,26 @@ def load_run(engine: Engine, run_id: str) -> dict[str, ExtractedFiling]:
     """The run's extracted documents by file name (the last one wins if two share a name)."""
     with session_scope(engine) as session:
         rows = extractions.extracted_rows(session, run_id)
-        risks = extractions.risk_rows(session, run_id)
+        risks = extractions.risk_rows(session, run_id, with_confidence=True)
     by_document: dict[int, list[tuple[str, bool]]] = {}
-    for document_id, title, grounded in risks:
+    confidences: dict[int, list[float | None]] = {}
+    for document_id, title, grounded, confidence in risks:
         by_document.setdefault(document_id, []).append((title, bool(grounded)))
+        confidences.setdefault(document_id, []).append(confidence)
     return {
-        PurePath(path).name: ExtractedFiling(
-            PurePath(path).name, company, year, revenue, grounded, by_document.get(doc_id, [])
+        PurePath(row.path).name: ExtractedFiling(
+            PurePath(row.path).name,
+            row.company,
+            row.fiscal_year,
+            row.revenue_usd,
+            row.revenue_grounded,
+            by_document.get(row.id, []),
+            {
+                "company": row.company_confidence,
+                "fiscal_year": row.fiscal_year_confidence,
+                "revenue_usd": row.revenue_confidence,
+            },
+            confidences.get(row.id, []),
         )
-        for doc_id, path, company, year, revenue, grounded in rows
+        for row in rows
     }

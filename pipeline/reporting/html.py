@@ -16,8 +16,9 @@ from pipeline.reporting.chart_rules import extracted, show
 from pipeline.reporting.html_parts import Html, custom_cell, join, note, section, table, tag, text
 from pipeline.reporting.html_parts import ungrounded_paths as unverified_paths
 from pipeline.reporting.page_data import PageInput
-from pipeline.reporting.render import late_calls_note, money
+from pipeline.reporting.render import confidence_cell, late_calls_note, money
 from pipeline.reporting.run_charts import calls_section
+from pipeline.reporting.trust_text import confidence_lines
 from pipeline.runs.failures import group_failures
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
@@ -62,6 +63,7 @@ def render_page(page: PageInput) -> str:
             _revenue(r),
             _risks(r),
             _grounding(r),
+            _confidence(r),
             "" if failed else failures,
             calls_section(page),
         ]
@@ -184,11 +186,12 @@ def _filings(page: PageInput) -> Html:
             _revenue_cell(d),
             "; ".join((d.get("risk_titles") or [])[:3]),
             f"{d.get('quotes_grounded', 0)}/{d.get('quotes_total', 0)}",
+            confidence_cell(d.get("confidence")),
             _file(d),
         ]
         for d in done
     ]
-    headers = ["Company", "Fiscal year", "Revenue", "Top risk factors", "Quotes found", "File"]
+    headers = ["Company", "Fiscal year", "Revenue", "Top risk factors", "Quotes found", "Confidence", "File"]
     return section("filings", "Filings", intro, table(headers, rows))
 
 
@@ -200,6 +203,18 @@ def _revenue(r: dict[str, Any]) -> Html:
 def _risks(r: dict[str, Any]) -> Html:
     choice = chart_rules.risks(r)
     return section("risks", "Top risk factors across the run", show(choice)) if choice else Html("")
+
+
+def _confidence(r: dict[str, Any]) -> Html:
+    lines = confidence_lines((r.get("totals") or {}).get("confidence"))
+    if not lines:
+        return Html("")
+    intro = note(
+        "Each field's confidence comes from how its quote was found, whether its quote states it, "
+        "agreement across chunks and second answers (docs/extraction.md, Confidence). The Confidence "
+        "column above is a filing's lowest; `pipeline review export` lists the fields to check first."
+    )
+    return section("confidence", "Confidence", intro, *(tag("p", line) for line in lines))
 
 
 def _grounding(r: dict[str, Any]) -> Html:

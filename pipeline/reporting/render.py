@@ -8,6 +8,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline.reporting.trust_text import confidence_lines
+
 _LINKIFY_TLDS = (
     "[a-z]{2}|xn--[\\w-]*|biz|com|edu|gov|net|org|pro|web|xxx|aero|asia|coop|info|museum|name|shop|рф"
 )
@@ -58,6 +60,8 @@ class DocumentRow:
     quotes_grounded: int = 0
     injection_excerpt: str | None = None
     """Set when the filing holds instruction-like text aimed at a model."""
+    confidence: float | None = None
+    """The lowest confidence of its company, fiscal year and revenue (None: not scored)."""
 
     @property
     def grounding_rate(self) -> float | None:
@@ -94,6 +98,11 @@ def revenue_cell(d: DocumentRow) -> str:
     if d.revenue_grounded is False:
         return f"unverified: {money(d.revenue_usd)}?"
     return money(d.revenue_usd)
+
+
+def confidence_cell(value: float | None) -> str:
+    """A document's lowest field confidence, for the filings tables ('' when not scored)."""
+    return "" if value is None else f"{value:.2f}"
 
 
 def _grounding_line(totals: dict[str, Any]) -> str:
@@ -185,16 +194,20 @@ def markdown(r: ReportInput) -> str:
             "",
             _grounding_line(r.totals),
             "",
-            "| Company | Fiscal year | Revenue | Top risk factors | Quotes found | File |",
-            "| --- | --- | --- | --- | --- | --- |",
+            "| Company | Fiscal year | Revenue | Top risk factors | Quotes found | Confidence | File |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
         ]
         lines += [
             f"| {cell(d.company)} | {cell(d.fiscal_year)} | {revenue_cell(d)} | "
             f"{cell('; '.join(d.risk_titles[:3]))} | {d.quotes_grounded}/{d.quotes_total} | "
+            f"{confidence_cell(d.confidence)} | "
             f"{cell(d.path)}{' (injection warning)' if d.injection_excerpt else ''} |"
             for d in extracted
         ]
         lines.append("")
+    trust = confidence_lines(r.totals.get("confidence"))
+    if trust:
+        lines += ["## Confidence", "", *(escape(line) + "\n" for line in trust)]
     flagged = [d for d in r.documents if d.injection_excerpt]
     if flagged:
         lines += [

@@ -223,9 +223,15 @@ def _document_rows(
             quotes_total=r.quotes_total or 0,
             quotes_grounded=r.quotes_grounded or 0,
             injection_excerpt=r.injection_excerpt,
+            confidence=_lowest(r.company_confidence, r.fiscal_year_confidence, r.revenue_confidence),
         )
         for r in rows
     ]
+
+
+def _lowest(*confidences: float | None) -> float | None:
+    scored = [c for c in confidences if c is not None]
+    return min(scored) if scored else None
 
 
 def _totals(view: RunStatusView, copies_running: int = 0) -> dict[str, Any]:
@@ -244,6 +250,7 @@ def _totals(view: RunStatusView, copies_running: int = 0) -> dict[str, Any]:
             "rate": grounding.rate(view.quotes_grounded, view.quotes_total),
         },
         "injection_flagged": view.injection_flagged,
+        "confidence": view.confidence,
         "cost_usd": view.cost_usd,
         "mode": view.mode,
         "tiers": {tier: sum(reasons.values()) for tier, reasons in view.tiers.items()},

@@ -6,9 +6,10 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from pipeline.core.settings import Settings
+from pipeline.core.settings import Settings, get_settings
 from pipeline.extraction.grounding import rate
 from pipeline.runs.estimate import accuracy
+from pipeline.runs.trust import trust_view
 from pipeline.storage import batches as batch_repo
 from pipeline.storage import run_state as repo
 from pipeline.storage import run_totals, runs
@@ -81,6 +82,9 @@ class RunStatusView:
     estimate: dict[str, Any] | None = None
     """The run's mode's estimate at submit beside what it used: calls, tokens, cost_usd and
     seconds, each {estimate, actual, error} (`pipeline.runs.estimate.accuracy`)."""
+    confidence: dict[str, Any] = field(default_factory=dict)
+    """Fields per confidence band, the escalated ones, and calls and cost per tier of models
+    (`pipeline.runs.trust.trust_view`)."""
     pruned_at: str | None = None
     """When `pipeline prune` dropped the run's filing texts, chunks and call rows: its calls,
     tokens, cost and chunks are then those it had before."""
@@ -123,6 +127,7 @@ def run_status(engine: Engine, run_id: str) -> RunStatusView:
         flagged = run_totals.flagged_count(session, run_id)
         reclaimed = run_totals.reclaims_by_owner(session, run_id)
         tiers = tier_rows.tier_counts(session, run_id)
+        confidence = trust_view(session, run_id, get_settings())
         batch_calls, batch_cost, batch_sync_cost = batch_repo.batch_totals(session, run_id)
         batches = [
             {
@@ -175,6 +180,7 @@ def run_status(engine: Engine, run_id: str) -> RunStatusView:
         batches=batches,
         tier_reason=run.tier_reason,
         tiers=tiers,
+        confidence=confidence,
         pruned_at=_iso(run.pruned_at) if run.pruned_at else None,
         estimate=accuracy(run.estimate, run.mode, _actual(run, calls.calls, tokens, calls.cost_usd)),
     )

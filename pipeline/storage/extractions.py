@@ -19,7 +19,7 @@ def report_rows(session: Session, run_id: str) -> Sequence[Row[Any]]:
     """One row per document of the run, by path, with its extraction's columns (None for a
     document without one): id, path, status, error, document_id (the extraction's), company,
     fiscal_year, revenue_usd, revenue_grounded, quotes_total, quotes_grounded, summary,
-    partial_id, injection_excerpt."""
+    partial_id, injection_excerpt, and the three fields' confidences."""
     return session.execute(
         select(
             Document.id,
@@ -36,6 +36,9 @@ def report_rows(session: Session, run_id: str) -> Sequence[Row[Any]]:
             Extraction.summary,
             Extraction.partial_id,
             Document.injection_excerpt,
+            Extraction.company_confidence,
+            Extraction.fiscal_year_confidence,
+            Extraction.revenue_confidence,
         )
         .outerjoin(Extraction, Extraction.document_id == Document.id)
         .where(Document.run_id == run_id)
@@ -43,20 +46,22 @@ def report_rows(session: Session, run_id: str) -> Sequence[Row[Any]]:
     ).all()
 
 
-def risk_rows(session: Session, run_id: str) -> Sequence[Row[tuple[int, str, bool]]]:
-    """(document_id, title, grounded) of the run's risk factors, by document and position."""
+def risk_rows(session: Session, run_id: str, *, with_confidence: bool = False) -> Sequence[Row[Any]]:
+    """(document_id, title, grounded) of the run's risk factors, by document and position (and
+    each one's confidence, `with_confidence`)."""
+    columns: list[Any] = [RiskFactor.document_id, RiskFactor.title, RiskFactor.grounded]
+    if with_confidence:
+        columns.append(RiskFactor.confidence)
     return session.execute(
-        select(RiskFactor.document_id, RiskFactor.title, RiskFactor.grounded)
+        select(*columns)
         .where(RiskFactor.run_id == run_id)
         .order_by(RiskFactor.document_id, RiskFactor.position)
     ).all()
 
 
-def extracted_rows(
-    session: Session, run_id: str
-) -> Sequence[Row[tuple[int, str, str | None, int | None, float | None, bool | None]]]:
-    """(id, path, company, fiscal_year, revenue_usd, revenue_grounded) of the run's documents
-    that have an extraction, by id."""
+def extracted_rows(session: Session, run_id: str) -> Sequence[Row[Any]]:
+    """id, path, company, fiscal_year, revenue_usd, revenue_grounded and the three fields'
+    confidences of the run's documents that have an extraction, by id."""
     return session.execute(
         select(
             Document.id,
@@ -65,6 +70,9 @@ def extracted_rows(
             Extraction.fiscal_year,
             Extraction.revenue_usd,
             Extraction.revenue_grounded,
+            Extraction.company_confidence,
+            Extraction.fiscal_year_confidence,
+            Extraction.revenue_confidence,
         )
         .join(Extraction, Extraction.document_id == Document.id)
         .where(Document.run_id == run_id)

@@ -1,0 +1,43 @@
+"""The confidence summary in words (pure): the same sentences in `pipeline status`, the Markdown
+report and the HTML page."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def confidence_lines(view: dict[str, Any] | None) -> list[str]:
+    """Fields per confidence band; what escalation did and cost against asking the escalation
+    model for everything; what verification cost. [] when no field was scored."""
+    if not view or not view.get("fields"):
+        return []
+    bands = ", ".join(f"{b['band']}: {b['fields']}" for b in view["bands"])
+    lines = [
+        f"{view['fields']} fields scored; by confidence band {bands}; "
+        f"{view['below_threshold']} under {view['threshold']:g}."
+    ]
+    tiers = view.get("tiers") or {}
+    model = view.get("escalation_model")
+    escalate = tiers.get("escalate")
+    if model and escalate:
+        line = (
+            f"Escalation to {model}: {view['escalated_fields']} fields of {view['escalated_documents']} "
+            f"documents replaced by its better-grounded answers, {escalate['calls']} calls, "
+            f"${escalate['cost_usd']:.4f}."
+        )
+        everything = view.get("escalate_everything_usd")
+        spent = view.get("extraction_cost_usd") or 0.0
+        if everything:
+            line += (
+                f" Extraction cost ${spent:.4f} in all, against ${everything:.4f} to ask {model} for "
+                f"every chunk ({spent / everything:.2f}x)."
+            )
+        lines.append(line)
+    elif model:
+        lines.append(f"Escalation to {model}: no field was asked again.")
+    verify = tiers.get("verify")
+    if verify:
+        lines.append(
+            f"Verification (second answers for a sample): {verify['calls']} calls, ${verify['cost_usd']:.4f}."
+        )
+    return lines
