@@ -69,6 +69,25 @@ from pipeline.core.settings import get_settings
     help="Share of quotes replaced by text not in the document (deterministic with --seed).",
 )
 @click.option(
+    "--wrong-figure-rate",
+    default=0.0,
+    show_default=True,
+    help="Share of money figures misread (x10, /10, +-25 %), their quotes kept (deterministic with --seed).",
+)
+@click.option(
+    "--made-up-rate",
+    default=0.0,
+    show_default=True,
+    help="Share of quoted items made up whole: quote invented, title replaced, figure misread.",
+)
+@click.option(
+    "--faithful-model",
+    "faithful_models",
+    multiple=True,
+    help="A model answered without --ungrounded-rate and --wrong-figure-rate (repeatable): a "
+    "stronger model to escalate to.",
+)
+@click.option(
     "--cache-answers",
     is_flag=True,
     help="Give a request the answer composed for the same request before (no CPU for a repeated run).",
@@ -183,6 +202,9 @@ def sim(
     bad_json_rate: float,
     truncate_rate: float,
     ungrounded_rate: float,
+    wrong_figure_rate: float,
+    made_up_rate: float,
+    faithful_models: tuple[str, ...],
     cache_answers: bool,
     rejected_shapes: tuple[str, ...],
     reject_status: int,
@@ -223,6 +245,9 @@ def sim(
         bad_json_rate=bad_json_rate,
         truncate_rate=truncate_rate,
         ungrounded_rate=ungrounded_rate,
+        wrong_figure_rate=wrong_figure_rate,
+        made_up_rate=made_up_rate,
+        faithful_models=faithful_models,
         cache_answers=cache_answers,
         record_path=record_path,
         rejected_shapes=rejected_shapes,

@@ -490,8 +490,9 @@ class BatchService:
         if failing or "error" in chat.hooks:
             return self._failed(line, 500, error_body(SERVER_ERROR, "server_error"))
         loop = asyncio.get_running_loop()
+        ungrounded, misread, made_up = config.adversarial(chat.model)
         composed: Composed = await loop.run_in_executor(
-            None, compose, chat, config.ungrounded_rate, config.seed
+            None, compose, chat, ungrounded, config.seed, misread, made_up
         )
         self.state.next_id += 1
         body = finish(chat, composed, draw, self.state.next_id)

@@ -30,6 +30,15 @@ class SimConfig:
     bad_json_rate: float = 0.0
     truncate_rate: float = 0.0
     ungrounded_rate: float = 0.0  # share of quotes replaced by text not in the document
+    wrong_figure_rate: float = 0.0
+    """Share of money figures (a field named for revenue, sales, income...) changed, their quote
+    kept: a misread figure, as small models make them (x10, /10, +25 %, -25 %)."""
+    made_up_rate: float = 0.0
+    """Share of quoted items (a risk factor, the revenue with its quote) made up whole: the quote
+    invented, a title beside it replaced, a figure beside it misread."""
+    faithful_models: tuple[str, ...] = ()
+    """Models answered without the three faults above: a stronger model to escalate to, answering
+    from the document as it stands."""
     cache_answers: bool = False
     """Keep each composed answer and give it again to the same request: the bench's overhead
     regime runs its filings twice and times the second run, whose answers then cost no CPU."""
@@ -76,6 +85,12 @@ class SimConfig:
     """Share of flex requests refused with 429 "Resource Unavailable" (not charged, nothing
     counted against the quota), as the guide says flex does when capacity is short."""
 
+    def adversarial(self, model: str) -> tuple[float, float, float]:
+        """(ungrounded_rate, wrong_figure_rate, made_up_rate) for an answer of `model`."""
+        if model in self.faithful_models:
+            return 0.0, 0.0, 0.0
+        return self.ungrounded_rate, self.wrong_figure_rate, self.made_up_rate
+
     def __post_init__(self) -> None:
         if self.p50_s < 0 or self.p95_s < 0 or self.hang_s < 0:
             raise ValueError("latencies must be >= 0")
@@ -102,6 +117,8 @@ class SimConfig:
             "bad_json_rate",
             "truncate_rate",
             "ungrounded_rate",
+            "wrong_figure_rate",
+            "made_up_rate",
             "flex_unavailable_rate",
         ):
             value = getattr(self, name)

@@ -12,7 +12,7 @@ from typing import Any
 from pipeline_dev.sim.answers import build_json_answer
 from pipeline_dev.sim.faults import Draw
 from pipeline_dev.sim.replies import build_text_answer, malformed_json, truncate, violate_schema
-from pipeline_dev.sim.ungrounded import replace_quotes
+from pipeline_dev.sim.ungrounded import change_figures, make_up_items, replace_quotes
 
 CHARS_PER_TOKEN = 4
 FAILING_STATUSES = (400, 401, 403, 404, 429, 500, 503)
@@ -295,14 +295,25 @@ def raw_newline_in_a_string(content: str) -> str:
     return re.sub(r'(:\s*"[^"\\]{2})', lambda m: m.group(1) + "\n\t", content, count=1)
 
 
-def compose(chat: ChatRequest, ungrounded_rate: float = 0.0, seed: int | None = None) -> Composed:
+def compose(
+    chat: ChatRequest,
+    ungrounded_rate: float = 0.0,
+    seed: int | None = None,
+    wrong_figure_rate: float = 0.0,
+    made_up_rate: float = 0.0,
+) -> Composed:
     """The answer the request asks for, built from its document text (CPU only); a share
-    `ungrounded_rate` of its quotes is replaced by text the document does not hold."""
+    `ungrounded_rate` of its quotes is replaced by text the document does not hold, a share
+    `wrong_figure_rate` of its money figures is misread, and a share `made_up_rate` of its
+    quoted items is made up whole (`pipeline_dev.sim.ungrounded`)."""
     document = document_text(chat.messages)
     max_chars = chat.max_tokens * CHARS_PER_TOKEN if chat.max_tokens else None
     if chat.schema is not None:
         instance = build_json_answer(chat.schema, document)
         instance, invented = replace_quotes(instance, document, ungrounded_rate, seed)
+        instance = change_figures(instance, wrong_figure_rate, seed)
+        instance, made_up = make_up_items(instance, document, made_up_rate, seed)
+        invented.quotes.extend(made_up)
         if chat.kept is not None:
             instance = without_kept(instance, chat.kept)
         if "invalid" in chat.hooks:

@@ -278,10 +278,11 @@ async def _compose(chat: ChatRequest, loop: asyncio.AbstractEventLoop, state: Si
         key = hashlib.sha1(f"{chat.model}|{chat.shape}|{chat.max_tokens}|{chat.prompt}".encode()).digest()
         if (found := state.answers.get(key)) is not None:
             return found
+    ungrounded, misread, made_up = config.adversarial(chat.model)
     if len(chat.prompt) <= INLINE_CHARS:
-        composed = compose(chat, config.ungrounded_rate, config.seed)
+        composed = compose(chat, ungrounded, config.seed, misread, made_up)
     else:
-        composed = await loop.run_in_executor(None, compose, chat, config.ungrounded_rate, config.seed)
+        composed = await loop.run_in_executor(None, compose, chat, ungrounded, config.seed, misread, made_up)
     if key and len(state.answers) < MAX_CACHED_ANSWERS:
         state.answers[key] = composed
     return composed
@@ -324,6 +325,8 @@ def _boolean(value: object) -> bool:
 
 CONFIGURABLE: dict[str, Callable[[Any], Any]] = {
     "ungrounded_rate": float,
+    "wrong_figure_rate": float,
+    "made_up_rate": float,
     "batch_duration_s": float,
     "batch_validate_s": float,
     "batch_fail_rate": float,

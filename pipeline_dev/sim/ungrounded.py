@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline_dev.sim.finders import name_tokens
+from pipeline_dev.sim.finders import MONEY_WORDS, name_tokens
 
 _QUOTE_WORDS = ("quote", "excerpt", "sentence", "citation", "evidence")
 _NUMBER = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?")
@@ -63,6 +63,84 @@ def replace_quotes(instance: Any, document: str, rate: float, seed: int | None) 
         return value
 
     return walk(instance, ""), found
+
+
+_MISREADS = (10.0, 0.1, 1.25, 0.75)
+_MADE_UP_TITLES = (
+    "Exposure to lunar mining regulation",
+    "Dependence on a single airship operator",
+    "Volatility in helium futures",
+    "Litigation over legacy mainframe patents",
+    "Seasonal demand for ice harvesting",
+)
+
+
+def make_up_items(instance: Any, document: str, rate: float, seed: int | None) -> tuple[Any, list[str]]:
+    """`instance` with a share `rate` of its items that carry a quote made up whole: the quote
+    invented, a title beside it replaced by a risk the filing never names, a money figure beside
+    it misread; as a model answers when it writes what it did not read. Returns the invented quotes."""
+    invented: list[str] = []
+    if rate <= 0:
+        return instance, invented
+    flat = _flat(document)
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        if not isinstance(value, dict):
+            return value
+        value = {k: walk(v) for k, v in value.items()}
+        quotes = [k for k, v in value.items() if isinstance(v, str) and v.strip() and is_quote_field(k)]
+        if not quotes:
+            return value
+        rng = random.Random(f"{seed}:made-up:{value[quotes[0]]}")
+        if rng.random() >= rate:
+            return value
+        for key, item in value.items():
+            if key in quotes:
+                value[key] = _invent(item, flat, rng)
+                invented.append(value[key])
+            elif isinstance(item, str) and "title" in name_tokens(key):
+                value[key] = rng.choice(_MADE_UP_TITLES)
+            elif _is_money(key, item):
+                value[key] = float(item) * rng.choice(_MISREADS)
+        return value
+
+    return walk(instance), invented
+
+
+def _is_money(key: str, value: Any) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and bool(value)
+        and bool(MONEY_WORDS & set(name_tokens(key)))
+    )
+
+
+def change_figures(instance: Any, rate: float, seed: int | None) -> Any:
+    """`instance` with a share `rate` of its money figures misread (x10, /10, +25 %, -25 %), their
+    quotes left as they were. Which figures, and how, is a hash of the seed and the figure."""
+    if rate <= 0:
+        return instance
+
+    def walk(value: Any, key: str) -> Any:
+        if isinstance(value, dict):
+            return {k: walk(v, k) for k, v in value.items()}
+        if isinstance(value, list):
+            return [walk(v, key) for v in value]
+        if (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and value
+            and MONEY_WORDS & set(name_tokens(key))
+        ):
+            rng = random.Random(f"{seed}:figure:{value}")
+            if rng.random() < rate:
+                return float(value) * rng.choice(_MISREADS)
+        return value
+
+    return walk(instance, "")
 
 
 def _flat(text: str) -> str:
