@@ -154,6 +154,7 @@ SLOW_FILES = frozenset(
         "test_custom_schema.py",
         "test_doctor.py",
         "test_end_to_end.py",
+        "test_escalation.py",
         "test_flower.py",
         "test_liveness.py",
         "test_local_run.py",

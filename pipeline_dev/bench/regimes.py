@@ -120,7 +120,8 @@ def run_pipeline(
     `submit_args` adds options to the submit, made just before it starts (a deadline)."""
     logs = Path(tempfile.mkdtemp(dir=cfg.work_dir, prefix="logs-"))
     with procs.simulator(logs, sim_args) as sim_url:
-        env = cfg.env(sim_url, **(env_extra or {}))
+        # "{sim}" in a value: this simulator's URL (an escalation endpoint beside another LLM).
+        env = cfg.env(sim_url, **{k: v.replace("{sim}", sim_url) for k, v in (env_extra or {}).items()})
         with procs.workers(env, logs, workers or cfg.workers, concurrency or cfg.concurrency) as children:
             measured = procs.run_measured(
                 # 1: the run ended failed (too many failed documents): measured all the same.
@@ -629,6 +630,12 @@ def peer(cfg: BenchConfig, regime: str) -> Result:
     }
 
 
+def _r11(cfg: BenchConfig) -> Result:
+    from pipeline_dev.bench.trust import r11_trust
+
+    return r11_trust(cfg)
+
+
 REGIMES: dict[str, Callable[[BenchConfig], Result]] = {
     "R1": r1_rate_bound,
     "R1t": r1t_token_bound,
@@ -642,6 +649,7 @@ REGIMES: dict[str, Callable[[BenchConfig], Result]] = {
     "R8": r8_real_sizes,  # after R6: it reports R6's producer peak
     "R9": r9_retention,
     "R10": r10_plan,  # issue 32: estimates against actuals, the three-tier planner, an expired batch  # Postgres only: the database's size per 1,000 filings, before and after prune
+    "R11": _r11,  # issue 33: calibration, escalation, a real model
     "peer-R1": lambda cfg: peer(cfg, "R1"),
     "peer-R4": lambda cfg: peer(cfg, "R4"),
 }

@@ -323,10 +323,18 @@ def _boolean(value: object) -> bool:
     return value
 
 
+def _model_names(value: object) -> tuple[str, ...]:
+    """A JSON list of model names."""
+    if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
+        raise ValueError(f"expected a list of model names, got {value!r}")
+    return tuple(value)
+
+
 CONFIGURABLE: dict[str, Callable[[Any], Any]] = {
     "ungrounded_rate": float,
     "wrong_figure_rate": float,
     "made_up_rate": float,
+    "faithful_models": _model_names,
     "batch_duration_s": float,
     "batch_validate_s": float,
     "batch_fail_rate": float,

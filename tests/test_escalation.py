@@ -1,0 +1,130 @@
+"""Confidence you can measure, end to end: the example filings answered by a model that errs as
+models do (the simulator misreads 30 % of the figures and makes up 20 % of the quoted items whole),
+through real workers.
+
+Without escalation, `pipeline eval` must find the higher confidence bands more accurate than the
+lower ones, and every misread figure scored low. With PIPELINE_ESCALATE_MODEL (a model the
+simulator answers faithfully) on workers of their own, the doubtful fields are asked again of it,
+chunk by chunk: revenue accuracy rises, each escalation call is recorded under its stage and
+model, and the run costs less than asking the stronger model for everything.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import func, select
+
+from pipeline.runtime.embedded import Child
+from pipeline.storage.db import get_engine, session_scope
+from pipeline.storage.models import Extraction, LLMCall, Report
+from tests.conftest import claimed_redis_db, run_cli, running_workers
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+STRONG = "strong-1"
+ADVERSARIAL = {"wrong_figure_rate": 0.3, "made_up_rate": 0.2, "faithful_models": [STRONG]}
+CALM = {"wrong_figure_rate": 0.0, "made_up_rate": 0.0, "faithful_models": []}
+PRICES = f"sim-1:0.15/0.60,{STRONG}:2.50/10.00"
+
+
+def _configure(sim_url: str, body: dict[str, Any]) -> None:
+    answer = httpx.post(sim_url.removesuffix("/v1") + "/sim/config", json=body)
+    assert answer.status_code == 200, answer.text
+
+
+def _eval(run_id: str, env: dict[str, str]) -> dict[str, Any]:
+    result = run_cli("eval", run_id, "--truth", str(EXAMPLES / "truth.json"), "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    data: dict[str, Any] = json.loads(result.stdout)
+    return data
+
+
+@pytest.fixture(scope="module")
+def runs(
+    pipeline_env: dict[str, str],
+    workers: list[Child],
+    sim_url: str,
+    redis_base: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, Any]:
+    """Two runs of the examples against the erring simulator: on the session's workers (no
+    escalation), then on workers that escalate to the faithful model and verify a quarter."""
+    filings = tmp_path_factory.mktemp("escalation") / "filings"
+    shutil.copytree(EXAMPLES / "filings", filings)
+    env = {**pipeline_env, "PIPELINE_LLM_PRICES": PRICES}
+    _configure(sim_url, ADVERSARIAL)
+    try:
+        plain = run_cli("submit", str(filings), "--name", "adversarial", "--fresh", "--wait", env=env)
+        assert plain.returncode == 0, plain.stderr
+        with claimed_redis_db(redis_base) as broker:
+            escalating = {
+                **env,
+                "PIPELINE_REDIS_URL": broker,
+                "PIPELINE_ESCALATE_MODEL": STRONG,
+                "PIPELINE_VERIFY_SHARE": "0.25",
+            }
+            with running_workers(escalating, tmp_path_factory.mktemp("escalating"), count=1, concurrency=4):
+                helped = run_cli(
+                    "submit", str(filings), "--name", "escalated", "--fresh", "--wait", env=escalating
+                )
+                assert helped.returncode == 0, helped.stderr
+                status = run_cli("status", helped.stdout.split()[-1], "--json", env=escalating)
+    finally:
+        _configure(sim_url, CALM)
+    return {
+        "env": env,
+        "plain": plain.stdout.strip().splitlines()[-1],
+        "escalated": helped.stdout.strip().splitlines()[-1],
+        "status": json.loads(status.stdout),
+    }
+
+
+def test_higher_confidence_bands_are_more_accurate_and_misread_figures_score_low(
+    runs: dict[str, Any],
+) -> None:
+    scores = _eval(runs["plain"], runs["env"])
+    bands = [b for b in scores["calibration"]["bands"] if b["fields"]]
+    print(f"\nadversarial, no escalation: {scores['calibration']['bands']}; overall {scores['overall']}")
+    assert len(bands) >= 2 and bands[0]["accuracy"] < bands[-1]["accuracy"]
+    assert bands[-1]["accuracy"] >= 0.85 and bands[0]["accuracy"] <= 0.5  # risk titles: ~88 % at best
+    revenue = scores["calibration"]["by_field"]["revenue_usd"]
+    assert all(b["accuracy"] == 1.0 for b in revenue if b["fields"] and b["band"] >= "0.6"), revenue
+    assert scores["overall"]["revenue"] < 0.95, "the simulator misread some figures"
+
+
+def test_escalation_raises_revenue_accuracy_for_less_than_the_stronger_model_everywhere(
+    runs: dict[str, Any],
+) -> None:
+    before, after = _eval(runs["plain"], runs["env"]), _eval(runs["escalated"], runs["env"])
+    print(f"\nrevenue accuracy {before['overall']['revenue']} -> {after['overall']['revenue']}")
+    assert after["overall"]["revenue"] > before["overall"]["revenue"]
+    assert after["overall"]["revenue"] >= 0.95
+    engine = get_engine(runs["env"]["PIPELINE_DATABASE_URL"])
+    with session_scope(engine) as session:
+        rows = session.execute(
+            select(LLMCall.stage, LLMCall.model, func.count())
+            .where(LLMCall.run_id == runs["escalated"])
+            .group_by(LLMCall.stage, LLMCall.model)
+        ).all()
+        by_stage = {f"{stage}:{model}": int(n) for stage, model, n in rows}
+        escalated = session.scalars(
+            select(Extraction.escalated).where(
+                Extraction.run_id == runs["escalated"], Extraction.escalated.is_not(None)
+            )
+        ).all()
+        report = session.scalar(select(Report.markdown).where(Report.run_id == runs["escalated"]))
+    assert by_stage.get(f"escalate:{STRONG}", 0) > 0 and by_stage.get("verify:" + STRONG, 0) > 0
+    assert by_stage[f"escalate:{STRONG}"] < by_stage["extract:sim-1"], "only doubtful chunks go"
+    assert escalated and all(
+        set(e.split(",")) <= {"company", "fiscal_year", "revenue_usd", "risk_factors"} for e in escalated
+    )
+    confidence = runs["status"]["confidence"]
+    assert confidence["escalated_fields"] >= len(escalated)
+    assert confidence["tiers"]["escalate"]["calls"] == by_stage[f"escalate:{STRONG}"]
+    assert confidence["extraction_cost_usd"] < confidence["escalate_everything_usd"]
+    assert report is not None and f"Escalation to {STRONG}" in report and "## Confidence" in report
