@@ -3,11 +3,15 @@ an assessed filing's fields, escalation included."""
 
 from __future__ import annotations
 
+import math
+import re
+
 import pytest
 
-from pipeline.extraction.confidence import Assessor, Evidence, score, states_figure
+from pipeline.extraction.confidence import Assessor, Evidence, field_token_p, score, states_figure
 from pipeline.extraction.grounding import Source
 from pipeline.extraction.schemas import FilingExtraction, RiskFactor
+from pipeline_dev.sim.request import token_logprobs
 
 COVER = "ACME WIDGETS INC.\nAnnual report for the fiscal year ended December 31, 2025.\n"
 MDNA = (
@@ -123,3 +127,21 @@ def test_an_ungrounded_risk_is_replaced_by_the_escalation_answers_grounded_one()
     better = assessor().escalate(first, ["risk:0"], weak, {0: part()})
     assert better.grounded.extraction.risk_factors == [RISK]
     assert better.risks[0].match == "exact" and better.escalated == ["risk_factors"]
+
+
+def test_each_fields_token_probability_is_its_least_likely_token() -> None:
+    content = '{"company": "Acme Inc.", "fiscal_year": 2025, "revenue_usd": 1234.5, "risk_factors": []}'
+    pieces = re.findall(r"\w+|\s+|[^\w\s]", content)
+    logprobs = [math.log(0.3) if piece == "1234" else math.log(0.99) for piece in pieces]
+    found = field_token_p(content, list(zip(pieces, logprobs, strict=True)))
+    assert found == {"company": 0.99, "fiscal_year": 0.99, "revenue_usd": 0.3}
+    assert field_token_p(content, [("{", 0.0)]) == {}, "tokens that do not spell the answer say nothing"
+
+
+def test_the_simulators_log_probabilities_are_lower_on_the_values_it_changed() -> None:
+    content = '{"revenue_usd": 12345000000.0, "company": "Acme"}'
+    tokens = token_logprobs(content, ("12345000000.0",))
+    assert "".join(t["token"] for t in tokens) == content
+    found = field_token_p(content, [(t["token"], t["logprob"]) for t in tokens])
+    assert found["revenue_usd"] <= 0.8 and found["company"] >= 0.6
+    assert token_logprobs(content, ("12345000000.0",)) == tokens, "deterministic"

@@ -4,7 +4,7 @@ through real workers.
 
 Without escalation, `pipeline eval` must find the higher confidence bands more accurate than the
 lower ones, and every misread figure scored low. With PIPELINE_ESCALATE_MODEL (a model the
-simulator answers faithfully) on workers of their own, the doubtful fields are asked again of it,
+simulator answers faithfully) on workers of their own (which also ask for token log-probabilities), the doubtful fields are asked again of it,
 chunk by chunk: revenue accuracy rises, each escalation call is recorded under its stage and
 model, and the run costs less than asking the stronger model for everything.
 """
@@ -22,7 +22,7 @@ from sqlalchemy import func, select
 
 from pipeline.runtime.embedded import Child
 from pipeline.storage.db import get_engine, session_scope
-from pipeline.storage.models import Extraction, LLMCall, Report
+from pipeline.storage.models import Chunk, Document, Extraction, LLMCall, Report
 from tests.conftest import claimed_redis_db, run_cli, running_workers
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -67,6 +67,7 @@ def runs(
                 "PIPELINE_REDIS_URL": broker,
                 "PIPELINE_ESCALATE_MODEL": STRONG,
                 "PIPELINE_VERIFY_SHARE": "0.25",
+                "PIPELINE_LLM_LOGPROBS": "true",
             }
             with running_workers(escalating, tmp_path_factory.mktemp("escalating"), count=1, concurrency=4):
                 helped = run_cli(
@@ -118,6 +119,13 @@ def test_escalation_raises_revenue_accuracy_for_less_than_the_stronger_model_eve
             )
         ).all()
         report = session.scalar(select(Report.markdown).where(Report.run_id == runs["escalated"]))
+        with_p = session.scalar(
+            select(func.count())
+            .select_from(Chunk)
+            .join(Document, Document.id == Chunk.document_id)
+            .where(Document.run_id == runs["escalated"], Chunk.token_p.is_not(None))
+        )
+    assert with_p, "PIPELINE_LLM_LOGPROBS: each answered chunk keeps its fields' token probabilities"
     assert by_stage.get(f"escalate:{STRONG}", 0) > 0 and by_stage.get("verify:" + STRONG, 0) > 0
     assert by_stage[f"escalate:{STRONG}"] < by_stage["extract:sim-1"], "only doubtful chunks go"
     assert escalated and all(

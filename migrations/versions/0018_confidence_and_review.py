@@ -1,5 +1,5 @@
 """Per-field confidence (extractions.*_confidence, revenue_match, escalated; risk_factors.confidence
-and match), the review loop's corrections table, and views that read corrections over extractions:
+and match; chunks.token_p), the review loop's corrections table, and views that read corrections over extractions:
 reviewed_extractions, reviewed_risk_factors, and latest_extractions on corrected values
 
 Revision ID: 0018
@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
+from sqlalchemy.dialects import postgresql
 
 revision: str = "0018"
 down_revision: str | None = "0017"
@@ -91,6 +92,9 @@ def upgrade() -> None:
         batch.add_column(sa.Column("revenue_confidence", sa.Float(), nullable=True))
         batch.add_column(sa.Column("revenue_match", sa.String(12), nullable=True))
         batch.add_column(sa.Column("escalated", sa.String(100), nullable=True))
+    json_type = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
+    with op.batch_alter_table("chunks") as batch:
+        batch.add_column(sa.Column("token_p", json_type, nullable=True))
     with op.batch_alter_table("risk_factors") as batch:
         batch.add_column(sa.Column("confidence", sa.Float(), nullable=True))
         batch.add_column(sa.Column("match", sa.String(12), nullable=True))
@@ -127,6 +131,8 @@ def downgrade() -> None:
     with op.batch_alter_table("risk_factors") as batch:
         batch.drop_column("match")
         batch.drop_column("confidence")
+    with op.batch_alter_table("chunks") as batch:
+        batch.drop_column("token_p")
     with op.batch_alter_table("extractions") as batch:
         batch.drop_column("escalated")
         batch.drop_column("revenue_match")

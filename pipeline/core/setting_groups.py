@@ -112,6 +112,12 @@ class TrustSettings(BaseSettings):
     escalate_api_key: SecretStr | None = Field(
         default=None, description="that endpoint's API key (unset: PIPELINE_LLM_API_KEY)"
     )
+    llm_logprobs: bool = Field(
+        default=False,
+        description="ask extraction calls for token log-probabilities (`logprobs: true`) and use "
+        "the probability of each field's tokens in its confidence (servers that refuse the "
+        "parameter refuse the call: leave it off for them)",
+    )
     verify_share: float = Field(
         default=0.0,
         ge=0,

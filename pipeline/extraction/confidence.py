@@ -23,6 +23,7 @@ what escalation asks again first.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -132,13 +133,13 @@ class Assessor:
         self,
         parts: Sequence[FilingExtraction],
         second: dict[int, FilingExtraction] | None = None,
-        token_p: Sequence[float | None] | None = None,
+        token_p: Sequence[dict[str, float] | None] | None = None,
     ) -> Assessed:
         """Merge `parts` (one per chunk, in order), ground the result and score each field."""
         merged = merge_chunks(parts, lambda quote: self.source.find(quote) is not None)
         grounded = ground(merged, self.source)
         second = second or {}
-        probs = list(token_p or [None] * len(parts))
+        probs = [p or {} for p in (token_p or [None] * len(parts))]
         fields = {
             "company": self._company(merged.company, parts, second, probs),
             "fiscal_year": self._year(merged.fiscal_year, parts, second, probs),
@@ -198,7 +199,7 @@ class Assessor:
         value: str | None,
         parts: Sequence[FilingExtraction],
         second: dict[int, FilingExtraction],
-        probs: list[float | None],
+        probs: list[dict[str, float]],
     ) -> FieldScore:
         if value is None:
             return ABSENT
@@ -210,7 +211,7 @@ class Assessor:
             match,
             stating=sum(v is not None for v in stated),
             agreeing=sum(_same_name(v, value) for v in stated),
-            token_p=_at(probs, chunk),
+            token_p=_at(probs, chunk, "company"),
             second=_second(second, chunk, lambda p: _same_name(p.company, value)),
         )
         return FieldScore(score(evidence), match, chunk)
@@ -220,7 +221,7 @@ class Assessor:
         value: int | None,
         parts: Sequence[FilingExtraction],
         second: dict[int, FilingExtraction],
-        probs: list[float | None],
+        probs: list[dict[str, float]],
     ) -> FieldScore:
         if value is None:
             return ABSENT
@@ -235,7 +236,7 @@ class Assessor:
             match,
             stating=sum(v is not None for v in stated),
             agreeing=sum(v == value for v in stated),
-            token_p=_at(probs, chunk),
+            token_p=_at(probs, chunk, "fiscal_year"),
             second=_second(second, chunk, lambda p: p.fiscal_year == value),
         )
         return FieldScore(score(evidence), match, chunk)
@@ -246,7 +247,7 @@ class Assessor:
         quote: str | None,
         parts: Sequence[FilingExtraction],
         second: dict[int, FilingExtraction],
-        probs: list[float | None],
+        probs: list[dict[str, float]],
     ) -> FieldScore:
         if value is None:
             return ABSENT
@@ -262,7 +263,7 @@ class Assessor:
             value_in_quote=states_figure(quote, value) if quote else None,
             stating=sum(v is not None for v in stated),
             agreeing=sum(_same_figure(v, value) for v in stated),
-            token_p=_at(probs, chunk),
+            token_p=_at(probs, chunk, "revenue_usd"),
             second=_second(second, chunk, lambda p: _same_figure(p.revenue_usd, value)),
         )
         return FieldScore(score(evidence), match, chunk)
@@ -274,7 +275,7 @@ class Assessor:
         risk: RiskFactor,
         parts: Sequence[FilingExtraction],
         second: dict[int, FilingExtraction],
-        probs: list[float | None],
+        probs: list[dict[str, float]],
     ) -> FieldScore:
         key = risk_key(risk)
         stating = [i for i, p in enumerate(parts) if any(risk_key(r) & key for r in p.risk_factors)]
@@ -285,7 +286,7 @@ class Assessor:
             match,
             stating=len(stating),
             agreeing=len(stating),
-            token_p=_at(probs, chunk),
+            token_p=_at(probs, chunk, "risk"),
             second=_second(second, chunk, lambda p: any(risk_key(r) & key for r in p.risk_factors)),
         )
         return FieldScore(score(evidence), match, chunk)
@@ -328,6 +329,28 @@ class Assessor:
         return "fuzzy", Match(start + hit.dest_start, start + hit.dest_end, "fuzzy")
 
 
+_SCALAR_VALUE = re.compile(r'"(company|fiscal_year|revenue_usd)"\s*:\s*("(?:[^"\\]|\\.)*"|[^,}\s]+)')
+
+
+def field_token_p(content: str, tokens: Sequence[tuple[str, float]]) -> dict[str, float]:
+    """For each scalar field of a JSON answer, the probability of its value's least likely token
+    (the weakest link of the value the model wrote), from the answer's tokens and their
+    log-probabilities; {} when the tokens do not spell the content."""
+    if "".join(t for t, _ in tokens) != content:
+        return {}
+    spans, at = [], 0
+    for token, logprob in tokens:
+        spans.append((at, at + len(token), logprob))
+        at += len(token)
+    found: dict[str, float] = {}
+    for match in _SCALAR_VALUE.finditer(content):
+        start, end = match.span(2)
+        inside = [lp for begin, stop, lp in spans if begin < end and stop > start]
+        if inside:
+            found[match.group(1)] = round(math.exp(min(inside)), 4)
+    return found
+
+
 _AMOUNT = re.compile(
     r"(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?\s*(thousand|million|billion|trillion|bn|mn|[mbk])?\b",
     re.IGNORECASE,
@@ -365,8 +388,9 @@ def _first(values: Sequence[T | None], test: Callable[[T], bool]) -> int | None:
     return next((i for i, v in enumerate(values) if v is not None and test(v)), None)
 
 
-def _at(probs: list[float | None], chunk: int | None) -> float | None:
-    return probs[chunk] if chunk is not None and chunk < len(probs) else None
+def _at(probs: list[dict[str, float]], chunk: int | None, name: str) -> float | None:
+    """The probability of field `name`'s tokens in chunk `chunk`'s answer, when known."""
+    return probs[chunk].get(name) if chunk is not None and chunk < len(probs) else None
 
 
 def _second(

@@ -47,14 +47,15 @@ def assess_document(ctx: Context, work: Started, parts: Sequence[FilingExtractio
     """The merged extraction of `parts` (one per chunk) with a confidence per field, after the
     verification sample's second answers and the escalation of fields scoring too low."""
     assessor = Assessor(Source(work.text), [(c.char_start, c.char_end) for c in work.chunks])
-    assessed = assessor.assess(parts)
+    token_p = [c.token_p for c in work.chunks]
+    assessed = assessor.assess(parts, token_p=token_p)
     settings = ctx.settings
     if in_sample(work.doc.id, settings.verify_share):
         everything = [*SCALAR_FIELDS, *(f"risk:{i}" for i in range(len(assessed.risks)))]
         chunks = assessed.chunks_of(everything, _fallback_chunks(work.chunks))
         model = settings.escalate_model or ctx.llm.model
         second = _ask(ctx, work, sorted(chunks), model, "verify")
-        assessed = assessor.assess(parts, second)
+        assessed = assessor.assess(parts, second, token_p)
     if settings.escalate_model:
         low = assessed.below(settings.escalate_below)
         if low:

@@ -17,7 +17,7 @@ from pipeline.context import Context, check_spend, database_url, deadline_of, st
 from pipeline.core import errors, logs, tracing
 from pipeline.core.constants import PROMPT_VERSION
 from pipeline.extraction import custom
-from pipeline.extraction.confidence import Assessed
+from pipeline.extraction.confidence import Assessed, field_token_p
 from pipeline.extraction.escalation import Started, assess_document
 from pipeline.extraction.grounding import GroundedExtraction, Source
 from pipeline.extraction.prompting import chunk_messages, prompt_version
@@ -391,6 +391,12 @@ def _chunk_result(
     model = ctx.llm.pick_model("extract", failed_attempts)
     messages, answer_model = chunk_messages(chunk, text, count, schema)
     calls: list[CallRecord] = []
+    heard: dict[str, float] = {}
+
+    def token_p(content: str, tokens: list[tuple[str, float]]) -> None:
+        heard.clear()  # a repair's answer replaces the first one's
+        heard.update(field_token_p(content, tokens))
+
     try:
         result = ctx.llm.structured(
             messages,
@@ -401,6 +407,7 @@ def _chunk_result(
             model=model,
             service_tier=tier[0],
             standard_from=tier[1],
+            on_logprobs=token_p if ctx.settings.llm_logprobs and not schema else None,
         )
     except errors.PipelineError:
         with session_scope(ctx.engine) as session:
@@ -409,7 +416,10 @@ def _chunk_result(
     try:
         with session_scope(ctx.engine) as session:
             llm_calls.record_calls(session, doc.run_id, doc.id, chunk.idx, calls)
-            documents.save_chunk_result(session, chunk, fence, result, model=model, prompt_version=version)
+            documents.save_chunk_result(
+                session, chunk, fence, result, model=model, prompt_version=version, token_p=heard or None
+            )
+        chunk.token_p = heard or None  # the detached row the document's assessment reads
     except errors.LeaseLost:
         with session_scope(ctx.engine) as session:  # the answer is refused; what it cost is not
             llm_calls.record_calls(session, doc.run_id, doc.id, chunk.idx, calls)

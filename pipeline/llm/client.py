@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, TypeVar, cast
 
@@ -177,10 +178,12 @@ class LLMClient:
         model: str | None = None,
         service_tier: str | None = None,
         standard_from: float | None = None,
+        on_logprobs: Callable[[str, list[tuple[str, float]]], None] | None = None,
     ) -> M:
         """An answer validated against `schema`, repaired once with the validation error;
         `service_tier="flex"` asks at flex processing's tier (a flex run's extractions), until
-        `standard_from` (epoch seconds), when the deadline needs the standard tier.
+        `standard_from` (epoch seconds), when the deadline needs the standard tier. With
+        `on_logprobs`, token log-probabilities are asked for and each answer's go there.
 
         Raises SchemaViolation when the repaired answer does not validate either.
         """
@@ -193,6 +196,7 @@ class LLMClient:
             schema,
             service_tier=service_tier,
             standard_from=standard_from,
+            on_logprobs=on_logprobs,
         )
         return cast(M, self._answers.ask(request))
 
@@ -355,6 +359,9 @@ class LLMClient:
         completion_tokens = usage.completion_tokens if usage else 0
         # The quota was charged the prompt and max_tokens, whatever the answer used.
         self._pacing.release(permit, limits, usage.prompt_tokens + request.max_tokens if usage else None)
+        tokens = choice.logprobs.content if choice.logprobs is not None else None
+        if request.on_logprobs is not None and tokens:
+            request.on_logprobs(choice.message.content or "", [(t.token, t.logprob) for t in tokens])
         return Completion(
             content=choice.message.content or "",
             finish_reason=choice.finish_reason or "stop",

@@ -72,6 +72,8 @@ class LLMRequest:
     standard_from: float | None = None
     """A flex request's last moment at flex (epoch seconds: the planner's `runs.standard_from`):
     from then on, or when waiting out a refusal would pass it, it goes at the standard tier."""
+    on_logprobs: Callable[[str, list[tuple[str, float]]], None] | None = None
+    """Asks for token log-probabilities; each answered completion's content and tokens go here."""
 
     def asking(self, messages: list[prompts.Message], stage: str | None = None) -> LLMRequest:
         """The same request with other messages (a repair, the rest of a cut-off answer)."""
@@ -93,4 +95,6 @@ class LLMRequest:
             body["response_format"] = self.response_format
         if self.service_tier:
             body["service_tier"] = self.service_tier
+        if self.on_logprobs is not None:
+            body["logprobs"] = True
         return body

@@ -139,14 +139,23 @@ _SAVE_CHUNK = (
         model=bindparam("answer_model"),
         prompt_version=bindparam("answer_version"),
         completed_at=bindparam("answered_at"),
+        token_p=bindparam("answer_token_p"),
     )
 )
 
 
 def save_chunk_result(
-    session: Session, chunk: Chunk, fence: int, result: BaseModel, *, model: str, prompt_version: str
+    session: Session,
+    chunk: Chunk,
+    fence: int,
+    result: BaseModel,
+    *,
+    model: str,
+    prompt_version: str,
+    token_p: dict[str, float] | None = None,
 ) -> None:
-    """Store a chunk's answer, if lease `fence` still holds its document."""
+    """Store a chunk's answer (and its fields' token probabilities, when known), if lease
+    `fence` still holds its document."""
     hold(session, chunk.document_id, fence)
     session.execute(
         _SAVE_CHUNK,
@@ -156,6 +165,7 @@ def save_chunk_result(
             "answer_model": model,
             "answer_version": prompt_version,
             "answered_at": clock.now(session),
+            "answer_token_p": token_p,
         },
     )
 

@@ -247,6 +247,8 @@ class Chunk(Base):
     batch_id: Mapped[int | None] = mapped_column(ForeignKey("llm_batches.id"), index=True)
     """The batch whose input file holds the chunk's request, until that batch is read."""
     batch_tries: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    token_p: Mapped[dict[str, float] | None] = mapped_column(JSONType)
+    """The probability of each scalar field's tokens in the answer (PIPELINE_LLM_LOGPROBS)."""
     """Batches the chunk's request went in (PIPELINE_BATCH_LINE_ATTEMPTS caps them)."""
 
 

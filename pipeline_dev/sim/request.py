@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import random
 import re
 import time
 from dataclasses import dataclass
@@ -60,6 +62,7 @@ class ChatRequest:
     params: frozenset[str] = frozenset()  # the body's top-level keys
     kept: dict[str, Any] | None = None  # after a cut: the items the client kept (`<kept>` tags)
     service_tier: str = "default"  # what the request asked for: auto, default, flex or priority
+    logprobs: bool = False  # `logprobs: true`: each answer token's log-probability is returned
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,7 @@ class Composed:
     is_json: bool
     quotes: int = 0  # quote fields in the answer
     invented: tuple[str, ...] = ()  # those replaced by text not in the document
+    doubtful: tuple[str, ...] = ()  # the JSON of every value a fault changed (misread, made up)
 
     @property
     def tokens(self) -> int:
@@ -227,6 +231,7 @@ def parse(body: Any) -> ChatRequest:
         hooks=frozenset(hook for hook in HOOKS if f"[[sim:{hook}]]" in prompt),
         kept=kept_items(messages),
         service_tier=_service_tier(body),
+        logprobs=body.get("logprobs") is True,
     )
 
 
@@ -309,7 +314,7 @@ def compose(
     document = document_text(chat.messages)
     max_chars = chat.max_tokens * CHARS_PER_TOKEN if chat.max_tokens else None
     if chat.schema is not None:
-        instance = build_json_answer(chat.schema, document)
+        instance = faithful = build_json_answer(chat.schema, document)
         instance, invented = replace_quotes(instance, document, ungrounded_rate, seed)
         instance = change_figures(instance, wrong_figure_rate, seed)
         instance, made_up = make_up_items(instance, document, made_up_rate, seed)
@@ -327,11 +332,53 @@ def compose(
         content = json.dumps(instance, ensure_ascii=False)
         if "ctrlchar" in chat.hooks:
             content = raw_newline_in_a_string(content)
-        return Composed(content, True, invented.quotes_seen, tuple(invented.quotes))
+        doubtful = tuple(json.dumps(v, ensure_ascii=False) for v in changed_leaves(faithful, instance))
+        return Composed(content, True, invented.quotes_seen, tuple(invented.quotes), doubtful)
     if chat.format_type == "json_object":
         summary = build_text_answer(document, max_chars and max_chars - 20)
         return Composed(json.dumps({"summary": summary}, ensure_ascii=False), True)
     return Composed(build_text_answer(document, max_chars), False)
+
+
+def changed_leaves(before: Any, after: Any) -> list[Any]:
+    """The leaf values of `after` that differ from `before`'s at the same place."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        return [v for k in after for v in changed_leaves(before.get(k), after[k])]
+    if isinstance(before, list) and isinstance(after, list):
+        return [
+            v
+            for i, item in enumerate(after)
+            for v in changed_leaves(before[i] if i < len(before) else None, item)
+        ]
+    return [] if before == after else [after]
+
+
+_TOKEN = re.compile(r"\w+|\s+|[^\w\s]")
+
+
+def token_logprobs(content: str, doubtful: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Each token of `content` with a log-probability, as `logprobs.content` holds them.
+
+    An assumption, not a measurement: a value the simulator changed (a misread figure, a made-up
+    title or quote) is written with less certainty (p uniform in 0.05-0.8) than the rest (p near
+    1: 1 - u^2 x 0.4), and the two overlap. Deterministic for the same content."""
+    rng = random.Random(hashlib.sha1(content.encode()).hexdigest())
+    unsure: list[tuple[int, int]] = []
+    for value in doubtful:
+        at = content.find(value)
+        while at != -1:
+            unsure.append((at, at + len(value)))
+            at = content.find(value, at + 1)
+    tokens = []
+    for match in _TOKEN.finditer(content):
+        start, end = match.span()
+        low = any(a < end and start < b for a, b in unsure)
+        p = rng.uniform(0.05, 0.8) if low else 1 - rng.random() ** 2 * 0.4
+        token = match.group(0)
+        tokens.append(
+            {"token": token, "logprob": math.log(p), "bytes": list(token.encode()), "top_logprobs": []}
+        )
+    return tokens
 
 
 def finish(chat: ChatRequest, composed: Composed, draw: Draw, number: int) -> Finished:
@@ -360,7 +407,9 @@ def finish(chat: ChatRequest, composed: Composed, draw: Draw, number: int) -> Fi
             {
                 "index": 0,
                 "message": {"role": "assistant", "content": content, "refusal": None},
-                "logprobs": None,
+                "logprobs": {"content": token_logprobs(content, composed.doubtful)}
+                if chat.logprobs
+                else None,
                 "finish_reason": "length" if truncated else "stop",
             }
         ],
