@@ -154,7 +154,7 @@ def stopped_by(exc: KeyboardInterrupt) -> str:
 
 
 HELP_SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("Run a batch", ("run", "submit", "status", "report", "runs", "eval")),
+    ("Run a batch", ("run", "submit", "status", "report", "runs", "eval", "review")),
     ("Repair a run", ("resume", "retry", "cancel")),
     ("Deploy and operate", ("doctor", "db", "worker", "beat", "watchdog", "flower", "prune")),
     ("Develop", ("sim", "bench")),
