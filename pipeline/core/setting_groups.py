@@ -104,6 +104,11 @@ class TrustSettings(BaseSettings):
     escalate_below: float = Field(
         default=0.5, ge=0, le=1, description="the confidence under which a field is escalated"
     )
+    escalate_fields: str = Field(
+        default="company,fiscal_year,revenue_usd",
+        description="the fields escalation may ask again, comma-separated, of company, fiscal_year, "
+        "revenue_usd and risk_factors (a filing's risks span many chunks: escalating them costs more)",
+    )
     escalate_base_url: str | None = Field(
         default=None,
         description="the escalation model's endpoint, when it is not PIPELINE_LLM_BASE_URL's "

@@ -77,6 +77,17 @@ class Settings(
         parse_prices(value)
         return value
 
+    @field_validator("escalate_fields")
+    @classmethod
+    def _known_fields(cls, value: str) -> str:
+        known = ("company", "fiscal_year", "revenue_usd", "risk_factors")
+        unknown = [f for f in (part.strip() for part in value.split(",")) if f and f not in known]
+        if unknown:
+            raise ValueError(
+                f"PIPELINE_ESCALATE_FIELDS: unknown fields {', '.join(unknown)} (known: {', '.join(known)})"
+            )
+        return value
+
     @field_validator("run_deadline")
     @classmethod
     def _deadline_parses(cls, value: str | None) -> str | None:

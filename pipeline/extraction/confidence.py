@@ -111,14 +111,14 @@ class Assessed:
         low = [name for name, s in self.fields.items() if s.confidence < threshold]
         return low + [f"risk:{i}" for i, s in enumerate(self.risks) if s.confidence < threshold]
 
-    def chunks_of(self, names: Sequence[str], fallback: dict[str, int]) -> set[int]:
-        """The chunks that stated `names` (for an empty field: `fallback`'s chunk for it)."""
+    def chunks_of(self, names: Sequence[str], home: dict[str, int]) -> set[int]:
+        """The chunks that stated `names`, and for a scalar field its `home` chunk as well (the
+        first of the section filings state it in): a doubtful value may have come from a chunk
+        that does not hold the field at all."""
         found: set[int] = set()
         for name in names:
             s = self.risks[int(name[5:])] if name.startswith("risk:") else self.fields[name]
-            chunk = s.chunk if s.chunk is not None else fallback.get(name)
-            if chunk is not None:
-                found.add(chunk)
+            found |= {c for c in (s.chunk, home.get(name)) if c is not None}
         return found
 
 

@@ -29,8 +29,8 @@ from pipeline.storage.models import Chunk, Document
 
 log = logging.getLogger(__name__)
 
-_WHERE_EMPTY = {"company": ("Cover",), "fiscal_year": ("Cover",), "revenue_usd": ("Item 7", "Item 8")}
-"""The sections to ask about a field no chunk stated (else the document's first chunk)."""
+_HOME = {"company": ("Cover",), "fiscal_year": ("Cover",), "revenue_usd": ("Item 7", "Item 8")}
+"""The sections filings state each scalar field in (a document without them: its first chunk)."""
 
 
 @dataclass(frozen=True)
@@ -52,14 +52,18 @@ def assess_document(ctx: Context, work: Started, parts: Sequence[FilingExtractio
     settings = ctx.settings
     if in_sample(work.doc.id, settings.verify_share):
         everything = [*SCALAR_FIELDS, *(f"risk:{i}" for i in range(len(assessed.risks)))]
-        chunks = assessed.chunks_of(everything, _fallback_chunks(work.chunks))
+        chunks = assessed.chunks_of(everything, _home_chunks(work.chunks))
         model = settings.escalate_model or ctx.llm.model
         second = _ask(ctx, work, sorted(chunks), model, "verify")
         assessed = assessor.assess(parts, second, token_p)
     if settings.escalate_model:
-        low = assessed.below(settings.escalate_below)
+        low = [
+            name
+            for name in assessed.below(settings.escalate_below)
+            if _escalated(name, settings.escalate_fields)
+        ]
         if low:
-            chunks = assessed.chunks_of(low, _fallback_chunks(work.chunks))
+            chunks = assessed.chunks_of(low, _home_chunks(work.chunks))
             better = _ask(ctx, work, sorted(chunks), settings.escalate_model, "escalate")
             assessed = assessor.escalate(assessed, low, parts, better)
             log.info(
@@ -81,11 +85,17 @@ def in_sample(document_id: int, share: float) -> bool:
     return draw < share
 
 
-def _fallback_chunks(chunks: Sequence[Chunk]) -> dict[str, int]:
-    """For each scalar field, the chunk to ask when no chunk stated it: the first of the section
-    where filings state it, else the first chunk."""
+def _escalated(name: str, fields: str) -> bool:
+    """Whether field `name` ('risk:N' for a risk factor) is one PIPELINE_ESCALATE_FIELDS names."""
+    wanted = {f.strip() for f in fields.split(",")}
+    return ("risk_factors" if name.startswith("risk:") else name) in wanted
+
+
+def _home_chunks(chunks: Sequence[Chunk]) -> dict[str, int]:
+    """For each scalar field, the first chunk of the section filings state it in, else the
+    document's first chunk."""
     found: dict[str, int] = {}
-    for name, sections in _WHERE_EMPTY.items():
+    for name, sections in _HOME.items():
         at = next((i for i, c in enumerate(chunks) if c.section in sections), 0 if chunks else None)
         if at is not None:
             found[name] = at

@@ -350,6 +350,8 @@ def called_models(settings: Settings) -> dict[str, str]:
             wanted.setdefault(name, "PIPELINE_LLM_MODELS")
     if settings.llm_fallback_model:
         wanted.setdefault(settings.llm_fallback_model, "PIPELINE_LLM_FALLBACK_MODEL")
+    if settings.escalate_model and not settings.escalate_base_url:  # on this endpoint
+        wanted.setdefault(settings.escalate_model, "PIPELINE_ESCALATE_MODEL")
     return wanted
 
 

@@ -32,6 +32,11 @@ def confidence_lines(view: dict[str, Any] | None) -> list[str]:
                 f" Extraction cost ${spent:.4f} in all, against ${everything:.4f} to ask {model} for "
                 f"every chunk ({spent / everything:.2f}x)."
             )
+        if escalate.get("failed"):
+            line += (
+                f" {escalate['failed']} escalation calls failed (see llm_calls.error, stage escalate): "
+                "check PIPELINE_ESCALATE_MODEL and its endpoint with `pipeline doctor`."
+            )
         lines.append(line)
     elif model:
         lines.append(f"Escalation to {model}: no field was asked again.")

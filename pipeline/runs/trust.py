@@ -27,16 +27,19 @@ def trust_view(session: Session, run_id: str, settings: Settings) -> dict[str, A
     escalated = confidence.escalations(session, run_id)
     calls = confidence.calls_by_stage_and_model(session, run_id)
     tiers: dict[str, dict[str, Any]] = {}
-    for stage, name, n, _, _, cost in calls:
+    for stage, name, n, _, _, cost, failed in calls:
         if stage in TIER_STAGES:
-            tier = tiers.setdefault(stage, {"calls": 0, "cost_usd": 0.0, "models": []})
+            tier = tiers.setdefault(stage, {"calls": 0, "failed": 0, "cost_usd": 0.0, "models": []})
             tier["calls"] += n
+            tier["failed"] += failed
             tier["cost_usd"] = round(tier["cost_usd"] + cost, 6)
             tier["models"].append(name)
     model = settings.escalate_model or next((m for s, m, *_ in calls if s == "escalate"), None)
     everything = None
     if model is not None:
-        priced = [call_cost(settings.prices(), model, p, c) for s, _, _, p, c, _ in calls if s == "extract"]
+        priced = [
+            call_cost(settings.prices(), model, p, c) for s, _, _, p, c, _, _ in calls if s == "extract"
+        ]
         everything = None if any(v is None for v in priced) else round(sum(v or 0.0 for v in priced), 6)
     spent = round(sum(t["cost_usd"] for t in tiers.values()), 6)
     return {

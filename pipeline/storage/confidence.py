@@ -4,7 +4,7 @@ not entities)."""
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
+from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
 from pipeline.storage.models import Extraction, LLMCall, RiskFactor
@@ -38,8 +38,11 @@ def escalations(session: Session, run_id: str) -> list[str]:
     )
 
 
-def calls_by_stage_and_model(session: Session, run_id: str) -> list[tuple[str, str, int, int, int, float]]:
-    """(stage, model, calls, prompt tokens, completion tokens, cost in USD) of the run's calls."""
+def calls_by_stage_and_model(
+    session: Session, run_id: str
+) -> list[tuple[str, str, int, int, int, float, int]]:
+    """(stage, model, calls, prompt tokens, completion tokens, cost in USD, failed calls) of the
+    run's calls."""
     rows = session.execute(
         select(
             LLMCall.stage,
@@ -48,9 +51,12 @@ def calls_by_stage_and_model(session: Session, run_id: str) -> list[tuple[str, s
             func.coalesce(func.sum(LLMCall.prompt_tokens), 0),
             func.coalesce(func.sum(LLMCall.completion_tokens), 0),
             func.coalesce(func.sum(LLMCall.cost_usd), 0.0),
+            func.sum(case((LLMCall.status != "ok", 1), else_=0)),
         )
         .where(LLMCall.run_id == run_id)
         .group_by(LLMCall.stage, LLMCall.model)
         .order_by(LLMCall.stage, LLMCall.model)
     ).tuples()
-    return [(s, m, int(n), int(p), int(c), float(cost or 0.0)) for s, m, n, p, c, cost in rows]
+    return [
+        (s, m, int(n), int(p), int(c), float(cost or 0.0), int(bad or 0)) for s, m, n, p, c, cost, bad in rows
+    ]

@@ -115,9 +115,11 @@ def run_pipeline(
     concurrency: int | None = None,
     env_extra: dict[str, str] | None = None,
     submit_args: Callable[[], list[str]] = list,
+    fresh: bool = True,
 ) -> Result:
     """Submit `files` with --wait against a fresh simulator and workers; measure it.
-    `submit_args` adds options to the submit, made just before it starts (a deadline)."""
+    `submit_args` adds options to the submit, made just before it starts (a deadline);
+    `fresh=False` lets the run reuse an earlier run's answers to the same chunks."""
     logs = Path(tempfile.mkdtemp(dir=cfg.work_dir, prefix="logs-"))
     with procs.simulator(logs, sim_args) as sim_url:
         # "{sim}" in a value: this simulator's URL (an escalation endpoint beside another LLM).
@@ -126,7 +128,9 @@ def run_pipeline(
             measured = procs.run_measured(
                 # 1: the run ended failed (too many failed documents): measured all the same.
                 # --fresh: measure calls, not the reuse of an earlier run's answers.
-                procs.pipeline_cli("submit", str(files), "--wait", "--fresh", *submit_args()),
+                procs.pipeline_cli(
+                    "submit", str(files), "--wait", *(["--fresh"] if fresh else []), *submit_args()
+                ),
                 env,
                 timeout_s=3 * 3600,
                 ok_codes=(0, 1),
