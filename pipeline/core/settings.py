@@ -27,9 +27,9 @@ from pipeline.core.setting_groups import (
     NightlySettings,
     RunSettings,
     StorageSettings,
-    TrustSettings,
     WorkerSettings,
 )
+from pipeline.core.setting_trust import TrustSettings
 
 
 class Settings(

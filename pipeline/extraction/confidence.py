@@ -332,6 +332,16 @@ class Assessor:
 _SCALAR_VALUE = re.compile(r'"(company|fiscal_year|revenue_usd)"\s*:\s*("(?:[^"\\]|\\.)*"|[^,}\s]+)')
 
 
+class TokenProbabilities:
+    """What `field_token_p` found in a call's last answer (a repair's replaces the first's)."""
+
+    def __init__(self) -> None:
+        self.found: dict[str, float] | None = None
+
+    def read(self, content: str, tokens: list[tuple[str, float]]) -> None:
+        self.found = field_token_p(content, tokens) or None
+
+
 def field_token_p(content: str, tokens: Sequence[tuple[str, float]]) -> dict[str, float]:
     """For each scalar field of a JSON answer, the probability of its value's least likely token
     (the weakest link of the value the model wrote), from the answer's tokens and their

@@ -14,7 +14,9 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import Protocol
+
+from pydantic import BaseModel
 
 from pipeline.context import Context, check_spend, escalation_llm
 from pipeline.core import errors
@@ -33,9 +35,8 @@ _HOME = {"company": ("Cover",), "fiscal_year": ("Cover",), "revenue_usd": ("Item
 """The sections filings state each scalar field in (a document without them: its first chunk)."""
 
 
-@dataclass(frozen=True)
-class Started:
-    """What second answers need of a started document."""
+class Started(Protocol):
+    """What second answers need of a started document (`extract._Work` has it)."""
 
     doc: Document
     text: str
@@ -43,9 +44,10 @@ class Started:
     capped: bool
 
 
-def assess_document(ctx: Context, work: Started, parts: Sequence[FilingExtraction]) -> Assessed:
-    """The merged extraction of `parts` (one per chunk) with a confidence per field, after the
+def assess_document(ctx: Context, work: Started, answers: Sequence[BaseModel]) -> Assessed:
+    """The merged extraction of `answers` (one per chunk) with a confidence per field, after the
     verification sample's second answers and the escalation of fields scoring too low."""
+    parts = [a for a in answers if isinstance(a, FilingExtraction)]
     assessor = Assessor(Source(work.text), [(c.char_start, c.char_end) for c in work.chunks])
     token_p = [c.token_p for c in work.chunks]
     assessed = assessor.assess(parts, token_p=token_p)

@@ -17,8 +17,8 @@ from pipeline.context import Context, check_spend, database_url, deadline_of, st
 from pipeline.core import errors, logs, tracing
 from pipeline.core.constants import PROMPT_VERSION
 from pipeline.extraction import custom
-from pipeline.extraction.confidence import Assessed, field_token_p
-from pipeline.extraction.escalation import Started, assess_document
+from pipeline.extraction.confidence import Assessed, TokenProbabilities
+from pipeline.extraction.escalation import assess_document
 from pipeline.extraction.grounding import GroundedExtraction, Source
 from pipeline.extraction.prompting import chunk_messages, prompt_version
 from pipeline.extraction.schemas import FilingExtraction
@@ -125,7 +125,8 @@ def _extract(
             answers = _answer_chunks(ctx, work, started)
             model = Counter(model for _, model in answers).most_common(1)[0][0]
             parts = [part for part, _ in answers]
-            result = _custom_result(work, parts) if work.schema else _filing_result(ctx, work, parts)
+            # The 10-K schema: merged, grounded, each field scored (the doubtful ones escalated).
+            result = _custom_result(work, parts) if work.schema else assess_document(ctx, work, parts)
             summary: str | None = None
             calls: list[CallRecord] = []
             if summarize is not None and not _budget_spent(ctx, work):
@@ -342,13 +343,6 @@ def _custom_result(work: _Work, parts: list[BaseModel]) -> CustomResult:
     return CustomResult(data, total, grounded)
 
 
-def _filing_result(ctx: Context, work: _Work, parts: list[BaseModel]) -> Assessed:
-    """The 10-K schema: answers merged (preferring found quotes), grounded, each field scored
-    (doubtful ones escalated)."""
-    filings = [p for p in parts if isinstance(p, FilingExtraction)]
-    return assess_document(ctx, Started(work.doc, work.text, work.chunks, work.capped), filings)
-
-
 def _save(
     session: Session, work: _Work, result: Assessed | CustomResult, model: str, summary: str | None
 ) -> None:
@@ -391,12 +385,7 @@ def _chunk_result(
     model = ctx.llm.pick_model("extract", failed_attempts)
     messages, answer_model = chunk_messages(chunk, text, count, schema)
     calls: list[CallRecord] = []
-    heard: dict[str, float] = {}
-
-    def token_p(content: str, tokens: list[tuple[str, float]]) -> None:
-        heard.clear()  # a repair's answer replaces the first one's
-        heard.update(field_token_p(content, tokens))
-
+    token_p = TokenProbabilities()
     try:
         result = ctx.llm.structured(
             messages,
@@ -407,7 +396,7 @@ def _chunk_result(
             model=model,
             service_tier=tier[0],
             standard_from=tier[1],
-            on_logprobs=token_p if ctx.settings.llm_logprobs and not schema else None,
+            on_logprobs=token_p.read if ctx.settings.llm_logprobs and not schema else None,
         )
     except errors.PipelineError:
         with session_scope(ctx.engine) as session:
@@ -417,9 +406,9 @@ def _chunk_result(
         with session_scope(ctx.engine) as session:
             llm_calls.record_calls(session, doc.run_id, doc.id, chunk.idx, calls)
             documents.save_chunk_result(
-                session, chunk, fence, result, model=model, prompt_version=version, token_p=heard or None
+                session, chunk, fence, result, model=model, prompt_version=version, token_p=token_p.found
             )
-        chunk.token_p = heard or None  # the detached row the document's assessment reads
+        chunk.token_p = token_p.found  # the detached row the document's assessment reads
     except errors.LeaseLost:
         with session_scope(ctx.engine) as session:  # the answer is refused; what it cost is not
             llm_calls.record_calls(session, doc.run_id, doc.id, chunk.idx, calls)
