@@ -31,6 +31,10 @@ from pipeline.storage.models import Chunk, Document
 
 log = logging.getLogger(__name__)
 
+SAMPLED = 0.8
+"""The temperature of a verification answer by the extraction's own model: a sample, so that
+agreement says something (self-consistency)."""
+
 _HOME = {"company": ("Cover",), "fiscal_year": ("Cover",), "revenue_usd": ("Item 7", "Item 8")}
 """The sections filings state each scalar field in (a document without them: its first chunk)."""
 
@@ -55,8 +59,9 @@ def assess_document(ctx: Context, work: Started, answers: Sequence[BaseModel]) -
     if in_sample(work.doc.id, settings.verify_share):
         everything = [*SCALAR_FIELDS, *(f"risk:{i}" for i in range(len(assessed.risks)))]
         chunks = assessed.chunks_of(everything, _home_chunks(work.chunks))
+        # A second model, or the same one sampled (at temperature 0 it would only repeat itself).
         model = settings.escalate_model or ctx.llm.model
-        second = _ask(ctx, work, sorted(chunks), model, "verify")
+        second = _ask(ctx, work, sorted(chunks), model, "verify", 0.0 if settings.escalate_model else SAMPLED)
         assessed = assessor.assess(parts, second, token_p)
     if settings.escalate_model:
         low = [
@@ -105,7 +110,7 @@ def _home_chunks(chunks: Sequence[Chunk]) -> dict[str, int]:
 
 
 def _ask(
-    ctx: Context, work: Started, positions: Sequence[int], model: str, stage: str
+    ctx: Context, work: Started, positions: Sequence[int], model: str, stage: str, temperature: float = 0.0
 ) -> dict[int, FilingExtraction]:
     """Each chunk's (by position) second answer from `model`; a chunk whose call fails is left
     out (the first answer stands), a cancelled run or a spent budget stops the asking."""
@@ -130,6 +135,7 @@ def _ask(
                 max_tokens=ctx.settings.extract_max_tokens,
                 sink=sink,
                 model=model,
+                temperature=temperature,
             )
             answers[position] = FilingExtraction.model_validate(answer.model_dump())
         except errors.RunCancelled:

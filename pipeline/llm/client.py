@@ -179,6 +179,7 @@ class LLMClient:
         service_tier: str | None = None,
         standard_from: float | None = None,
         on_logprobs: Callable[[str, list[tuple[str, float]]], None] | None = None,
+        temperature: float = 0.0,
     ) -> M:
         """An answer validated against `schema`, repaired once with the validation error;
         `service_tier="flex"` asks at flex processing's tier (a flex run's extractions), until
@@ -197,6 +198,7 @@ class LLMClient:
             service_tier=service_tier,
             standard_from=standard_from,
             on_logprobs=on_logprobs,
+            temperature=temperature,
         )
         return cast(M, self._answers.ask(request))
 

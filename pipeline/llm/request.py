@@ -74,6 +74,8 @@ class LLMRequest:
     from then on, or when waiting out a refusal would pass it, it goes at the standard tier."""
     on_logprobs: Callable[[str, list[tuple[str, float]]], None] | None = None
     """Asks for token log-probabilities; each answered completion's content and tokens go here."""
+    temperature: float = 0.0
+    """0: the most likely answer; above, a sample (a verification's second answer by the same model)."""
 
     def asking(self, messages: list[prompts.Message], stage: str | None = None) -> LLMRequest:
         """The same request with other messages (a repair, the rest of a cut-off answer)."""
@@ -89,7 +91,7 @@ class LLMRequest:
             "model": self.model,
             "messages": self.messages,
             "max_tokens": self.max_tokens,
-            "temperature": 0,
+            "temperature": self.temperature,
         }
         if self.response_format:
             body["response_format"] = self.response_format

@@ -63,6 +63,7 @@ class ChatRequest:
     kept: dict[str, Any] | None = None  # after a cut: the items the client kept (`<kept>` tags)
     service_tier: str = "default"  # what the request asked for: auto, default, flex or priority
     logprobs: bool = False  # `logprobs: true`: each answer token's log-probability is returned
+    temperature: float = 0.0  # above 0 a sample: the adversarial faults are drawn afresh
 
 
 @dataclass(frozen=True)
@@ -232,6 +233,7 @@ def parse(body: Any) -> ChatRequest:
         kept=kept_items(messages),
         service_tier=_service_tier(body),
         logprobs=body.get("logprobs") is True,
+        temperature=float(body.get("temperature") or 0.0),
     )
 
 

@@ -9,6 +9,7 @@ import hashlib
 import json
 import logging
 import math
+import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -279,10 +280,12 @@ async def _compose(chat: ChatRequest, loop: asyncio.AbstractEventLoop, state: Si
         if (found := state.answers.get(key)) is not None:
             return found
     ungrounded, misread, made_up = config.adversarial(chat.model)
+    # At temperature 0 a model repeats itself; above, its errors are a sample: drawn afresh.
+    seed = config.seed if not chat.temperature else random.randrange(2**31)
     if len(chat.prompt) <= INLINE_CHARS:
-        composed = compose(chat, ungrounded, config.seed, misread, made_up)
+        composed = compose(chat, ungrounded, seed, misread, made_up)
     else:
-        composed = await loop.run_in_executor(None, compose, chat, ungrounded, config.seed, misread, made_up)
+        composed = await loop.run_in_executor(None, compose, chat, ungrounded, seed, misread, made_up)
     if key and len(state.answers) < MAX_CACHED_ANSWERS:
         state.answers[key] = composed
     return composed
