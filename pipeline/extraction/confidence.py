@@ -27,7 +27,7 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from rapidfuzz import fuzz
 
@@ -203,18 +203,10 @@ class Assessor:
     ) -> FieldScore:
         if value is None:
             return ABSENT
-        stated = [p.company for p in parts]
-        chunk = _first(stated, lambda v: v == value)
+        chunk = _first([p.company for p in parts], lambda v: v == value)
         found = self.source.find(value)
         match = found.how if found else self._fuzzy(value, chunk)[0]
-        evidence = Evidence(
-            match,
-            stating=sum(v is not None for v in stated),
-            agreeing=sum(_same_name(v, value) for v in stated),
-            token_p=_at(probs, chunk, "company"),
-            second=_second(second, chunk, lambda p: _same_name(p.company, value)),
-        )
-        return FieldScore(score(evidence), match, chunk)
+        return _scalar_score("company", value, _same_name, Seen(parts, second, probs, chunk, match))
 
     def _year(
         self,
@@ -225,21 +217,13 @@ class Assessor:
     ) -> FieldScore:
         if value is None:
             return ABSENT
-        stated = [p.fiscal_year for p in parts]
-        chunk = _first(stated, lambda v: v == value)
+        chunk = _first([p.fiscal_year for p in parts], lambda v: v == value)
         text = self.source.text
         if re.search(rf"fiscal(?:\s+year)?[^.\n]{{0,60}}\b{value}\b", text, re.IGNORECASE):
             match = "exact"
         else:
             match = "fuzzy" if re.search(rf"\b{value}\b", text) else "none"
-        evidence = Evidence(
-            match,
-            stating=sum(v is not None for v in stated),
-            agreeing=sum(v == value for v in stated),
-            token_p=_at(probs, chunk, "fiscal_year"),
-            second=_second(second, chunk, lambda p: p.fiscal_year == value),
-        )
-        return FieldScore(score(evidence), match, chunk)
+        return _scalar_score("fiscal_year", value, _same_year, Seen(parts, second, probs, chunk, match))
 
     def _revenue(
         self,
@@ -251,22 +235,15 @@ class Assessor:
     ) -> FieldScore:
         if value is None:
             return ABSENT
-        stated = [p.revenue_usd for p in parts]
-        chunk = _first(
-            list(zip(stated, [p.revenue_quote for p in parts], strict=True)), lambda v: v == (value, quote)
+        stated = [(p.revenue_usd, p.revenue_quote) for p in parts]
+        chunk = _first(stated, lambda v: v == (value, quote))
+        chunk = (
+            chunk if chunk is not None else _first([v for v, _ in stated], lambda v: _same_figure(v, value))
         )
-        chunk = chunk if chunk is not None else _first(stated, lambda v: _same_figure(v, value))
         found = self.source.find(quote)
         match = found.how if found else (self._fuzzy(quote, chunk)[0] if quote else "none")
-        evidence = Evidence(
-            match,
-            value_in_quote=states_figure(quote, value) if quote else None,
-            stating=sum(v is not None for v in stated),
-            agreeing=sum(_same_figure(v, value) for v in stated),
-            token_p=_at(probs, chunk, "revenue_usd"),
-            second=_second(second, chunk, lambda p: _same_figure(p.revenue_usd, value)),
-        )
-        return FieldScore(score(evidence), match, chunk)
+        seen = Seen(parts, second, probs, chunk, match, states_figure(quote, value) if quote else None)
+        return _scalar_score("revenue_usd", value, _same_figure, seen)
 
     # Risk factors ----------------------------------------------------------------------
 
@@ -382,6 +359,38 @@ def states_figure(quote: str, value: float) -> bool | None:
         if any(_same_figure(number * scale, value) for scale in scales):
             return True
     return False
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What was found of a scalar field's value: the answers and second answers it is set
+    against, the token probabilities, the chunk that stated it, how it was found in the text and
+    whether its quote states it."""
+
+    parts: Sequence[FilingExtraction]
+    second: dict[int, FilingExtraction]
+    probs: list[dict[str, float]]
+    chunk: int | None
+    match: str
+    value_in_quote: bool | None = None
+
+
+def _scalar_score(name: str, value: Any, same: Callable[[Any, Any], bool], seen: Seen) -> FieldScore:
+    """The score of scalar field `name`'s `value` (`same`: do two values agree?)."""
+    stated = [getattr(p, name) for p in seen.parts]
+    evidence = Evidence(
+        seen.match,
+        value_in_quote=seen.value_in_quote,
+        stating=sum(v is not None for v in stated),
+        agreeing=sum(same(v, value) for v in stated),
+        token_p=_at(seen.probs, seen.chunk, name),
+        second=_second(seen.second, seen.chunk, lambda p: same(getattr(p, name), value)),
+    )
+    return FieldScore(score(evidence), seen.match, seen.chunk)
+
+
+def _same_year(a: int | None, b: int | None) -> bool:
+    return a is not None and a == b
 
 
 def _same_figure(a: float | None, b: float | None) -> bool:
