@@ -57,3 +57,37 @@ def test_normalisation_and_fuzzy_titles() -> None:
     assert titles_match("Labor availability", "Labour Availability.", 0.85)
     assert not titles_match("Customer concentration", "Supply chain concentration", 0.85)
     assert titles_match("Customer concentration", "Supply chain concentration", 0.6)
+
+
+def test_calibration_counts_each_scored_field_in_its_band_and_the_page_draws_it() -> None:
+    from pipeline.reporting.calibration import band_of
+    from pipeline.reporting.eval_page import render_eval_page
+
+    truth = [
+        TruthFiling("a.txt", "Acme", 2025, 1e9, ["Labor availability"]),
+        TruthFiling("b.txt", None, 2024, None, None),
+    ]
+    found = {
+        "a.txt": ExtractedFiling(
+            "a.txt",
+            "Acme",
+            2025,
+            2e9,
+            True,
+            [("Labor availability", True)],
+            {"company": 0.9, "fiscal_year": 0.95, "revenue_usd": 0.1},
+            [0.85],
+        ),
+        "b.txt": ExtractedFiling("b.txt", "Beta", 2024, 5.0, True, [], {"company": 0.3, "fiscal_year": 0.9}),
+    }
+    result = evaluate(truth, found)
+    b = result.filings[1]
+    assert b.company_exact is None and b.revenue is None and b.fiscal_year is True, "null truth: not scored"
+    calibration = result.calibration()
+    bands = {band["band"]: band for band in calibration.as_dict()["bands"]}
+    assert bands["0.0-0.2"]["fields"] == 1 and bands["0.0-0.2"]["accuracy"] == 0.0  # the wrong revenue
+    assert bands["0.8-1.0"]["fields"] == 4 and bands["0.8-1.0"]["accuracy"] == 1.0
+    assert calibration.spread() == (0.0, 1.0) and band_of(1.0) == 4 and band_of(0.2) == 1
+    page = render_eval_page("r1", result.as_dict(), calibration)
+    assert 'http-equiv="Content-Security-Policy"' in page and "default-src 'none'" in page
+    assert "<svg" in page and "Reliability" in page and "<script" not in page
