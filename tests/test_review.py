@@ -305,6 +305,15 @@ def test_a_reviewer_fills_the_sheet_offline_and_the_import_stores_it_once(
         ).all()
         assert [tuple(r) for r in risks] == [(0, False), (1, True), (2, False)]
 
+    # The round trip's end: the reviews as a truth file, which eval scores the run against.
+    truth = tmp_path / "reviewed-truth.json"
+    assert cli(database, "review", "truth", filings.run_id, "-o", str(truth)).returncode == 0
+    scored = cli(database, "eval", filings.run_id, "--truth", str(truth), "--json")
+    assert scored.returncode == 0, scored.stderr
+    overall = json.loads(scored.stdout)["overall"]
+    assert (overall["fiscal_year"], overall["company_normalised"]) == (1.0, 1.0), overall
+    assert overall["revenue"] is None, "no revenue was reviewed: not scored"
+
 
 def test_a_csv_with_a_bad_fiscal_year_stores_nothing_and_names_the_row(
     database: tuple[str, Engine], filings: Filings, tmp_path: Path
