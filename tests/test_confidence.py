@@ -145,3 +145,35 @@ def test_the_simulators_log_probabilities_are_lower_on_the_values_it_changed() -
     found = field_token_p(content, [(t["token"], t["logprob"]) for t in tokens])
     assert found["revenue_usd"] <= 0.8 and found["company"] >= 0.6
     assert token_logprobs(content, ("12345000000.0",)) == tokens, "deterministic"
+
+
+FILING_WITH_RISKS = (
+    "ACME WIDGETS INC.\n\nItem 1. Business\n\nWe make widgets for the automotive industry.\n\n"
+    "Item 1A. Risk Factors\n\nSupplier concentration.\nWe depend on a small number of suppliers for "
+    "precision actuators.\n\nLabor availability.\nWe may not find enough skilled workers for our plants.\n\n"
+    "Item 7. Management's Discussion\n\n" + QUOTE + "\n"
+)
+
+
+def test_a_quote_of_a_few_words_grounds_nothing() -> None:
+    source = Source(FILING_WITH_RISKS)
+    assessed = Assessor(source, [(0, len(FILING_WITH_RISKS))]).assess(
+        [part(revenue_quote="$", risk_factors=[])]
+    )
+    revenue = assessed.fields["revenue_usd"]
+    assert revenue.match == "short" and revenue.confidence < 0.2, "a '$' is in every filing"
+
+
+def test_a_risk_is_trusted_under_its_own_heading_in_item_1a_only() -> None:
+    text = FILING_WITH_RISKS
+    assessor_ = Assessor(Source(text), [(0, len(text))])
+    under_heading = RiskFactor(
+        title="Supplier concentration", quote="We depend on a small number of suppliers"
+    )
+    mislabelled = RiskFactor(
+        title="Currency exposure", quote="We may not find enough skilled workers for our plants."
+    )
+    not_a_risk = RiskFactor(title="Business", quote="We make widgets for the automotive industry.")
+    scores = assessor_.assess([part(risk_factors=[under_heading, mislabelled, not_a_risk])]).risks
+    assert scores[0].confidence >= 0.9
+    assert scores[1].confidence < 0.3 and scores[2].confidence < 0.3

@@ -27,15 +27,21 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, TypeVar
 
 from rapidfuzz import fuzz
 
-from pipeline.extraction.grounding import GroundedExtraction, Match, Source, ground
+from pipeline.extraction.grounding import GroundedExtraction, Match, Source, ground, normalise
 from pipeline.extraction.merge import merge_chunks, risk_key
 from pipeline.extraction.schemas import FilingExtraction, RiskFactor
+from pipeline.ingest.sections import find_sections
 
-MATCH_BASE = {"exact": 0.9, "normalised": 0.8, "fuzzy": 0.45, "none": 0.15}
+MATCH_BASE = {"exact": 0.9, "normalised": 0.8, "fuzzy": 0.45, "short": 0.15, "none": 0.15}
+MIN_QUOTE_WORDS = 4
+"""A quote of fewer words ("$", a company's name) is found in any filing and grounds nothing."""
+HEADING_CHARS = 600
+"""How far before its quote a risk factor's title is looked for (the heading above its paragraph)."""
 FUZZY_CUTOFF = 85.0
 REVENUE_TOLERANCE = 0.005
 SCALAR_FIELDS = ("company", "fiscal_year", "revenue_usd")
@@ -128,6 +134,11 @@ class Assessor:
     def __init__(self, source: Source, spans: Sequence[tuple[int, int]]) -> None:
         self.source = source
         self.spans = spans
+
+    @cached_property
+    def _risk_sections(self) -> list[tuple[int, int]]:
+        """Where Item 1A lies ([] when the filing has no item headings: nothing to check)."""
+        return [(s.start, s.end) for s in find_sections(self.source.text) if s.name == "Item 1A"]
 
     def assess(
         self,
@@ -240,8 +251,7 @@ class Assessor:
         chunk = (
             chunk if chunk is not None else _first([v for v, _ in stated], lambda v: _same_figure(v, value))
         )
-        found = self.source.find(quote)
-        match = found.how if found else (self._fuzzy(quote, chunk)[0] if quote else "none")
+        match = self._quote(quote, chunk)[0]
         seen = Seen(parts, second, probs, chunk, match, states_figure(quote, value) if quote else None)
         return _scalar_score("revenue_usd", value, _same_figure, seen)
 
@@ -257,10 +267,10 @@ class Assessor:
         key = risk_key(risk)
         stating = [i for i, p in enumerate(parts) if any(risk_key(r) & key for r in p.risk_factors)]
         chunk = stating[0] if stating else None
-        found = self.source.find(risk.quote)
-        match = found.how if found else self._fuzzy(risk.quote, chunk)[0]
+        match, found = self._quote(risk.quote, chunk)
         evidence = Evidence(
             match,
+            value_in_quote=self._titled(risk.title, found) if found and match != "short" else None,
             stating=len(stating),
             agreeing=len(stating),
             token_p=_at(probs, chunk, "risk"),
@@ -291,6 +301,27 @@ class Assessor:
                 if pick is not None and pick[1].confidence > current.confidence:
                     kept[i] = pick
         return [r for r, _ in kept], [s for _, s in kept]
+
+    def _quote(self, quote: str | None, chunk: int | None) -> tuple[str, Match | None]:
+        """How `quote` was found (exact, normalised, fuzzy, none; short: too few words to ground
+        anything), and where."""
+        if not quote:
+            return "none", None
+        found = self.source.find(quote)
+        how, where = (found.how, found) if found else self._fuzzy(quote, chunk)
+        return ("short" if len(re.findall(r"[^\W\d_]{2,}", quote)) < MIN_QUOTE_WORDS else how), where
+
+    def _titled(self, title: str, quote: Match) -> bool:
+        """Whether a risk factor's quote lies in the filing's risk factors (Item 1A, where the
+        filing has item headings) under its title: the title the heading above the quote, or
+        said in it. A title the passage does not bear out is a label the model made."""
+        if self._risk_sections and not any(a <= quote.start < b for a, b in self._risk_sections):
+            return False
+        passage = self.source.text[max(0, quote.start - HEADING_CHARS) : quote.end]
+        wanted = normalise(title).strip(" .:;")
+        if wanted and wanted in normalise(passage):
+            return True
+        return fuzz.partial_ratio(wanted, passage.lower(), score_cutoff=FUZZY_CUTOFF) > 0
 
     def _fuzzy(self, quote: str, chunk: int | None) -> tuple[str, Match | None]:
         """Where `quote` lies approximately within chunk `chunk`'s span: ('fuzzy', match) or
