@@ -66,6 +66,8 @@ def runs(
                 **env,
                 "PIPELINE_REDIS_URL": broker,
                 "PIPELINE_ESCALATE_MODEL": STRONG,
+                # Its own endpoint (here the same simulator): the escalation's client of its own.
+                "PIPELINE_ESCALATE_BASE_URL": sim_url,
                 "PIPELINE_VERIFY_SHARE": "0.25",
                 "PIPELINE_LLM_LOGPROBS": "true",
             }
