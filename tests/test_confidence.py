@@ -8,9 +8,10 @@ import re
 
 import pytest
 
-from pipeline.extraction.confidence import Assessor, Evidence, field_token_p, score, states_figure
+from pipeline.extraction.confidence import Assessor, Evidence, score
 from pipeline.extraction.grounding import Source
 from pipeline.extraction.schemas import FilingExtraction, RiskFactor
+from pipeline.extraction.signals import field_token_p, states_figure
 from pipeline_dev.sim.request import token_logprobs
 
 COVER = "ACME WIDGETS INC.\nAnnual report for the fiscal year ended December 31, 2025.\n"

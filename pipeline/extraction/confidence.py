@@ -23,7 +23,6 @@ what escalation asks again first.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from rapidfuzz import fuzz
 from pipeline.extraction.grounding import GroundedExtraction, Match, Source, ground, normalise
 from pipeline.extraction.merge import merge_chunks, risk_key
 from pipeline.extraction.schemas import FilingExtraction, RiskFactor
+from pipeline.extraction.signals import same_figure, states_figure
 from pipeline.ingest.sections import find_sections
 
 MATCH_BASE = {"exact": 0.9, "normalised": 0.8, "fuzzy": 0.45, "short": 0.15, "none": 0.15}
@@ -43,7 +43,6 @@ MIN_QUOTE_WORDS = 4
 HEADING_CHARS = 600
 """How far before its quote a risk factor's title is looked for (the heading above its paragraph)."""
 FUZZY_CUTOFF = 85.0
-REVENUE_TOLERANCE = 0.005
 SCALAR_FIELDS = ("company", "fiscal_year", "revenue_usd")
 BANDS = ((0.0, 0.2), (0.2, 0.4), (0.4, 0.6), (0.6, 0.8), (0.8, 1.0))
 """The confidence bands the report and `pipeline eval` count by: fifths of [0, 1], the top closed."""
@@ -249,11 +248,11 @@ class Assessor:
         stated = [(p.revenue_usd, p.revenue_quote) for p in parts]
         chunk = _first(stated, lambda v: v == (value, quote))
         chunk = (
-            chunk if chunk is not None else _first([v for v, _ in stated], lambda v: _same_figure(v, value))
+            chunk if chunk is not None else _first([v for v, _ in stated], lambda v: same_figure(v, value))
         )
         match = self._quote(quote, chunk)[0]
         seen = Seen(parts, second, probs, chunk, match, states_figure(quote, value) if quote else None)
-        return _scalar_score("revenue_usd", value, _same_figure, seen)
+        return _scalar_score("revenue_usd", value, same_figure, seen)
 
     # Risk factors ----------------------------------------------------------------------
 
@@ -337,61 +336,6 @@ class Assessor:
         return "fuzzy", Match(start + hit.dest_start, start + hit.dest_end, "fuzzy")
 
 
-_SCALAR_VALUE = re.compile(r'"(company|fiscal_year|revenue_usd)"\s*:\s*("(?:[^"\\]|\\.)*"|[^,}\s]+)')
-
-
-class TokenProbabilities:
-    """What `field_token_p` found in a call's last answer (a repair's replaces the first's)."""
-
-    def __init__(self) -> None:
-        self.found: dict[str, float] | None = None
-
-    def read(self, content: str, tokens: list[tuple[str, float]]) -> None:
-        self.found = field_token_p(content, tokens) or None
-
-
-def field_token_p(content: str, tokens: Sequence[tuple[str, float]]) -> dict[str, float]:
-    """For each scalar field of a JSON answer, the probability of its value's least likely token
-    (the weakest link of the value the model wrote), from the answer's tokens and their
-    log-probabilities; {} when the tokens do not spell the content."""
-    if "".join(t for t, _ in tokens) != content:
-        return {}
-    spans, at = [], 0
-    for token, logprob in tokens:
-        spans.append((at, at + len(token), logprob))
-        at += len(token)
-    found: dict[str, float] = {}
-    for match in _SCALAR_VALUE.finditer(content):
-        start, end = match.span(2)
-        inside = [lp for begin, stop, lp in spans if begin < end and stop > start]
-        if inside:
-            found[match.group(1)] = round(math.exp(min(inside)), 4)
-    return found
-
-
-_AMOUNT = re.compile(
-    r"(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?\s*(thousand|million|billion|trillion|bn|mn|[mbk])?\b",
-    re.IGNORECASE,
-)
-_SCALE = {"thousand": 1e3, "k": 1e3, "million": 1e6, "mn": 1e6, "m": 1e6, "billion": 1e9, "bn": 1e9, "b": 1e9}
-_SCALE["trillion"] = 1e12
-
-
-def states_figure(quote: str, value: float) -> bool | None:
-    """Whether `quote` states `value` (an amount within 0.5 %, at its own scale word or, without
-    one, at any of the scales tables use); None when the quote holds no amount at all."""
-    amounts = list(_AMOUNT.finditer(quote))
-    if not amounts:
-        return None
-    for found in amounts:
-        number = float(found.group(1).replace(",", "") + "." + (found.group(2) or "0"))
-        word = (found.group(3) or "").lower()
-        scales = [_SCALE[word]] if word else [1.0, 1e3, 1e6, 1e9]
-        if any(_same_figure(number * scale, value) for scale in scales):
-            return True
-    return False
-
-
 @dataclass(frozen=True)
 class Seen:
     """What was found of a scalar field's value: the answers and second answers it is set
@@ -422,12 +366,6 @@ def _scalar_score(name: str, value: Any, same: Callable[[Any, Any], bool], seen:
 
 def _same_year(a: int | None, b: int | None) -> bool:
     return a is not None and a == b
-
-
-def _same_figure(a: float | None, b: float | None) -> bool:
-    if a is None or b is None:
-        return False
-    return abs(a - b) <= REVENUE_TOLERANCE * max(abs(a), abs(b)) if a or b else True
 
 
 def _same_name(a: str | None, b: str | None) -> bool:

@@ -17,11 +17,12 @@ from pipeline.context import Context, check_spend, database_url, deadline_of, st
 from pipeline.core import errors, logs, tracing
 from pipeline.core.constants import PROMPT_VERSION
 from pipeline.extraction import custom
-from pipeline.extraction.confidence import Assessed, TokenProbabilities
+from pipeline.extraction.confidence import Assessed
 from pipeline.extraction.escalation import assess_document
 from pipeline.extraction.grounding import GroundedExtraction, Source
 from pipeline.extraction.prompting import chunk_messages, prompt_version
 from pipeline.extraction.schemas import FilingExtraction
+from pipeline.extraction.signals import TokenProbabilities
 from pipeline.llm import stops
 from pipeline.llm.circuit import run_deadline
 from pipeline.llm.client import CallRecord

@@ -188,9 +188,10 @@ def work_of(settings: Settings, survey: SubmitPlan, usage: RecentUsage) -> Work:
     for stage, per_run in (("compress", False), ("synthesize", True)):
         seen = usage.stages.get(stage)
         if seen and seen.calls and usage.documents:
-            stage_calls = (
-                round(seen.calls / usage.runs) if per_run else round(documents * seen.calls / usage.documents)
-            )
+            # Syntheses grow with the documents too (partial ones, level by level), from the
+            # final call and its copies up: a 3-filing run after 20-filing ones makes fewer.
+            stage_calls = round(documents * seen.calls / usage.documents)
+            stage_calls = max(stage_calls, settings.synthesis_copies) if per_run else stage_calls
             sources[stage] = "the last runs"
         else:
             seen = ASSUMED_REPORT_CALL
