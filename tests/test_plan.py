@@ -63,7 +63,12 @@ def test_plan_prices_every_mode_and_sends_and_stores_nothing(
     # The extractions at half price; the report's calls (compressions, synthesis) at full price.
     assert sync["cost_usd"] > 0 and sync["cost_usd"] / 2 < batch["cost_usd"] < sync["cost_usd"] * 0.6
     assert modes["flex"]["cost_usd"] == batch["cost_usd"]
-    assert batch["seconds"] > sync["seconds"]
+    # A batch takes the provider's 24 h window, unless the database has finished batches to learn
+    # from: the session's batch tests, whose simulated batches take seconds, may have run first.
+    if batch["note"] == "the last batches' time":
+        assert batch["seconds"] > 0
+    else:
+        assert batch["note"] == "up to the provider's 24 h window" and batch["seconds"] > sync["seconds"]
     assert all(m["meets_deadline"] is not None for m in modes.values())
     # The same estimate, read by a person.
     text = run_cli("submit", "--dry-run", str(tmp_path), env=_priced(pipeline_env))
