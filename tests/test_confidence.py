@@ -178,3 +178,21 @@ def test_a_risk_is_trusted_under_its_own_heading_in_item_1a_only() -> None:
     scores = assessor_.assess([part(risk_factors=[under_heading, mislabelled, not_a_risk])]).risks
     assert scores[0].confidence >= 0.9
     assert scores[1].confidence < 0.3 and scores[2].confidence < 0.3
+
+
+LLAMA_TOKENS = [
+    ("{", -3.085), (' "', -5.967), ("company", -1.682), ('":', -0.154), (' "', -1.979), ("AC", -0.157),
+    ("ME", -0.0), (" W", -0.034), ("ID", -0.015), ("GET", -0.001), ("S", -0.002), (" IN", -0.16), ("C", -0.0),
+    ('.",', -0.097), (' "', -0.091), ("f", -0.192), ("iscal", -0.002), ("_", -0.016), ("year", -0.014),
+    ('":', -0.335), (" ", -2.589), ("2", -0.015), ("0", -0.004), ("2", -0.002), ("5", -0.23), (" }", -0.202),
+]  # fmt: skip
+"""SmolLM2-135M's answer as llama-cpp-python's server gave it (`logprobs: true, top_logprobs: 0`)."""
+
+
+def test_a_real_servers_tokens_give_each_value_its_own_probability_not_its_quotes() -> None:
+    content = "".join(token for token, _ in LLAMA_TOKENS)
+    assert content == '{ "company": "ACME WIDGETS INC.", "fiscal_year": 2025 }'
+    found = field_token_p(content, LLAMA_TOKENS)
+    # The opening quote's token (-1.979) and the space before the year (-2.589) are the format's
+    # doubt, not the value's: the company's least likely token is " IN", the year's "5".
+    assert found == {"company": round(math.exp(-0.16), 4), "fiscal_year": round(math.exp(-0.23), 4)}

@@ -36,6 +36,8 @@ def field_token_p(content: str, tokens: Sequence[tuple[str, float]]) -> dict[str
     found: dict[str, float] = {}
     for match in _SCALAR_VALUE.finditer(content):
         start, end = match.span(2)
+        if match.group(2).startswith('"'):  # a string's characters, not the quotes around it
+            start, end = start + 1, end - 1
         inside = [lp for begin, stop, lp in spans if begin < end and stop > start]
         if inside:
             found[match.group(1)] = round(math.exp(min(inside)), 4)

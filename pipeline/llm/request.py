@@ -98,5 +98,6 @@ class LLMRequest:
         if self.service_tier:
             body["service_tier"] = self.service_tier
         if self.on_logprobs is not None:
-            body["logprobs"] = True
+            # top_logprobs 0: the chosen tokens' own only; llama-cpp-python returns none without it.
+            body.update(logprobs=True, top_logprobs=0)
         return body
