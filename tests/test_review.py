@@ -425,3 +425,14 @@ def test_a_key_the_run_does_not_have_is_refused_before_anything_is_stored(
     with pytest.raises(ReviewFileError) as refused:
         check(ReviewFile("c.json", "run1", "Ada", None, entries), found)
     assert str(refused.value).startswith(f"c.json: correction 2 (key {key}): {reason}"), refused.value
+
+
+def test_a_quote_found_only_approximately_is_highlighted_where_it_lies() -> None:
+    from pipeline.reporting.review_sheet import items_of
+    from pipeline.storage.corrections import FieldRow
+
+    filing = "Intro.\nTotal revenue for fiscal 2025 was $1,234.5 million, an increase of 12%.\nOutro."
+    reworded = "Total revenue for fiscal 2025 was $1,234.5 million, a rise of 12%."
+    row = FieldRow(1, "a.txt", None, "revenue_usd", None, 1.2345e9, 0.2, "fuzzy", reworded, None, None)
+    (item,) = items_of([row], filing)
+    assert item.passage is not None and "$1,234.5 million, an increase" in item.passage.marked

@@ -20,6 +20,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from rapidfuzz import fuzz
+
+from pipeline.extraction.confidence import FUZZY_CUTOFF
 from pipeline.extraction.grounding import Match, Source
 from pipeline.reporting.html_parts import Html, join, tag, text
 from pipeline.storage.corrections import FieldRow
@@ -133,11 +136,21 @@ def _locate(row: FieldRow, value: str | None, source: Source) -> Match | None:
     if start is not None and end is not None and 0 <= start < end <= len(source.text):
         return Match(start, end, row.match or "exact")
     if row.quote:
-        return source.find(row.quote)
+        found = source.find(row.quote)
+        if found is None and row.match == "fuzzy":  # found approximately when it was scored
+            found = _nearest(row.quote, source.text)
+        return found
     if value is None or row.field not in ("company", "fiscal_year"):
         return None
     wanted = (f"fiscal year {value}", f"fiscal {value}", value) if row.field == "fiscal_year" else (value,)
     return next((m for m in map(source.find, wanted) if m is not None), None)
+
+
+def _nearest(quote: str, filing: str) -> Match | None:
+    """The stretch of the filing most like `quote` (rapidfuzz's partial ratio, at least
+    FUZZY_CUTOFF), for a quote that confidence scoring found only approximately."""
+    hit = fuzz.partial_ratio_alignment(quote.strip().lower(), filing.lower(), score_cutoff=FUZZY_CUTOFF)
+    return None if hit is None else Match(hit.dest_start, hit.dest_end, "fuzzy")
 
 
 def passage(filing: str, start: int, end: int) -> Passage:
