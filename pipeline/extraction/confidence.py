@@ -195,7 +195,7 @@ class Assessor:
         self, name: str, answer: FilingExtraction, parts: Sequence[FilingExtraction], chunk: int
     ) -> FieldScore:
         """The score the escalation answer's value of `name` would have (its chunk: `chunk`)."""
-        others = [p for i, p in enumerate(parts) if i != chunk] + [answer]
+        others = _answered_by(parts, chunk, answer)
         if name == "company":
             scored = self._company(answer.company, others, {}, [])
         elif name == "fiscal_year":
@@ -288,7 +288,8 @@ class Assessor:
         title or quote, else the first not yet kept) is replaced by it."""
         kept = list(zip(risks, scores, strict=True))
         for chunk, answer in sorted(better.items()):
-            offered = [(r, self._risk(r, [*parts, answer], {}, [])) for r in answer.risk_factors]
+            answered = _answered_by(parts, chunk, answer)
+            offered = [(r, self._risk(r, answered, {}, [])) for r in answer.risk_factors]
             offered = [(r, FieldScore(s.confidence, s.match, chunk)) for r, s in offered]
             for i, (risk, current) in enumerate(kept):
                 if current.chunk != chunk:
@@ -366,6 +367,14 @@ def _scalar_score(name: str, value: Any, same: Callable[[Any, Any], bool], seen:
 
 def _same_year(a: int | None, b: int | None) -> bool:
     return a is not None and a == b
+
+
+def _answered_by(
+    parts: Sequence[FilingExtraction], chunk: int, answer: FilingExtraction
+) -> list[FilingExtraction]:
+    """The chunks' answers with chunk `chunk`'s replaced by `answer`: positions stay those of the
+    chunks, whose spans the fuzzy lookup reads."""
+    return [answer if i == chunk else p for i, p in enumerate(parts)]
 
 
 def _same_name(a: str | None, b: str | None) -> bool:
