@@ -64,8 +64,9 @@ class Evidence:
 
 
 def band_of(confidence: float) -> int:
-    """The band's index (the top band holds 1.0)."""
-    return min(int(max(confidence, 0.0) / 0.2), len(BANDS) - 1)
+    """The band's index: the first whose upper edge is above `confidence` (the top band holds
+    1.0), as the database counts them (`storage.confidence.band_counts`)."""
+    return next((i for i, (_, high) in enumerate(BANDS) if confidence < high), len(BANDS) - 1)
 
 
 def score(evidence: Evidence) -> float:

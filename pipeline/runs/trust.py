@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pipeline.core.cost import call_cost
-from pipeline.extraction.confidence import BANDS, band_of
+from pipeline.extraction.confidence import BANDS
 from pipeline.storage import confidence
 
 if TYPE_CHECKING:
@@ -21,9 +21,10 @@ TIER_STAGES = {"extract": "first answers", "verify": "verification", "escalate":
 def trust_view(session: Session, run_id: str, settings: Settings) -> dict[str, Any]:
     """Fields per band (by kind and in all), how many scored under the escalation threshold,
     the fields escalated, and calls and cost per tier (extract, verify, escalate)."""
-    scored = confidence.confidences(session, run_id)
-    every = [v for values in scored.values() for v in values]
-    bands = {kind: _counts(values) for kind, values in scored.items()}
+    bands, below = confidence.band_counts(
+        session, run_id, [high for _, high in BANDS], settings.escalate_below
+    )
+    every = [sum(column) for column in zip(*bands.values(), strict=True)]
     escalated = confidence.escalations(session, run_id)
     calls = confidence.calls_by_stage_and_model(session, run_id)
     tiers: dict[str, dict[str, Any]] = {}
@@ -37,19 +38,17 @@ def trust_view(session: Session, run_id: str, settings: Settings) -> dict[str, A
     model = settings.escalate_model or next((m for s, m, *_ in calls if s == "escalate"), None)
     everything = None
     if model is not None:
-        priced = [
-            call_cost(settings.prices(), model, p, c) for s, _, _, p, c, _, _ in calls if s == "extract"
-        ]
+        prices = settings.prices()
+        priced = [call_cost(prices, model, p, c) for s, _, _, p, c, _, _ in calls if s == "extract"]
         everything = None if any(v is None for v in priced) else round(sum(v or 0.0 for v in priced), 6)
     spent = round(sum(t["cost_usd"] for t in tiers.values()), 6)
     return {
-        "fields": len(every),
+        "fields": sum(every),
         "bands": [
-            {"band": f"{lo:.1f}-{hi:.1f}", "fields": n}
-            for (lo, hi), n in zip(BANDS, _counts(every), strict=True)
+            {"band": f"{lo:.1f}-{hi:.1f}", "fields": n} for (lo, hi), n in zip(BANDS, every, strict=True)
         ],
         "by_field": bands,
-        "below_threshold": sum(v < settings.escalate_below for v in every),
+        "below_threshold": below,
         "threshold": settings.escalate_below,
         "escalation_model": model,
         "escalated_fields": sum(len(e.split(",")) for e in escalated),
@@ -58,10 +57,3 @@ def trust_view(session: Session, run_id: str, settings: Settings) -> dict[str, A
         "extraction_cost_usd": spent,
         "escalate_everything_usd": everything,
     }
-
-
-def _counts(values: list[float]) -> list[int]:
-    counts = [0] * len(BANDS)
-    for value in values:
-        counts[band_of(value)] += 1
-    return counts
