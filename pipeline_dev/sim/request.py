@@ -334,7 +334,9 @@ def compose(
         content = json.dumps(instance, ensure_ascii=False)
         if "ctrlchar" in chat.hooks:
             content = raw_newline_in_a_string(content)
-        doubtful = tuple(json.dumps(v, ensure_ascii=False) for v in changed_leaves(faithful, instance))
+        # Only a request for logprobs reads them: the walk is not paid for on every answer.
+        changed = changed_leaves(faithful, instance) if chat.logprobs else []
+        doubtful = tuple(json.dumps(v, ensure_ascii=False) for v in changed)
         return Composed(content, True, invented.quotes_seen, tuple(invented.quotes), doubtful)
     if chat.format_type == "json_object":
         summary = build_text_answer(document, max_chars and max_chars - 20)
