@@ -150,9 +150,24 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
 
 
+_TRUTH_FIELDS = ("company", "fiscal_year", "revenue_usd", "risk_factor_titles")
+
+
 def load_truth(path: Path) -> list[TruthFiling]:
+    """The truth file's filings. A field may be null (unknown, not scored), but a filing must name
+    at least one, and no other key: a misspelt field would otherwise be silently unscored."""
     data = json.loads(path.read_text(encoding="utf-8"))
     rows = data["filings"] if isinstance(data, dict) else data
+    for row in rows:
+        unknown = sorted(set(row) - {"filename", *_TRUTH_FIELDS})
+        if unknown:
+            raise ValueError(
+                f"{row.get('filename')}: unknown fields {', '.join(unknown)} (known: {', '.join(_TRUTH_FIELDS)})"
+            )
+        if not any(name in row for name in _TRUTH_FIELDS):
+            raise ValueError(
+                f"{row.get('filename')}: no field to score (give any of {', '.join(_TRUTH_FIELDS)})"
+            )
     return [
         TruthFiling(
             filename=row["filename"],
