@@ -212,9 +212,7 @@ def test_an_auto_run_goes_batch_then_flex_and_records_each_document_s_tier(
     _sim_config(sim_url, batch_duration_s=40.0, flex_unavailable_rate=0.1)
     write_filings(tmp_path, 4, seed=147, sizes=[40_000] * 4)
     env = {**batch_env, "PIPELINE_BATCH_MIN_ROOM_S": "0", "PIPELINE_BATCH_DEADLINE_MARGIN_S": "1"}
-    # Room for flex beyond the cutover even when a loaded machine fires it late (at 25 s, a run
-    # under -n 6 found 6 s left for 7 s of flex, and rightly went to the standard tier).
-    deadline = datetime.now(UTC) + timedelta(seconds=32)
+    deadline = datetime.now(UTC) + timedelta(seconds=25)
     result = run_cli(
         "submit",
         str(tmp_path),

@@ -35,7 +35,7 @@ from pipeline.llm.ratelimit import Scope
 from pipeline.runs.batch_ingest import ingest
 from pipeline.runs.batch_submit import create_batch, submit, upload_again
 from pipeline.runs.mode import sync_estimate_s, work_estimate
-from pipeline.runs.tiers import flex_need_s, plan_handover, standard_need_s
+from pipeline.runs.tiers import LATE_CUTOVER, flex_need_s, plan_handover, standard_need_s
 from pipeline.storage import batches as repo
 from pipeline.storage import clock, run_state, runs
 from pipeline.storage.db import session_scope
@@ -78,8 +78,8 @@ def cutover_at(ctx: Context, run: Run) -> datetime | None:
     if run.deadline is None:
         return None
     sync_s = remaining_estimate_s(ctx, run.id)
-    if run.extract_tier == "flex":  # a poll late at most: the plan as it begins still finds flex in time
-        need = flex_need_s(ctx.settings, sync_s) + ctx.settings.batch_poll_s
+    if run.extract_tier == "flex":  # a late poll's plan as it begins still finds flex in time
+        need = flex_need_s(ctx.settings, sync_s) * (1 + LATE_CUTOVER) + ctx.settings.batch_poll_s
     else:
         need = standard_need_s(ctx.settings, sync_s)
     return aware(run.deadline) - timedelta(seconds=need)

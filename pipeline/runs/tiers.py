@@ -41,6 +41,10 @@ if TYPE_CHECKING:
 
 SAFETY = 1.25
 """An estimate of the time a tier needs is stretched by this before the deadline is met with it."""
+LATE_CUTOVER = 0.1
+"""A cutover handing over to flex is planned this share of flex's need early, beyond a poll: on
+a loaded machine its poll comes late, and the plan it then makes must still find flex in time
+(a 7 s need met with 7 s left went to the standard tier)."""
 TIERS = ("batch", "flex", "sync")
 """From the cheapest up; a document's tier is the dearest its answered calls used."""
 
