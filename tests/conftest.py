@@ -40,6 +40,7 @@ from sqlalchemy.engine import make_url
 
 from pipeline.runtime import embedded
 from pipeline.storage.db import get_engine, session_scope
+from tests.cli_fork import Zygote
 
 T = TypeVar("T")
 
@@ -61,6 +62,7 @@ def eventually(what: str, check: Callable[[], T | None], timeout_s: float = EVEN
 
 pytest_plugins = ("celery.contrib.pytest",)
 
+ROOT = Path(__file__).resolve().parents[1]
 LOCAL_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 WORKER_READY_TIMEOUT_S = 60.0
 SESSION_API_KEY = f"sk-test-{uuid.uuid4().hex}"
@@ -396,18 +398,34 @@ def workers(
         yield children
 
 
+_zygote: Zygote | None = None
+
+
 def run_cli(
     *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout_s: float = 300
 ) -> subprocess.CompletedProcess[str]:
-    """`pipeline ARGS` as a separate process."""
-    return subprocess.run(
-        [sys.executable, "-m", "pipeline", *args],
-        capture_output=True,
-        text=True,
-        env=embedded.child_env(env or {}),
-        cwd=cwd,
-        timeout=timeout_s,
-    )
+    """`pipeline ARGS` as a separate process: forked from this test process's CLI zygote
+    (tests/cli_fork.py, imports done once), or with `subprocess.run` under
+    PIPELINE_TEST_CLI_FORK=0."""
+    global _zygote
+    child_env = embedded.child_env(env or {})
+    if os.environ.get("PIPELINE_TEST_CLI_FORK", "1") == "0":
+        return subprocess.run(
+            [sys.executable, "-m", "pipeline", *args],
+            capture_output=True,
+            text=True,
+            env=child_env,
+            cwd=cwd,
+            timeout=timeout_s,
+        )
+    if _zygote is None:
+        _zygote = Zygote(ROOT)
+    return _zygote.run(list(args), child_env, cwd, timeout_s)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _zygote is not None:
+        _zygote.close()
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,204 @@
+"""`pipeline ARGS` as a separate process, forked from one that has already imported the libraries.
+
+A `python -m pipeline status` spends about 0.7 s of CPU, most of it importing SQLAlchemy,
+pydantic, Celery, openai and rich before it reads a row. The suite runs a few hundred commands,
+on two cores, so the imports were a fifth of its CPU. Each test process therefore keeps one
+*zygote*: a Python that imports those once, then forks a child per command. The child is a process
+of its own, as `subprocess.run` gives: its own environment, working directory, stdout and stderr,
+exit code (a signal's as a negative one), `atexit` handlers and non-daemon threads waited for at
+exit. Only the imports are shared, and they are imports of modules that read nothing from the
+environment when imported: the zygote never imports `workers` (its Celery app binds the broker's
+URL when imported) and never calls `get_settings`.
+
+`PIPELINE_TEST_CLI_FORK=0` runs each command with `subprocess.run` instead.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import traceback
+from pathlib import Path
+from typing import IO
+
+PRELOAD = (
+    "alembic.command",
+    "celery",
+    "celery.app.base",
+    "click",
+    "httpx",
+    "kombu.transport.redis",
+    "openai",
+    "openai.resources",
+    "opentelemetry.sdk.trace",
+    "psutil",
+    "psycopg",
+    "pydantic",
+    "pydantic_settings",
+    "rapidfuzz",
+    "redis",
+    "rich.console",
+    "sqlalchemy.dialects.postgresql.psycopg",
+    "sqlalchemy.orm",
+    # The CLI's own modules read no setting when imported (test_cli_fork checks a fork's
+    # settings come from its environment); `workers` is never imported here.
+    "pipeline.cli",
+)
+
+
+def _exit_code(exc: SystemExit) -> int:
+    """What the interpreter exits with for `exc` (`sys.exit("why")` prints why, then 1)."""
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code & 0xFF
+    print(exc.code, file=sys.stderr)
+    return 1
+
+
+def _child(request: dict[str, object]) -> None:
+    """In the forked child: become `python -m pipeline ARGS` in the request's environment and
+    directory, writing to its files; exit as the interpreter would."""
+    import runpy
+
+    code = 1
+    try:
+        os.environ.clear()
+        os.environ.update(request["env"])  # type: ignore[arg-type]
+        os.chdir(str(request["cwd"]))
+        for fd, key in ((1, "stdout"), (2, "stderr")):
+            opened = os.open(str(request[key]), os.O_WRONLY | os.O_TRUNC)
+            os.dup2(opened, fd)
+            os.close(opened)
+        sys.path[0] = os.getcwd()  # as `python -m` puts it
+        sys.argv = ["pipeline", *request["args"]]  # type: ignore[misc]
+        try:
+            runpy.run_module("pipeline", run_name="__main__", alter_sys=True)
+            code = 0
+        except SystemExit as exc:
+            code = _exit_code(exc)
+        except BaseException:
+            sys.excepthook(*sys.exc_info())  # type: ignore[arg-type]
+            code = 1
+        threading._shutdown()  # type: ignore[attr-defined]  # the interpreter waits for them too
+        atexit._run_exitfuncs()
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+def serve(requests: IO[str], answers: IO[str]) -> None:
+    """The zygote: for each request line, fork a child, say its pid, then its exit code."""
+    for name in PRELOAD:
+        importlib.import_module(name)
+    from pipeline.core.settings import get_settings
+
+    # What a fork must not inherit: the broker URL bound by `workers.app`, settings read here.
+    assert not [m for m in sys.modules if m.split(".")[0] == "workers"], "the zygote imported workers"
+    assert get_settings.cache_info().currsize == 0, "the zygote read its settings"
+    for line in requests:
+        request = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            requests.close()
+            answers.close()
+            _child(request)
+        answers.write(json.dumps({"pid": pid}) + "\n")
+        answers.flush()
+        _, status = os.waitpid(pid, 0)
+        answers.write(json.dumps({"code": os.waitstatus_to_exitcode(status)}) + "\n")
+        answers.flush()
+
+
+class Zygote:
+    """The test process's side: one zygote, started on the first command, one command at a
+    time (a lock: a test may run commands from threads)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.lock = threading.Lock()
+        self.process: subprocess.Popen[bytes] | None = None
+        self.requests: IO[str] | None = None
+        self.answers: IO[str] | None = None
+        self.scratch = Path(tempfile.mkdtemp(prefix="pipeline-cli-"))
+
+    def _start(self) -> None:
+        ours_r, theirs_w = os.pipe()
+        theirs_r, ours_w = os.pipe()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.cli_fork", str(theirs_r), str(theirs_w)],
+            pass_fds=(theirs_r, theirs_w),
+            stdin=subprocess.DEVNULL,
+            cwd=self.root,
+        )
+        os.close(theirs_r)
+        os.close(theirs_w)
+        self.requests = os.fdopen(ours_w, "w")
+        self.answers = os.fdopen(ours_r, "r")
+
+    def _answer(self, timeout_s: float | None) -> dict[str, int] | None:
+        assert self.answers is not None and self.process is not None
+        if timeout_s is not None and not select.select([self.answers], [], [], timeout_s)[0]:
+            return None
+        line = self.answers.readline()
+        if not line:
+            code = self.process.wait()
+            self.process = None
+            raise RuntimeError(
+                f"the CLI zygote (tests/cli_fork.py) exited with {code}: see the test's stderr"
+            )
+        answer: dict[str, int] = json.loads(line)
+        return answer
+
+    def run(
+        self, args: list[str], env: dict[str, str], cwd: Path | None, timeout_s: float
+    ) -> subprocess.CompletedProcess[str]:
+        with self.lock:
+            if self.process is None:
+                self._start()
+            assert self.requests is not None
+            out, err = self.scratch / "stdout", self.scratch / "stderr"
+            out.write_bytes(b"")
+            err.write_bytes(b"")
+            request = {
+                "args": args,
+                "env": env,
+                "cwd": str(cwd or os.getcwd()),
+                "stdout": str(out),
+                "stderr": str(err),
+            }
+            self.requests.write(json.dumps(request) + "\n")
+            self.requests.flush()
+            started = self._answer(None)
+            assert started is not None
+            ended = self._answer(timeout_s)
+            argv = [sys.executable, "-m", "pipeline", *args]
+            if ended is None:
+                os.kill(started["pid"], signal.SIGKILL)
+                self._answer(None)
+                raise subprocess.TimeoutExpired(argv, timeout_s, out.read_bytes(), err.read_bytes())
+            return subprocess.CompletedProcess(
+                argv, ended["code"], out.read_text(errors="replace"), err.read_text(errors="replace")
+            )
+
+    def close(self) -> None:
+        with self.lock:
+            if self.process is not None and self.requests is not None:
+                self.requests.close()  # its loop ends at end of file
+                self.process.wait(30)
+                self.process = None
+
+
+if __name__ == "__main__":
+    serve(os.fdopen(int(sys.argv[1]), "r"), os.fdopen(int(sys.argv[2]), "w"))

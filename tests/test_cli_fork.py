@@ -1,0 +1,52 @@
+"""The CLI zygote (tests/cli_fork.py) behaves as `subprocess.run` of `python -m pipeline` does."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.cli_fork import Zygote
+from tests.conftest import ROOT
+
+BARE = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+"""An environment without the session's PIPELINE_* settings."""
+
+
+@pytest.fixture(scope="module")
+def zygote() -> Iterator[Zygote]:
+    forks = Zygote(ROOT)
+    yield forks
+    forks.close()
+
+
+def test_each_command_reads_its_own_environment_and_directory(zygote: Zygote, tmp_path: Path) -> None:
+    """Settings come from each command's environment and its directory's .env, never from the
+    zygote's or an earlier command's."""
+    for index, name in enumerate(("one", "two"), start=1):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / ".env").write_text(f"PIPELINE_REDIS_URL=redis://127.0.0.1:9/{index}\n")
+        env = {**BARE, "PIPELINE_DATABASE_URL": f"sqlite:///{folder / 'p.db'}"}
+        done = zygote.run(["cancel", "no-such-run"], env, folder, 60)
+        assert done.returncode == 2 and "no run matches" in done.stderr, done.stderr
+        assert f"database sqlite file {folder / 'p.db'} (environment)" in done.stderr, done.stderr
+        assert f"broker 127.0.0.1:9/{index} (.env)" in done.stderr, done.stderr
+
+
+def test_exit_codes_and_the_two_streams_are_the_commands(zygote: Zygote, tmp_path: Path) -> None:
+    env = {**BARE, "PIPELINE_DATABASE_URL": f"sqlite:///{tmp_path / 'p.db'}"}
+    refused = zygote.run(["report", "no-such-run"], env, tmp_path, 60)
+    assert refused.returncode == 2 and "error:" in refused.stderr and refused.stdout == "", refused
+    assert "Usage:" in zygote.run(["--help"], env, tmp_path, 60).stdout
+    unknown = zygote.run(["no-such-command"], env, tmp_path, 60)
+    assert unknown.returncode == 2 and "No such command" in unknown.stderr
+
+
+def test_a_command_past_its_timeout_is_killed_and_the_next_one_runs(zygote: Zygote, tmp_path: Path) -> None:
+    with pytest.raises(subprocess.TimeoutExpired):
+        zygote.run(["sim", "--port", "0"], BARE, tmp_path, timeout_s=3)
+    assert zygote.run(["--version"], BARE, tmp_path, 60).returncode == 0
