@@ -192,6 +192,27 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
 
 
+@contextmanager
+def new_database(server_url: str, prefix: str = "pipeline_test") -> Iterator[str]:
+    """A new, empty database on the Postgres server of `server_url`; its URL. Dropped at the end
+    (with the connections still open to it)."""
+    admin = create_engine(
+        server_url.replace("postgresql://", "postgresql+psycopg://", 1), isolation_level="AUTOCOMMIT"
+    )
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(admin.url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        from pipeline.storage.db import dispose_engines
+
+        dispose_engines()
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str | None]:
     """A fresh Postgres database for this session (dropped at the end), or None."""
@@ -199,18 +220,8 @@ def postgres_url() -> Iterator[str | None]:
     if admin is None:
         yield None
         return
-    admin = admin.replace("postgresql://", "postgresql+psycopg://", 1)
-    name = f"pipeline_test_{uuid.uuid4().hex[:10]}"
-    engine = create_engine(admin, isolation_level="AUTOCOMMIT")
-    with engine.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    yield make_url(admin).set(database=name).render_as_string(hide_password=False)
-    from pipeline.storage.db import dispose_engines
-
-    dispose_engines()
-    with engine.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    engine.dispose()
+    with new_database(admin) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

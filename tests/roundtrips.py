@@ -39,11 +39,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import redis
-from sqlalchemy import create_engine, func, text
+from sqlalchemy import create_engine, func
 from sqlalchemy import select as sql_select
 from sqlalchemy.engine import make_url
 
 from pipeline.runtime import embedded
+from tests.conftest import new_database
 
 ADMIN_POSTGRES = os.environ.get(
     "PIPELINE_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -275,21 +276,12 @@ class RedisProxy(Proxy):
 @contextmanager
 def fresh_database() -> Iterator[str]:
     """A new database on the shared Postgres, with the schema; dropped at the end."""
-    admin = create_engine(ADMIN_POSTGRES, isolation_level="AUTOCOMMIT")
-    name = f"pipeline_rt_{uuid.uuid4().hex[:10]}"
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = make_url(ADMIN_POSTGRES).set(database=name).render_as_string(hide_password=False)
-    try:
-        from pipeline.storage.db import dispose_engines, upgrade
+    from pipeline.storage.db import dispose_engines, upgrade
 
+    with new_database(ADMIN_POSTGRES, "pipeline_rt") as url:
         upgrade(url)
         dispose_engines()
         yield url
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 # -- Redis: command counts ---------------------------------------------------------------

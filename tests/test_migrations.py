@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import uuid
 from pathlib import Path
 
 import pytest
@@ -11,7 +10,6 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect, text
-from sqlalchemy.engine import make_url
 
 from pipeline.storage.db import (
     SCHEMA_HEAD,
@@ -22,6 +20,7 @@ from pipeline.storage.db import (
     upgrade,
 )
 from pipeline.storage.models import Base, Run
+from tests.conftest import new_database
 
 PUBLIC_TABLES = {"runs", "documents", "extractions", "risk_factors", "llm_calls", "reports"}
 
@@ -45,18 +44,8 @@ def test_sqlite_upgrades_from_empty_and_matches_the_models(tmp_path: Path) -> No
 def test_postgres_upgrades_from_empty_and_matches_the_models(postgres_url: str | None) -> None:
     if postgres_url is None:
         pytest.skip("no Postgres server reachable")
-    admin = create_engine(postgres_url, isolation_level="AUTOCOMMIT")
-    name = f"pipeline_migrate_{uuid.uuid4().hex[:8]}"
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        _assert_matches_models(
-            make_url(postgres_url).set(database=name).render_as_string(hide_password=False)
-        )
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    with new_database(postgres_url, "pipeline_migrate") as url:
+        _assert_matches_models(url)
 
 
 def _revisions(url: str) -> list[str]:

@@ -37,11 +37,11 @@ from sqlalchemy.engine import make_url
 from pipeline.core.redaction import MASK, redact
 from pipeline.core.settings import Settings
 from pipeline.runtime import embedded
-from pipeline.storage.db import get_engine, session_scope
+from pipeline.storage.db import get_engine, session_scope, upgrade
 from pipeline.storage.models import Document, LLMBatch, LLMCall, Report, Run, RunStatus
 from pipeline_dev.sim.request import FAILING_STATUSES
 from pipeline_dev.synth_filings import generate_filing
-from tests.conftest import eventually, running_simulator, running_workers
+from tests.conftest import eventually, new_database, running_simulator, running_workers
 from tests.test_flower import Flower, node_name
 from tests.test_security import _message_bodies, _redis_texts
 
@@ -146,7 +146,12 @@ def night(
                 "--batch-validate-s", "0.1",
             )
         )  # fmt: skip
-        database = make_url(postgres_url).set(password=canaries["database password"])  # trust: not checked
+        # A database of its own: any worker's heartbeat restarts the batch polls of every run in
+        # its database, and the session's workers, on another simulator, polled this night's
+        # batches there (a 404 stored as a batch's error).
+        own_database = stack.enter_context(new_database(postgres_url, "pipeline_redaction"))
+        upgrade(own_database)
+        database = make_url(own_database).set(password=canaries["database password"])  # trust: not checked
         env = {
             **pipeline_env,
             "PIPELINE_DATABASE_URL": database.render_as_string(hide_password=False),
