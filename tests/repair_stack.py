@@ -10,13 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import redis
 from sqlalchemy import Engine, func, select
 
 from pipeline.core.constants import EXTRACT_QUEUE, REPORT_QUEUE
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Chunk, Document, LLMCall, Report, Run
+from pipeline_dev.bench.procs import sim_configure, sim_stats
 from tests.conftest import claimed_redis_db, run_cli, running_simulator, running_workers
 
 WAIT_S = 30.0
@@ -30,13 +30,10 @@ class Stack:
     engine: Engine
 
     def stats(self) -> dict[str, Any]:
-        answer = httpx.get(self.sim.removesuffix("/v1") + "/sim/stats", timeout=10)
-        answer.raise_for_status()
-        stats: dict[str, Any] = answer.json()
-        return stats
+        return sim_stats(self.sim)
 
     def configure(self, **values: Any) -> None:
-        httpx.post(self.sim.removesuffix("/v1") + "/sim/config", json=values, timeout=10).raise_for_status()
+        sim_configure(self.sim, **values)
 
     def submit(self, files: Path, *extra: str) -> str:
         result = run_cli("submit", str(files), "--fresh", *extra, env=self.env)

@@ -9,7 +9,6 @@ from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -19,6 +18,7 @@ from pipeline.core.cost import parse_prices
 from pipeline.runtime.embedded import Child
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Chunk, Document, LLMBatch, LLMCall, Report, Run
+from pipeline_dev.bench.procs import sim_configure
 from pipeline_dev.synth_filings import write_filings
 from tests.conftest import PRICES, eventually, run_cli
 
@@ -36,14 +36,7 @@ def batch_env(pipeline_env: dict[str, str], workers: list[Child], sim_url: str) 
     """The session's workers (they poll batches every 0.3 s); the simulator's batch knobs set
     back after the test."""
     yield pipeline_env
-    _sim_config(sim_url, **SIM_DEFAULTS)
-
-
-def _sim_config(sim_url: str, **values: Any) -> dict[str, Any]:
-    answer = httpx.post(sim_url.removesuffix("/v1") + "/sim/config", json=values, timeout=10)
-    answer.raise_for_status()
-    stats: dict[str, Any] = answer.json()
-    return stats
+    sim_configure(sim_url, **SIM_DEFAULTS)
 
 
 def _submit(env: dict[str, str], files: Path, *extra: str) -> str:
@@ -88,7 +81,7 @@ def _run(env: dict[str, str], run_id: str) -> Run:
 def test_a_run_in_batch_mode_is_extracted_and_reported_at_half_price(
     batch_env: dict[str, str], sim_url: str, tmp_path: Path
 ) -> None:
-    _sim_config(sim_url, batch_duration_s=1.0)
+    sim_configure(sim_url, batch_duration_s=1.0)
     write_filings(tmp_path, 4, seed=141, sizes=[30_000] * 4)
     run_id = _submit(batch_env, tmp_path)
     run = _run(batch_env, run_id)
@@ -130,7 +123,7 @@ def test_a_run_in_batch_mode_is_extracted_and_reported_at_half_price(
 def test_a_deadline_shorter_than_the_batch_is_met_with_its_lines_and_the_rest_sync(
     batch_env: dict[str, str], sim_url: str, tmp_path: Path
 ) -> None:
-    _sim_config(sim_url, batch_duration_s=30.0)
+    sim_configure(sim_url, batch_duration_s=30.0)
     write_filings(tmp_path, 4, seed=142, sizes=[40_000] * 4)
     # 20 s: enough for the batch to answer some lines before the cutover even on a slow
     # machine, where storing, uploading and creating the batch take seconds (12 s left none).
@@ -154,12 +147,12 @@ def test_a_deadline_shorter_than_the_batch_is_met_with_its_lines_and_the_rest_sy
 def test_an_expired_batch_keeps_its_lines_and_pays_for_none_twice(
     batch_env: dict[str, str], sim_url: str, tmp_path: Path
 ) -> None:
-    before = _sim_config(sim_url, batch_duration_s=4.0, batch_expire_after_s=2.0)
+    before = sim_configure(sim_url, batch_duration_s=4.0, batch_expire_after_s=2.0)
     write_filings(tmp_path, 3, seed=143, sizes=[40_000] * 3)
     run_id = _submit(batch_env, tmp_path)
     _run(batch_env, run_id)
     chunks, modes = _answered_once(batch_env, run_id)
-    after = _sim_config(sim_url, batch_duration_s=2.0)
+    after = sim_configure(sim_url, batch_duration_s=2.0)
     answered = after["batch_lines_answered"] - before["batch_lines_answered"]
     assert modes["batch"] == answered and 0 < answered < chunks, (modes, answered)
     assert after["batches_expired"] - before["batches_expired"] == 2  # the second try expires too
@@ -169,7 +162,7 @@ def test_an_expired_batch_keeps_its_lines_and_pays_for_none_twice(
 def test_error_file_lines_go_in_the_next_batch(
     batch_env: dict[str, str], sim_url: str, tmp_path: Path
 ) -> None:
-    _sim_config(sim_url, batch_duration_s=0.5, batch_fail_rate=0.5)
+    sim_configure(sim_url, batch_duration_s=0.5, batch_fail_rate=0.5)
     write_filings(tmp_path, 4, seed=144, sizes=[30_000] * 4)
     run_id = _submit(batch_env, tmp_path)
     _run(batch_env, run_id)
@@ -209,7 +202,7 @@ def test_an_auto_run_goes_batch_then_flex_and_records_each_document_s_tier(
     """The three-tier planner: a batch slower than the deadline, flex refusing a tenth of its
     calls. The run starts in batches, cuts over in time for flex to answer the rest, meets its
     deadline, and each document says which tier answered it and why."""
-    _sim_config(sim_url, batch_duration_s=40.0, flex_unavailable_rate=0.1)
+    sim_configure(sim_url, batch_duration_s=40.0, flex_unavailable_rate=0.1)
     write_filings(tmp_path, 4, seed=147, sizes=[40_000] * 4)
     env = {**batch_env, "PIPELINE_BATCH_MIN_ROOM_S": "0", "PIPELINE_BATCH_DEADLINE_MARGIN_S": "1"}
     deadline = datetime.now(UTC) + timedelta(seconds=25)
@@ -250,7 +243,7 @@ def test_an_auto_run_goes_batch_then_flex_and_records_each_document_s_tier(
 def test_a_batch_run_of_unchanged_filings_reuses_their_answers_and_sends_no_batch(
     batch_env: dict[str, str], sim_url: str, tmp_path: Path
 ) -> None:
-    _sim_config(sim_url, batch_duration_s=0.5)
+    sim_configure(sim_url, batch_duration_s=0.5)
     write_filings(tmp_path, 2, seed=146, sizes=[30_000] * 2)
     _submit(batch_env, tmp_path)
     again = run_cli("submit", str(tmp_path), "--wait", "--mode", "batch", env=batch_env)
@@ -269,7 +262,7 @@ def test_a_budget_below_one_batch_line_at_its_most_sends_no_batch(
     below one line's sends no batch; the run goes to the synchronous path, whose budget check
     stops new calls once the budget is spent (the documents left fail with the budget as their
     reason). What was paid is what the calls recorded."""
-    _sim_config(sim_url, batch_duration_s=0.5)
+    sim_configure(sim_url, batch_duration_s=0.5)
     write_filings(tmp_path, 3, seed=146, sizes=[20_000] * 3)
     price = parse_prices(PRICES)["sim-1"]
     budget = price.of(1_000, 0)  # less than one line's half price: a 20 KB chunk is ~2,500 tokens

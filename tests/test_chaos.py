@@ -29,7 +29,7 @@ from pipeline.recovery import deliveries
 from pipeline.runtime.embedded import Child, free_port, start_redis, wait_for_port
 from pipeline.storage.db import get_engine, session_scope, upgrade
 from pipeline.storage.models import Chunk, Document, Extraction, LLMBatch, LLMCall, Report, Run
-from pipeline_dev.bench.procs import sim_stats
+from pipeline_dev.bench.procs import sim_configure, sim_stats
 from pipeline_dev.synth_filings import write_filings
 from tests.conftest import claimed_redis_db, eventually, run_cli, running_simulator, running_workers
 from tests.servers import private_postgres
@@ -230,6 +230,7 @@ def test_a_worker_killed_mid_run_loses_nothing_and_the_run_completes_without_res
         # its leases stand until they run out, seconds from now.
         held = held_by(engine, run_id, victim)
         assert held and unfinished(engine, run_id) > 0, "the run was still going when the worker died"
+        sim_configure(sim, p50_s=0.3, p95_s=0.6)  # slow calls were for the look; the rest goes quicker
         status = wait_for_end(engine, run_id)
         recovered_s = time.monotonic() - killed
         assert status == "completed", status

@@ -36,6 +36,7 @@ from pipeline.llm.prompts import delimited
 from pipeline.runtime import embedded
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Chunk, Content, Document, Extraction, LLMCall, Report, Run
+from pipeline_dev.bench.procs import sim_configure
 from pipeline_dev.synth_filings import write_filings
 from tests.conftest import WORKER_READY_TIMEOUT_S, claimed_redis_db, eventually, run_cli, running_simulator
 
@@ -386,6 +387,7 @@ def test_workers_a_minute_apart_pay_each_chunk_once_and_reclaim_only_from_the_de
             resent = check_resume(engine, run_id, env)
             victim, held_at_kill = kill_a_holder(engine, run_id, pair)
             killed = time.monotonic()
+            sim_configure(sim, p50_s=0.3, p95_s=0.5)  # the slow answers were for what came before
             status = eventually("the run ended", lambda: run_status(engine, run_id), RECOVERY_S)
             ended_s = time.monotonic() - killed
             assert status == "completed", status

@@ -16,13 +16,13 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from sqlalchemy import func, select
 
 from pipeline.runtime.embedded import Child
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Chunk, Document, Extraction, LLMCall, Report
+from pipeline_dev.bench.procs import sim_configure
 from tests.conftest import claimed_redis_db, run_cli, running_workers
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -30,11 +30,6 @@ STRONG = "strong-1"
 ADVERSARIAL = {"wrong_figure_rate": 0.3, "made_up_rate": 0.2, "faithful_models": [STRONG]}
 CALM = {"wrong_figure_rate": 0.0, "made_up_rate": 0.0, "faithful_models": []}
 PRICES = f"sim-1:0.15/0.60,{STRONG}:2.50/10.00"
-
-
-def _configure(sim_url: str, body: dict[str, Any]) -> None:
-    answer = httpx.post(sim_url.removesuffix("/v1") + "/sim/config", json=body)
-    assert answer.status_code == 200, answer.text
 
 
 def _eval(run_id: str, env: dict[str, str]) -> dict[str, Any]:
@@ -57,7 +52,7 @@ def runs(
     filings = tmp_path_factory.mktemp("escalation") / "filings"
     shutil.copytree(EXAMPLES / "filings", filings)
     env = {**pipeline_env, "PIPELINE_LLM_PRICES": PRICES}
-    _configure(sim_url, ADVERSARIAL)
+    sim_configure(sim_url, **ADVERSARIAL)
     try:
         plain = run_cli("submit", str(filings), "--name", "adversarial", "--fresh", "--wait", env=env)
         assert plain.returncode == 0, plain.stderr
@@ -78,7 +73,7 @@ def runs(
                 assert helped.returncode == 0, helped.stderr
                 status = run_cli("status", helped.stdout.split()[-1], "--json", env=escalating)
     finally:
-        _configure(sim_url, CALM)
+        sim_configure(sim_url, **CALM)
     return {
         "env": env,
         "plain": plain.stdout.strip().splitlines()[-1],

@@ -12,6 +12,7 @@ from sqlalchemy import Engine, func, select
 
 from pipeline.storage.db import session_scope
 from pipeline.storage.models import LLMCall, Run
+from pipeline_dev.bench.procs import sim_configure
 from pipeline_dev.synth_filings import write_filings
 from tests.conftest import PRICES, run_cli
 
@@ -154,18 +155,13 @@ def test_a_flex_run_asks_at_the_flex_tier_rides_out_refusals_and_pays_batch_pric
     share of them 429 "Resource Unavailable" (its flex guide's words), which the client backs
     off from and asks again; what is answered costs batch prices."""
     write_filings(tmp_path, 3, seed=705, sizes=[30_000, 30_000, 30_000])
-    config = sim_url.removesuffix("/v1") + "/sim/config"
-    httpx.post(
-        config, json={"flex_unavailable_rate": 0.3, "flex_slowdown": 1.0}, timeout=10
-    ).raise_for_status()
+    sim_configure(sim_url, flex_unavailable_rate=0.3, flex_slowdown=1.0)
     try:
         submitted = run_cli(
             "submit", "--wait", "--fresh", "--mode", "flex", str(tmp_path), env=_priced(pipeline_env)
         )
     finally:
-        httpx.post(
-            config, json={"flex_unavailable_rate": 0.0, "flex_slowdown": 3.0}, timeout=10
-        ).raise_for_status()
+        sim_configure(sim_url, flex_unavailable_rate=0.0, flex_slowdown=3.0)
     assert submitted.returncode == 0, submitted.stdout + submitted.stderr
     run_id = submitted.stdout.strip().splitlines()[-1]
     with session_scope(engine) as session:

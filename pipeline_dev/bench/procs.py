@@ -36,6 +36,18 @@ def sim_stats(base_url: str) -> dict[str, Any]:
         return dict(json.load(answer))
 
 
+def sim_configure(base_url: str, **values: Any) -> dict[str, Any]:
+    """POST /sim/config: the simulator's knobs from now on (`p50_s=0.3`, `batch_duration_s=2`, …);
+    its stats. A knob it does not know is an HTTP error."""
+    request = urllib.request.Request(
+        base_url.removesuffix("/v1") + "/sim/config",
+        data=json.dumps(values).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        return dict(json.load(answer))
+
+
 @contextmanager
 def simulator(logs: Path, args: list[str]) -> Iterator[str]:
     with simulator_process(logs, args) as (url, _):

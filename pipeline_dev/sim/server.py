@@ -334,6 +334,8 @@ def _model_names(value: object) -> tuple[str, ...]:
 
 
 CONFIGURABLE: dict[str, Callable[[Any], Any]] = {
+    "p50_s": float,
+    "p95_s": float,
     "ungrounded_rate": float,
     "wrong_figure_rate": float,
     "made_up_rate": float,
@@ -348,9 +350,10 @@ CONFIGURABLE: dict[str, Callable[[Any], Any]] = {
     "api_key": str,
     "echo_key": _boolean,
 }
-"""What POST /sim/config may change while the simulator runs (batches take it at creation);
-`api_key`: from now on only this key is taken (a key revoked, then put back); `echo_key`: errors
-quote the request's key from now on (true or false)."""
+"""What POST /sim/config may change while the simulator runs: a request takes the knobs in force
+when it arrives (its latency among them), a batch those at its creation. `api_key`: from now on
+only this key is taken (a key revoked, then put back); `echo_key`: errors quote the request's key
+from now on (true or false)."""
 
 
 async def configure(request: web.Request) -> web.Response:
