@@ -106,7 +106,7 @@ def test_request_bound_two_workers_pace_at_the_providers_per_second_rate(
     paced: tuple[dict[str, str], str], tmp_path: Path
 ) -> None:
     env, sim_url = paced
-    write_filings(tmp_path, 20, seed=21, sizes=[25_000] * 20)
+    write_filings(tmp_path, 12, seed=21, sizes=[25_000] * 12)
     use = _run_against_the_provider(env, sim_url, tmp_path, chunk_tokens=800)
     assert use.share_429 <= MAX_SHARE_429
     assert use.requests_quota_used >= MIN_QUOTA_USED, use
@@ -135,7 +135,7 @@ def test_with_no_limit_configured_the_limits_are_learned_from_the_providers_head
     logs = tmp_path / "logs"
     logs.mkdir()
     with _stack(pipeline_env, redis_base, logs, PROVIDER_ARGS, CONCURRENCY) as (env, sim_url):
-        write_filings(tmp_path / "filings", 20, seed=23, sizes=[25_000] * 20)
+        write_filings(tmp_path / "filings", 12, seed=23, sizes=[25_000] * 12)
         use = _run_against_the_provider(env, sim_url, tmp_path / "filings", chunk_tokens=800)
         status = json.loads(run_cli("status", "--json", env=env).stdout)
     assert use.share_429 <= MAX_SHARE_429
