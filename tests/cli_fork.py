@@ -1,4 +1,4 @@
-"""`pipeline ARGS` as a separate process, forked from one that has already imported the libraries.
+"""`pipeline` processes for the tests, forked from one that has already imported the libraries.
 
 A `python -m pipeline status` spends about 0.7 s of CPU, most of it importing SQLAlchemy,
 pydantic, Celery, openai and rich before it reads a row. The suite runs a few hundred commands,
@@ -10,12 +10,17 @@ exit. Only the imports are shared, and they are imports of modules that read not
 environment when imported: the zygote never imports `workers` (its Celery app binds the broker's
 URL when imported) and never calls `get_settings`.
 
-`PIPELINE_TEST_CLI_FORK=0` runs each command with `subprocess.run` instead.
+Long-running commands (workers, simulators: `Zygote.spawn`) fork the same way, through a
+go-between that exits at once: the test process, a child subreaper, adopts them, and waits for and
+signals them as `subprocess.Popen` children (`Adopted`).
+
+`PIPELINE_TEST_CLI_FORK=0` runs each command with `subprocess` instead.
 """
 
 from __future__ import annotations
 
 import atexit
+import ctypes
 import importlib
 import json
 import os
@@ -27,7 +32,7 @@ import tempfile
 import threading
 import traceback
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 PRELOAD = (
     "alembic.command",
@@ -64,7 +69,7 @@ def _exit_code(exc: SystemExit) -> int:
     return 1
 
 
-def _child(request: dict[str, object]) -> None:
+def _child(request: dict[str, Any]) -> None:
     """In the forked child: become `python -m pipeline ARGS` in the request's environment and
     directory, writing to its files; exit as the interpreter would."""
     import runpy
@@ -72,21 +77,22 @@ def _child(request: dict[str, object]) -> None:
     code = 1
     try:
         os.environ.clear()
-        os.environ.update(request["env"])  # type: ignore[arg-type]
+        os.environ.update(request["env"])
         os.chdir(str(request["cwd"]))
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if request.get("append") else os.O_TRUNC)
         for fd, key in ((1, "stdout"), (2, "stderr")):
-            opened = os.open(str(request[key]), os.O_WRONLY | os.O_TRUNC)
+            opened = os.open(str(request[key]), flags, 0o600)
             os.dup2(opened, fd)
             os.close(opened)
         sys.path[0] = os.getcwd()  # as `python -m` puts it
-        sys.argv = ["pipeline", *request["args"]]  # type: ignore[misc]
+        sys.argv = ["pipeline", *request["args"]]
         try:
             runpy.run_module("pipeline", run_name="__main__", alter_sys=True)
             code = 0
         except SystemExit as exc:
             code = _exit_code(exc)
         except BaseException:
-            sys.excepthook(*sys.exc_info())  # type: ignore[arg-type]
+            sys.excepthook(*sys.exc_info())
             code = 1
         threading._shutdown()  # type: ignore[attr-defined]  # the interpreter waits for them too
         atexit._run_exitfuncs()
@@ -112,13 +118,33 @@ def serve(requests: IO[str], answers: IO[str]) -> None:
         pid = os.fork()
         if pid == 0:
             requests.close()
+            if request.get("spawn"):
+                _detach(request, answers)
             answers.close()
             _child(request)
+        if request.get("spawn"):
+            os.waitpid(pid, 0)  # the go-between: its child is the test process's now
+            answers.write(json.dumps({"adopted": True}) + "\n")
+            answers.flush()
+            continue
         answers.write(json.dumps({"pid": pid}) + "\n")
         answers.flush()
         _, status = os.waitpid(pid, 0)
         answers.write(json.dumps({"code": os.waitstatus_to_exitcode(status)}) + "\n")
         answers.flush()
+
+
+def _detach(request: dict[str, Any], answers: IO[str]) -> None:
+    """In a go-between child: fork the long-running command (in a session of its own, as
+    `start_new_session` gives), say its pid and exit, so that the command is orphaned and adopted
+    by the nearest subreaper: the test process (`adopt_orphans`), which can then wait for it as for
+    its own."""
+    pid = os.fork()
+    if pid != 0:
+        answers.write(json.dumps({"pid": pid}) + "\n")
+        answers.flush()
+        os._exit(0)
+    os.setsid()
 
 
 class Zygote:
@@ -161,13 +187,39 @@ class Zygote:
         answer: dict[str, int] = json.loads(line)
         return answer
 
+    def _send(self, request: dict[str, Any]) -> None:
+        if self.process is None:
+            self._start()
+        assert self.requests is not None
+        self.requests.write(json.dumps(request) + "\n")
+        self.requests.flush()
+
+    def spawn(
+        self, args: list[str], env: dict[str, str], log_path: Path, stdout_path: Path | None = None
+    ) -> Adopted:
+        """`python -m pipeline ARGS` left running (a worker, a simulator), as a child of this
+        process, in a session of its own; its stderr (and stdout, unless `stdout_path`) appended
+        to `log_path`."""
+        adopt_orphans()
+        with self.lock:
+            request = {
+                "spawn": True,
+                "append": True,
+                "args": args,
+                "env": env,
+                "cwd": os.getcwd(),
+                "stdout": str(stdout_path or log_path),
+                "stderr": str(log_path),
+            }
+            self._send(request)
+            started = self._answer(None)
+            assert started is not None and self._answer(None) == {"adopted": True}
+            return Adopted(started["pid"], [sys.executable, "-m", "pipeline", *args])
+
     def run(
         self, args: list[str], env: dict[str, str], cwd: Path | None, timeout_s: float
     ) -> subprocess.CompletedProcess[str]:
         with self.lock:
-            if self.process is None:
-                self._start()
-            assert self.requests is not None
             out, err = self.scratch / "stdout", self.scratch / "stderr"
             out.write_bytes(b"")
             err.write_bytes(b"")
@@ -178,8 +230,7 @@ class Zygote:
                 "stdout": str(out),
                 "stderr": str(err),
             }
-            self.requests.write(json.dumps(request) + "\n")
-            self.requests.flush()
+            self._send(request)
             started = self._answer(None)
             assert started is not None
             ended = self._answer(timeout_s)
@@ -198,6 +249,61 @@ class Zygote:
                 self.requests.close()  # its loop ends at end of file
                 self.process.wait(30)
                 self.process = None
+
+
+PR_SET_CHILD_SUBREAPER = 36
+_adopting = False
+
+
+def adopt_orphans() -> None:
+    """Make this process the parent of its orphaned descendants (Linux's child subreaper), the
+    zygote's long-running children among them."""
+    global _adopting
+    if not _adopting:
+        if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+        _adopting = True
+
+
+class Adopted:
+    """What `subprocess.Popen` offers for a process this one adopted (`Zygote.spawn`): its pid,
+    poll, wait, signals and return code (negative for a signal)."""
+
+    stdout = None
+
+    def __init__(self, pid: int, args: list[str]) -> None:
+        self.pid, self.args = pid, args
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.poll() is None:
+            pidfd = os.pidfd_open(self.pid)
+            try:
+                if not select.select([pidfd], [], [], timeout)[0]:
+                    raise subprocess.TimeoutExpired(self.args, timeout or 0)
+            finally:
+                os.close(pidfd)
+            _, status = os.waitpid(self.pid, 0)
+            self.returncode = os.waitstatus_to_exitcode(status)
+        assert self.returncode is not None
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signum)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
 
 
 if __name__ == "__main__":

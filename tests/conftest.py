@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import pytest
 import redis
@@ -151,6 +151,7 @@ SLOW_FILES = frozenset(
         *SLOW_FILES_FIRST,
         "test_bench.py",
         "test_cancel.py",
+        "test_cli_fork.py",
         "test_clock_skew.py",
         "test_cost.py",
         "test_custom_schema.py",
@@ -362,7 +363,13 @@ def running_workers(
     paths = [logs / f"worker-{i}.log" for i in range(count)]
     tag = uuid.uuid4().hex[:6]
     children = [
-        embedded.start_worker(child_env, p, concurrency, f"test-{tag}-{i}@%h") for i, p in enumerate(paths)
+        pipeline_child(
+            f"test-{tag}-{i}@%h",
+            ["worker", "--concurrency", str(concurrency), "--name", f"test-{tag}-{i}@%h"],
+            child_env,
+            p,
+        )
+        for i, p in enumerate(paths)
     ]
     try:
         try:
@@ -377,9 +384,25 @@ def running_workers(
 @contextmanager
 def running_simulator(logs: Path, *args: str) -> Iterator[str]:
     """`pipeline sim ARGS` as a separate process; yields its base URL."""
-    child, url = embedded.start_simulator(embedded.child_env({}), logs, list(args))
-    with child:
-        yield url
+    if not forking():
+        child, url = embedded.start_simulator(embedded.child_env({}), logs, list(args))
+        with child:
+            yield url
+        return
+    said = logs / "sim.out"
+    said.write_bytes(b"")
+    with pipeline_child(
+        "simulator", ["sim", "--port", "0", *args], embedded.child_env({}), logs / "sim.log", said
+    ) as child:
+        line = eventually(
+            "the simulator's address",
+            lambda: (
+                child.problem() or next((x for x in said.read_text().splitlines() if "http://" in x), None)
+            ),
+            WORKER_READY_TIMEOUT_S,
+        )
+        assert "http://" in line, f"{line} (see {logs / 'sim.log'})"
+        yield line[line.index("http://") :]
 
 
 @pytest.fixture(scope="session")
@@ -412,15 +435,51 @@ def workers(
 _zygote: Zygote | None = None
 
 
+def forking() -> bool:
+    """Whether `pipeline` processes fork from the zygote (PIPELINE_TEST_CLI_FORK, on unless 0)."""
+    return os.environ.get("PIPELINE_TEST_CLI_FORK", "1") != "0"
+
+
+def zygote() -> Zygote:
+    """This test process's zygote (tests/cli_fork.py), started on first use."""
+    global _zygote
+    if _zygote is None:
+        _zygote = Zygote(ROOT)
+    return _zygote
+
+
+class ForkedChild(embedded.Child):
+    """An `embedded.Child` forked from the zygote rather than started by `subprocess.Popen`: the
+    same process (`python -m pipeline ARGS`) without the second of CPU its imports cost."""
+
+    def __init__(
+        self, name: str, args: list[str], env: dict[str, str], log_path: Path, stdout_path: Path | None = None
+    ) -> None:
+        self.name, self.log_path = name, log_path
+        self._log = subprocess.DEVNULL  # the child opens its log itself
+        self.process = cast("subprocess.Popen[bytes]", zygote().spawn(args, env, log_path, stdout_path))
+
+
+def pipeline_child(
+    name: str, args: list[str], env: dict[str, str], log_path: Path, stdout_path: Path | None = None
+) -> embedded.Child:
+    """`python -m pipeline ARGS` left running, logging to `log_path`: forked from the zygote, or
+    started by `subprocess.Popen` under PIPELINE_TEST_CLI_FORK=0."""
+    if forking():
+        return ForkedChild(name, args, env, log_path, stdout_path)
+    argv = [sys.executable, "-m", "pipeline", *args]
+    assert stdout_path is None, "a Popen'd child's stdout is a pipe (embedded.Child's capture_stdout)"
+    return embedded.Child(name, argv, env=env, log_path=log_path)
+
+
 def run_cli(
     *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout_s: float = 300
 ) -> subprocess.CompletedProcess[str]:
     """`pipeline ARGS` as a separate process: forked from this test process's CLI zygote
     (tests/cli_fork.py, imports done once), or with `subprocess.run` under
     PIPELINE_TEST_CLI_FORK=0."""
-    global _zygote
     child_env = embedded.child_env(env or {})
-    if os.environ.get("PIPELINE_TEST_CLI_FORK", "1") == "0":
+    if not forking():
         return subprocess.run(
             [sys.executable, "-m", "pipeline", *args],
             capture_output=True,
@@ -429,9 +488,7 @@ def run_cli(
             cwd=cwd,
             timeout=timeout_s,
         )
-    if _zygote is None:
-        _zygote = Zygote(ROOT)
-    return _zygote.run(list(args), child_env, cwd, timeout_s)
+    return zygote().run(list(args), child_env, cwd, timeout_s)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

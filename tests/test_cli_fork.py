@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli_fork import Zygote
-from tests.conftest import ROOT
+from tests.conftest import ROOT, eventually
 
 BARE = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
 """An environment without the session's PIPELINE_* settings."""
@@ -50,3 +50,21 @@ def test_a_command_past_its_timeout_is_killed_and_the_next_one_runs(zygote: Zygo
     with pytest.raises(subprocess.TimeoutExpired):
         zygote.run(["sim", "--port", "0"], BARE, tmp_path, timeout_s=3)
     assert zygote.run(["--version"], BARE, tmp_path, 60).returncode == 0
+
+
+def test_a_spawned_command_is_this_process_s_child_to_wait_for_and_signal(
+    zygote: Zygote, tmp_path: Path
+) -> None:
+    """A long-running command (a simulator here) is adopted by the test process: `wait` times out
+    while it runs, and a signal's death is a negative return code, as with `subprocess.Popen`."""
+    said, log = tmp_path / "sim.out", tmp_path / "sim.log"
+    child = zygote.spawn(["sim", "--port", "0"], BARE, log, said)
+    try:
+        assert os.waitpid(child.pid, os.WNOHANG) == (0, 0), "a child of this process, running"
+        with pytest.raises(subprocess.TimeoutExpired):
+            child.wait(0.2)
+        eventually("the simulator's address", lambda: "http://" in said.read_text())
+        assert os.getsid(child.pid) == child.pid, "in a session of its own"
+    finally:
+        child.kill()
+    assert child.wait(10) == -9 and child.poll() == -9
