@@ -79,6 +79,24 @@ def test_consecutive_failures_open_it_and_an_answer_between_them_resets_the_coun
     assert gate.last_error == "InternalServerError: 503 overloaded"
 
 
+def test_answers_to_calls_sent_before_the_latest_failure_do_not_reset_the_count(
+    client: redis.Redis,
+) -> None:
+    """A provider that goes down still answers the requests it took just before: those answers
+    arrive among its refusals and must not hold the circuit closed while refused calls retry."""
+    cb = breaker(client)
+    sent_before = [cb.admit() for _ in range(3)]
+    with circuit.moved(0.05):  # the provider goes down: what is sent from now on is refused
+        for gate in sent_before[:2]:
+            assert not cb.failed(cb.admit(), "InternalServerError: 503").open
+            late = cb.answered(gate)
+            assert not late.open and not late.changed and late.failures == cb.admit().failures
+        assert cb.admit().failures == 2, "the answers to calls sent before did not reset it"
+        third = cb.failed(cb.admit(), "InternalServerError: 503")
+        assert third.open and third.changed
+        assert cb.answered(sent_before[2]).open, "nor do they close it once open"
+
+
 def test_one_probe_at_a_time_spaced_2_4_8_16_30_30_s_on_redis_clock(client: redis.Redis) -> None:
     cb = breaker(client)
     opened(cb)

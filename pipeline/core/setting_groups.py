@@ -236,9 +236,10 @@ class WorkerSettings(BaseSettings):
         "worker) that open its circuit breaker: calls then wait, and one probe at a time tries again",
     )
     """Consecutive connection failures or 5xx answers of an endpoint, counted over every worker,
-    that open its circuit breaker. An answer (any but a 429) resets the count, so a stray 5xx
-    amid answers never opens it, while a provider down for everyone is left alone after a handful
-    of calls instead of one round of retries per thread."""
+    that open its circuit breaker. An answer (any but a 429) to a call sent after the latest
+    failure resets the count, so a stray 5xx amid answers never opens it, while a provider down
+    for everyone is left alone after a handful of calls instead of one round of retries per
+    thread."""
 
     circuit_probe_s: float = Field(
         default=2.0,

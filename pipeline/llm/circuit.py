@@ -6,8 +6,9 @@
                                                                            next probe later
 
 A failure is a connection failure, a timeout or a 5xx; any other answer (a 4xx included: the
-endpoint is up) resets the count, and a 429 neither counts nor resets (pacing is the rate
-limiter's business). While the circuit is open no call is sent: each waits for the next probe,
+endpoint is up) to a call sent after the latest failure resets the count (an answer to one sent
+before it says nothing of the endpoint now), and a 429 neither counts nor resets (pacing is the
+rate limiter's business). While the circuit is open no call is sent: each waits for the next probe,
 in place for up to PIPELINE_LIMITER_MAX_WAIT_S (the wait told to the lease's watcher, so the
 document keeps its lease), else the task goes back to the queue with the probe as countdown
 (`Deferred`: no retry spent). The probes are spaced PIPELINE_CIRCUIT_PROBE_S, doubling after

@@ -9,7 +9,10 @@
 -- ARGV[1] outcome: answered | failed | abandoned
 --         answered: the endpoint answered (anything but a 5xx or a 429): the circuit closes,
 --                 unless the call was let through before it opened (an answer to a request
---                 sent before the outage says nothing of the endpoint now: the probe decides)
+--                 sent before the outage says nothing of the endpoint now: the probe decides);
+--                 while closed it resets the failures, unless the call was let through before
+--                 the latest failure (a provider that goes down still answers what it took
+--                 before: those answers must not hold the circuit closed while calls retry)
 --         failed: no answer (connection failure, timeout) or a 5xx: counted while closed, the
 --                 probe's failure spaces the next probe further
 --         abandoned: the call never reached the endpoint, or a 429 (the limiter's business):
@@ -35,9 +38,10 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + shift_ms
 
 local held = redis.call('GET', KEYS[2]) == token
-local s = redis.call('HMGET', KEYS[1], 'opened_ms', 'probe_at_ms', 'probes', 'failures')
+local s = redis.call('HMGET', KEYS[1], 'opened_ms', 'probe_at_ms', 'probes', 'failures', 'last_error_ms')
 local opened, probe_at = tonumber(s[1] or '0'), tonumber(s[2] or '0')
 local probes, failures = tonumber(s[3] or '0'), tonumber(s[4] or '0')
+local last_error = tonumber(s[5] or '0')
 
 if outcome == 'abandoned' then
   if held then redis.call('DEL', KEYS[2]) end
@@ -47,6 +51,9 @@ end
 if outcome == 'answered' then
   if opened > 0 and not held and admitted_ms <= opened then
     return {1, opened, probes, now, probe_at, failures, 0}
+  end
+  if opened == 0 and failures > 0 and admitted_ms < last_error then
+    return {0, 0, 0, now, 0, failures, 0}
   end
   local changed = 0
   if opened > 0 then
