@@ -20,6 +20,7 @@ signals them as `subprocess.Popen` children (`Adopted`).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import importlib
 import json
@@ -30,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import traceback
 from pathlib import Path
 from typing import IO, Any
@@ -156,7 +158,11 @@ class Zygote:
         self.lock = threading.Lock()
         self.process: subprocess.Popen[bytes] | None = None
         self.requests: IO[str] | None = None
-        self.answers: IO[str] | None = None
+        self.answers: int | None = None
+        """The answers pipe, read unbuffered: `select` sees only what is still in the pipe."""
+        self.pending = b""
+        """What was read of the answers and not yet taken (a fast command's pid and exit code
+        arrive together)."""
         self.scratch = Path(tempfile.mkdtemp(prefix="pipeline-cli-"))
 
     def _start(self) -> None:
@@ -171,19 +177,26 @@ class Zygote:
         os.close(theirs_r)
         os.close(theirs_w)
         self.requests = os.fdopen(ours_w, "w")
-        self.answers = os.fdopen(ours_r, "r")
+        self.answers, self.pending = ours_r, b""
 
     def _answer(self, timeout_s: float | None) -> dict[str, int] | None:
+        """The zygote's next answer line, or None when none came within `timeout_s`."""
         assert self.answers is not None and self.process is not None
-        if timeout_s is not None and not select.select([self.answers], [], [], timeout_s)[0]:
-            return None
-        line = self.answers.readline()
-        if not line:
-            code = self.process.wait()
-            self.process = None
-            raise RuntimeError(
-                f"the CLI zygote (tests/cli_fork.py) exited with {code}: see the test's stderr"
-            )
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while b"\n" not in self.pending:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if left is not None and not select.select([self.answers], [], [], left)[0]:
+                return None
+            chunk = os.read(self.answers, 4096)
+            if not chunk:
+                code = self.process.wait()
+                os.close(self.answers)
+                self.process, self.answers = None, None
+                raise RuntimeError(
+                    f"the CLI zygote (tests/cli_fork.py) exited with {code}: see the test's stderr"
+                )
+            self.pending += chunk
+        line, _, self.pending = self.pending.partition(b"\n")
         answer: dict[str, int] = json.loads(line)
         return answer
 
@@ -236,7 +249,8 @@ class Zygote:
             ended = self._answer(timeout_s)
             argv = [sys.executable, "-m", "pipeline", *args]
             if ended is None:
-                os.kill(started["pid"], signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):  # it ended at the deadline
+                    os.kill(started["pid"], signal.SIGKILL)
                 self._answer(None)
                 raise subprocess.TimeoutExpired(argv, timeout_s, out.read_bytes(), err.read_bytes())
             return subprocess.CompletedProcess(
@@ -249,6 +263,9 @@ class Zygote:
                 self.requests.close()  # its loop ends at end of file
                 self.process.wait(30)
                 self.process = None
+            if self.answers is not None:
+                os.close(self.answers)
+                self.answers = None
 
 
 PR_SET_CHILD_SUBREAPER = 36

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
+import struct
 import subprocess
+import termios
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -44,6 +47,35 @@ def test_exit_codes_and_the_two_streams_are_the_commands(zygote: Zygote, tmp_pat
     assert "Usage:" in zygote.run(["--help"], env, tmp_path, 60).stdout
     unknown = zygote.run(["no-such-command"], env, tmp_path, 60)
     assert unknown.returncode == 2 and "No such command" in unknown.stderr
+
+
+def test_a_fast_commands_pid_and_exit_code_read_together_are_both_taken_at_once(
+    zygote: Zygote, tmp_path: Path
+) -> None:
+    """The two answers of a command that ends at once can reach the pipe before the first is
+    read, and one read takes both: the second is then taken from what was read, not waited for
+    on the pipe (which once timed a fast command out under load and left every later answer one
+    behind)."""
+    zygote.run(["--version"], BARE, tmp_path, 60)  # the zygote started
+    zygote._send(
+        {
+            "args": ["--version"],
+            "env": BARE,
+            "cwd": str(tmp_path),
+            "stdout": "/dev/null",
+            "stderr": "/dev/null",
+        }
+    )
+    both = len('{"pid": 1}\n') + len('{"code": 0}\n')  # more than a pid line alone, of any pid
+    eventually("both answers in the pipe", lambda: _unread(zygote) >= both)
+    started = zygote._answer(None)
+    assert started is not None and "pid" in started
+    assert zygote._answer(0.0) == {"code": 0}
+
+
+def _unread(zygote: Zygote) -> int:
+    assert zygote.answers is not None
+    return int(struct.unpack("i", fcntl.ioctl(zygote.answers, termios.FIONREAD, b"\0" * 4))[0])
 
 
 def test_a_command_past_its_timeout_is_killed_and_the_next_one_runs(zygote: Zygote, tmp_path: Path) -> None:
