@@ -328,6 +328,65 @@ def test_a_csv_with_a_bad_fiscal_year_stores_nothing_and_names_the_row(
     assert stored_corrections(database[1], filings.run_id) == [], "all or nothing"
 
 
+def _saved_review(path: Path, run_id: str, saved_at: str, corrections: dict[str, str]) -> Path:
+    """A review as the sheet saves it (JSON), with the `saved_at` it claims."""
+    data = {
+        "run_id": run_id,
+        "reviewer": "Ada",
+        "saved_at": saved_at,
+        "corrections": [{"key": k, "value": v} for k, v in corrections.items()],
+    }
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def test_the_review_imported_last_wins_whatever_time_its_file_claims(
+    database: tuple[str, Engine], filings: Filings, tmp_path: Path
+) -> None:
+    company = filings.key("company", "b")
+    future = _saved_review(
+        tmp_path / "future.json", filings.run_id, "9999-01-01T00:00:00Z", {company: "Pinned"}
+    )
+    past = _saved_review(tmp_path / "past.json", filings.run_id, "2001-01-01T00:00:00Z", {company: "Beta Co"})
+
+    def company_b() -> str:
+        with database[1].connect() as conn:
+            return str(
+                conn.execute(
+                    text("select company from reviewed_extractions where document_id = :d"), {"d": filings.b}
+                ).scalar_one()
+            )
+
+    for review, expected in ((future, "Pinned"), (past, "Beta Co"), (future, "Pinned")):
+        done = cli(database, "review", "import", str(review))
+        assert done.returncode == 0, done.stderr
+        assert company_b() == expected, f"{review.name} was imported last"
+    again = cli(database, "review", "import", str(future))
+    assert "stored 0 of 1" in said(again) and "1 were already stored" in said(again), "it says so already"
+    with database[1].connect() as conn:
+        db_now = conn.execute(text("select statement_timestamp()")).scalar_one()
+    rows = stored_corrections(database[1], filings.run_id)
+    assert len(rows) == 3 and all(r.reviewed_at <= db_now for r in rows), "the import's time, not the file's"
+    assert [r.source for r in sorted(rows, key=lambda r: r.reviewed_at)] == [
+        future.name,
+        past.name,
+        future.name,
+    ]
+
+
+def test_a_cell_longer_than_csv_allows_is_a_file_error_naming_the_row(
+    database: tuple[str, Engine], filings: Filings, tmp_path: Path
+) -> None:
+    _, sheet = export(database, filings, tmp_path)
+    company = filings.key("company", "b")
+    rows = fill_in(sheet, {company: "x" * 131_073})
+    done = cli(database, "review", "import", str(sheet), "--reviewer", "Bo")
+    assert done.returncode == 2, done.stderr
+    assert f"{sheet.name}: row {rows[company]}: a cell is longer than 131,072 characters" in said(done)
+    assert "Traceback" not in done.stderr and "internal error" not in done.stderr
+    assert stored_corrections(database[1], filings.run_id) == []
+
+
 def test_truth_holds_the_reviewed_values_and_null_for_the_rest(
     database: tuple[str, Engine], filings: Filings, tmp_path: Path
 ) -> None:
@@ -408,6 +467,8 @@ def test_a_value_that_is_not_one_says_why(field: str, raw: object, reason: str) 
         ("3:fiscal_year", None, "document 3 has no extraction to correct"),
         ("1:company", "b.txt", "the sheet's path 'b.txt' is not document 1's ('a.txt')"),
         ("1:risk_title:0", None, "the key comes twice (also correction 1)"),
+        ("01:risk_title:0", None, "the key comes twice (also correction 1)"),
+        ("1:risk_title:00", None, "the key comes twice (also correction 1)"),
     ],
 )
 def test_a_key_the_run_does_not_have_is_refused_before_anything_is_stored(

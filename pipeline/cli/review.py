@@ -120,15 +120,15 @@ def import_(file: Path, reviewer: str | None) -> None:
     FILE is the JSON the sheet saves, or its CSV filled in. Every row is checked before anything is stored (its document is in the run and has the
     field, a fiscal year is a year, a revenue an amount): one problem and nothing is stored. A
     reviewed row whose value is unchanged confirms it. The reviewer is the file's, else
-    --reviewer, else $USER; the time is the file's saved_at, else when the file last changed,
-    so importing a file twice stores nothing twice."""
+    --reviewer, else $USER; the time is the import's (the database's clock), so the review
+    imported last wins, and a correction that the field's newest already says is not stored
+    again."""
     from pipeline.reporting.review_import import ReviewFileError, check, corrections_of, read_review
-    from pipeline.storage import corrections, runs
+    from pipeline.storage import clock, corrections, runs
     from pipeline.storage.db import session_scope
 
     try:
         review_file = read_review(file)
-        changed_at = datetime.fromtimestamp(file.stat().st_mtime, UTC)
     except ReviewFileError as exc:
         fail(str(exc))
     except OSError as exc:
@@ -145,7 +145,8 @@ def import_(file: Path, reviewer: str | None) -> None:
         found = corrections.targets(session, [e.document_id for e in review_file.entries])
         try:
             run_id = check(review_file, found)
-            rows = corrections_of(review_file, run_id, reviewer or os.environ.get("USER"), changed_at)
+            imported_at = clock.now(session)
+            rows = corrections_of(review_file, run_id, reviewer or os.environ.get("USER"), imported_at)
         except ReviewFileError as exc:
             fail(str(exc))
         stored, again = corrections.store(session, rows)

@@ -13,7 +13,7 @@ import io
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
@@ -86,6 +86,7 @@ class ReviewFile:
     """The JSON's run (a CSV names none: its documents do)."""
     reviewer: str | None
     saved_at: datetime | None
+    """When the JSON says it was saved: checked, not stored (the import's time is)."""
     entries: list[Entry]
 
 
@@ -198,14 +199,18 @@ def _saved_at(name: str, raw: object) -> datetime | None:
 
 def _from_csv(name: str, content: str) -> ReviewFile:
     reader = csv.DictReader(io.StringIO(content, newline=""))
-    missing = [c for c in ("key", "value", "correction") if c not in (reader.fieldnames or [])]
+    try:
+        fieldnames = reader.fieldnames
+    except csv.Error as exc:
+        raise ReviewFileError(f"{name}: row 1: {_csv_problem(exc)}") from exc
+    missing = [c for c in ("key", "value", "correction") if c not in (fieldnames or [])]
     if missing:
         raise ReviewFileError(
             f"{name}: no {', '.join(missing)} column (the header must be the export's: key, path, "
             "field, position, value, confidence, match, quote, correction, reviewer)"
         )
     entries = []
-    for n, row in enumerate(reader, 2):  # the header is row 1
+    for n, row in enumerate(_rows(name, reader), 2):  # the header is row 1
         correction = uncell((row.get("correction") or "").strip())
         if not correction:
             continue  # not reviewed
@@ -218,6 +223,32 @@ def _from_csv(name: str, content: str) -> ReviewFile:
         }
         entries.append(_entry(name, f"row {n}", item, value))
     return ReviewFile(name, None, None, None, entries)
+
+
+def _rows(name: str, reader: csv.DictReader[str]) -> Iterator[dict[str, str]]:
+    """The CSV's rows; a row the csv module cannot read is a ReviewFileError naming it."""
+    n = 1
+    while True:
+        n += 1
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise ReviewFileError(f"{name}: row {n}: {_csv_problem(exc)}") from exc
+        yield row
+
+
+def _csv_problem(exc: csv.Error) -> str:
+    """Why the csv module could not read a row, as the reviewer can act on it."""
+    if "field larger than field limit" in str(exc):
+        # No reviewed value comes near it (a company is at most 300 characters): the cell is
+        # pasted text, or the file is not the exported sheet.
+        return (
+            f"a cell is longer than {csv.field_size_limit():,} characters, more than any value a "
+            "review holds: is this the exported sheet?"
+        )
+    return f"not readable as CSV ({exc}): save it again as CSV UTF-8"
 
 
 def _entry(name: str, where: str, item: Mapping[str, Any], raw: object) -> Entry:
@@ -255,12 +286,13 @@ def check(review: ReviewFile, found: Mapping[int, Target]) -> str:
     (`found`), belongs to the run, has the path the sheet showed and has the field (an
     extraction; a risk factor at that position), and no key comes twice."""
     run_id = review.run_id
-    seen: dict[str, str] = {}
+    seen: dict[tuple[int, str, int | None], str] = {}  # by what the key names: 1:company is 01:company
     for e in review.entries:
         at = f"{review.name}: {e.where} (key {e.key})"
-        if e.key in seen:
-            raise ReviewFileError(f"{at}: the key comes twice (also {seen[e.key]}); keep one")
-        seen[e.key] = e.where
+        named = (e.document_id, e.field, e.position)
+        if named in seen:
+            raise ReviewFileError(f"{at}: the key comes twice (also {seen[named]}); keep one")
+        seen[named] = e.where
         target = found.get(e.document_id)
         if target is None:
             raise ReviewFileError(
@@ -303,9 +335,11 @@ def reviewer_of(entry: Entry, review: ReviewFile, fallback: str | None) -> str:
 
 
 def corrections_of(
-    review: ReviewFile, run_id: str, fallback_reviewer: str | None, reviewed_at: datetime
+    review: ReviewFile, run_id: str, fallback_reviewer: str | None, imported_at: datetime
 ) -> list[NewCorrection]:
-    """The rows to store for a checked review; `reviewed_at` is used where the file gives no time."""
+    """The rows to store for a checked review, timed `imported_at` (the database's clock at the
+    import): the review imported last wins. The file's `saved_at` is not used, since a file
+    dated 9999 would pin its values against every later review."""
     return [
         NewCorrection(
             run_id=run_id,
@@ -315,7 +349,7 @@ def corrections_of(
             value=e.value,
             original=e.original,
             reviewer=reviewer_of(e, review, fallback_reviewer),
-            reviewed_at=review.saved_at or reviewed_at,
+            reviewed_at=imported_at,
             source=review.name[:300],
         )
         for e in review.entries

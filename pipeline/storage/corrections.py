@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from sqlalchemy import and_, func, insert, or_, select
+from sqlalchemy import func, insert, or_, select
 from sqlalchemy.orm import Session
 
 from pipeline.storage import clock
@@ -199,9 +199,10 @@ class NewCorrection:
 
 
 def store(session: Session, corrections: Sequence[NewCorrection]) -> tuple[int, int]:
-    """Insert the corrections not already stored (the same document, field, position, value,
-    reviewer and time: a file imported twice); returns (stored, already there)."""
-    fresh = [c for c in corrections if not _stored_before(session, c)]
+    """Insert the corrections that change what the field's newest correction says (its value or
+    its reviewer): a file imported twice stores nothing twice, and one imported again after
+    another review of the field wins again. Returns (stored, already said)."""
+    fresh = [c for c in corrections if not _newest_says_so(session, c)]
     if fresh:
         now = clock.now(session)
         session.execute(
@@ -225,16 +226,20 @@ def store(session: Session, corrections: Sequence[NewCorrection]) -> tuple[int, 
     return len(fresh), len(corrections) - len(fresh)
 
 
-def _stored_before(session: Session, c: NewCorrection) -> bool:
-    same = and_(
-        Correction.document_id == c.document_id,
-        Correction.field == c.field,
-        Correction.position.is_not_distinct_from(c.position),
-        Correction.value.is_not_distinct_from(c.value),
-        Correction.reviewer == c.reviewer,
-        Correction.reviewed_at == c.reviewed_at.astimezone(UTC),
-    )
-    return session.scalar(select(Correction.id).where(same).limit(1)) is not None
+def _newest_says_so(session: Session, c: NewCorrection) -> bool:
+    """Whether the newest correction of `c`'s field (as the views order them) has its value
+    and reviewer."""
+    newest = session.execute(
+        select(Correction.value, Correction.reviewer)
+        .where(
+            Correction.document_id == c.document_id,
+            Correction.field == c.field,
+            Correction.position.is_not_distinct_from(c.position),
+        )
+        .order_by(Correction.reviewed_at.desc(), Correction.id.desc())
+        .limit(1)
+    ).first()
+    return newest is not None and (newest.value, newest.reviewer) == (c.value, c.reviewer)
 
 
 def reviewed_scalars(session: Session, run_id: str) -> list[tuple[int, str, str, str | None]]:
