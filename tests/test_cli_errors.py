@@ -7,10 +7,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, make_url, select, text
 
 from pipeline.core import exits
 from pipeline.runtime.embedded import child_env, free_port
@@ -47,6 +48,33 @@ def test_a_database_that_does_not_answer_is_named_with_exit_3(
         "PIPELINE_DATABASE_URL",
     )
     assert "s3cret-pw" not in result.stderr
+
+
+def test_a_database_with_no_connection_free_is_full_with_exit_3_not_a_credentials_problem(
+    postgres_url: str | None,
+) -> None:
+    if postgres_url is None:
+        pytest.skip("no Postgres server reachable (CI always has one)")
+    # A role whose connection limit is reached is refused as a full server is (SQLSTATE 53300),
+    # without filling the shared server's own max_connections.
+    role = f"full_{uuid.uuid4().hex[:10]}"
+    admin = get_engine(postgres_url)
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE ROLE {role} LOGIN PASSWORD 'pw-{role}' CONNECTION LIMIT 0"))
+        conn.commit()
+    try:
+        url = make_url(postgres_url).set(
+            drivername="postgresql+psycopg", username=role, password=f"pw-{role}"
+        )
+        result = run_cli("status", env={"PIPELINE_DATABASE_URL": url.render_as_string(hide_password=False)})
+        _said(
+            result, exits.UNREACHABLE, "is full: it has no connection free", "too many connections for role"
+        )
+        assert "fix the user, password" not in result.stderr
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f"DROP ROLE {role}"))
+            conn.commit()
 
 
 def test_debug_shows_the_traceback_instead(pipeline_env: dict[str, str], closed_port: int) -> None:
@@ -131,6 +159,28 @@ def test_a_deployment_process_refuses_to_start_without_a_database_url(
         _said(result, exits.USAGE, f"PIPELINE_DATABASE_URL is not set: `pipeline {command[0]}` must name")
 
 
+@pytest.mark.parametrize("where", ["environment", ".env"])
+def test_every_command_warns_once_of_a_misspelt_variable_naming_the_setting(
+    pipeline_env: dict[str, str], tmp_path: Path, where: str
+) -> None:
+    write_filings(tmp_path / "in", 1, seed=93, sizes=[21_000])
+    env = {}
+    if where == ".env":
+        (tmp_path / ".env").write_text("PIPELINE_RATE_LIMT_RPM=5\n")
+    else:
+        env["PIPELINE_RATE_LIMT_RPM"] = "5"
+    warning = (
+        "warning: PIPELINE_RATE_LIMT_RPM is not a setting and is ignored "
+        "(did you mean PIPELINE_RATE_LIMIT_RPM?)"
+    )
+    for command in (["plan", str(tmp_path / "in")], ["runs"], ["watchdog"]):
+        result = run_cli(*command, env=env, cwd=tmp_path, timeout_s=120)
+        assert result.returncode == 0, (command, result.stderr)
+        assert result.stderr.splitlines().count(warning) == 1, (command, result.stderr)
+    bad = run_cli("runs", env={**env, "PIPELINE_LEASE_S": "-1"}, cwd=tmp_path)
+    assert bad.returncode == exits.USAGE and bad.stderr.splitlines().count(warning) == 1, bad.stderr
+
+
 def test_each_process_names_what_it_talks_to_and_where_that_came_from(
     pipeline_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -144,10 +194,10 @@ def test_each_process_names_what_it_talks_to_and_where_that_came_from(
     )
     assert result.returncode == 0, result.stderr
     host = pipeline_env["PIPELINE_REDIS_URL"].removeprefix("redis://")
-    line = result.stderr.splitlines()[0]
+    line = next(x for x in result.stderr.splitlines() if x.startswith("pipeline watchdog:"))
     assert line.startswith("pipeline watchdog: endpoint 127.0.0.1:9 (.env), database "), line
     assert line.endswith(f"(environment), broker {host} (environment)"), line
-    warnings = result.stderr.splitlines()[1:3]
+    warnings = [x for x in result.stderr.splitlines() if x.startswith("warning: PIPELINE_")]
     assert warnings == [
         "warning: PIPELINE_LEASE_SECONDS is not a setting and is ignored (did you mean PIPELINE_LEASE_S?)",
         "warning: PIPELINE_RATE_LIMT_RPM is not a setting and is ignored (did you mean PIPELINE_RATE_LIMIT_RPM?)",

@@ -5,6 +5,7 @@ that no live worker reads."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,6 +40,59 @@ def test_the_beat_schedule_has_the_watchdog_and_the_inbox_only_when_one_is_set()
 def test_a_schedule_that_is_not_a_crontab_expression_is_refused() -> None:
     with pytest.raises(ValueError, match="crontab expression of five fields"):
         Settings(_env_file=None, inbox_schedule="nightly")  # type: ignore[call-arg]
+
+
+def _celery_takes(expression: str) -> bool:
+    minute, hour, day, month, weekday = expression.split()
+    try:
+        crontab(minute=minute, hour=hour, day_of_month=day, month_of_year=month, day_of_week=weekday)
+    except ValueError:
+        return False
+    return True
+
+
+ACCEPTED = [
+    "30 1 * * *",
+    "0 */4 * * *",
+    "5,35 22-2 * * mon-fri",
+    "0 6 1-31/2 jan,jul sun",
+    "59 23 31 12 6",
+    "0 0 1 * saturday",
+    "0-30/10 3 * DEC *",
+]
+REFUSED = [
+    ("30 25 * * *", "hour '25' is not from 0 to 23"),
+    ("60 1 * * *", "minute '60' is not from 0 to 59"),
+    ("0 1 0 * *", "day of month '0' is not from 1 to 31"),
+    ("0 1 * 13 *", "month '13' is not from 1 to 12"),
+    ("0 1 * * 7", "weekday '7' is not from 0 to 6 (Sunday is 0)"),
+    ("0 1 * * funday", "weekday 'funday' is not a number from 0 to 6"),
+    ("5/15 1 * * *", "minute '5/15' has a step without a range: write it as */15"),
+    ("*/0 1 * * *", "minute '*/0' has a step of 0"),
+    ("-5 1 * * *", "minute '-5' is not *, a number, a range"),
+    ("0 1,,2 * * *", "hour '' is not *, a number, a range"),
+]
+
+
+@pytest.mark.parametrize("expression", ACCEPTED)
+def test_a_schedule_the_check_accepts_is_one_celery_schedules(expression: str) -> None:
+    assert Settings(_env_file=None, inbox_schedule=expression).inbox_schedule == expression  # type: ignore[call-arg]
+    assert _celery_takes(expression)
+
+
+@pytest.mark.parametrize(("expression", "reason"), REFUSED)
+def test_a_schedule_out_of_range_is_refused_naming_the_field(expression: str, reason: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(f"{expression!r}: {reason}")):
+        Settings(_env_file=None, inbox_schedule=expression)  # type: ignore[call-arg]
+
+
+def test_an_hour_25_schedule_is_a_bad_setting_exit_2_for_beat(pipeline_env: dict[str, str]) -> None:
+    done = run_cli("beat", env={"PIPELINE_INBOX_SCHEDULE": "30 25 * * *", "PIPELINE_INBOX": "/data/inbox"})
+    assert done.returncode == 2, done.stderr
+    assert "error: bad setting: PIPELINE_INBOX_SCHEDULE: '30 25 * * *': hour '25' is not from 0 to 23" in (
+        done.stderr
+    )
+    assert "internal error" not in done.stderr and "Traceback" not in done.stderr
 
 
 def _worker(host: str, inbox: str | None, state: str = "readable") -> LiveWorker:

@@ -81,6 +81,13 @@ def announce(command: str, settings: Settings, *, broker_only: bool = False) -> 
     console.print(
         f"pipeline {command}: {escape(parts[-1] if broker_only else ', '.join(parts))}", highlight=False
     )
+
+
+def warn_unread_variables() -> None:
+    """A warning line per PIPELINE_ variable of the environment or `.env` that no setting reads
+    (misspelt: naming the closest setting; removed: what replaced it). Every command says it, once,
+    before it starts: a `pipeline plan` that silently ignored PIPELINE_RATE_LIMT_RPM priced the
+    run at the wrong rate, and exited 0."""
     for sentence in unread_variables([*os.environ, *env_file_variables()]):
         console.print(f"[yellow]warning:[/] {escape(sentence)}", highlight=False)
 
@@ -242,7 +249,9 @@ def main(ctx: click.Context, debug: bool) -> None:
     except ValidationError as exc:
         # Every command, a worker above all, refuses to start on a setting that cannot work.
         problems = "; ".join(_setting_problem(e["loc"], e["msg"]) for e in exc.errors())
+        warn_unread_variables()  # a misspelt name may be why a setting is missing
         fail(f"bad setting: {problems}")
+    warn_unread_variables()
     from pipeline.core import tracing
 
     if tracing.setup(f"pipeline-{ctx.invoked_subcommand or 'cli'}"):  # OTEL_EXPORTER_OTLP_ENDPOINT set

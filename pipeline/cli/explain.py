@@ -70,9 +70,35 @@ def explain(exc: BaseException, settings: Settings | None) -> Explained:
     )
 
 
+FULL = (
+    "too many clients already",
+    "remaining connection slots are reserved",
+    "too many connections for",  # a role's or a database's CONNECTION LIMIT
+)
+"""How Postgres says it has no connection slot left (SQLSTATE 53300): it answered, and is full."""
+NOT_YET = ("the database system is starting up", "the database system is shutting down")
+"""It answered, and takes no connection for now (57P03)."""
+
+
 def _database(exc: Exception, settings: Settings | None) -> Explained:
     where = database_label(settings.resolved_database_url) if settings else "the database"
     reason = _reason(db.driver_error(exc))
+    # Matched in every line: libpq names each address it tried (localhost: ::1, then 127.0.0.1).
+    lines = [" ".join(line.split()) for line in str(db.driver_error(exc)).splitlines()]
+    if full := next((line for line in lines if any(words in line for words in FULL)), None):
+        # Before FATAL below: a full server is not a wrong user, password or database name.
+        return Explained(
+            f"the database {where} is full: it has no connection free ({full[-MAX_REASON_CHARS:]}); "
+            "try again once other clients have closed theirs, or raise its max_connections (or "
+            "the role's or database's CONNECTION LIMIT)",
+            exits.UNREACHABLE,
+        )
+    if starting := next((line for line in lines if any(words in line for words in NOT_YET)), None):
+        return Explained(
+            f"the database {where} takes no connection yet ({starting[-MAX_REASON_CHARS:]}): "
+            "try again in a moment",
+            exits.UNREACHABLE,
+        )
     if "FATAL" in reason or "no password supplied" in reason:  # it answered, and said no
         return Explained(
             f"the database {where} refused the connection ({' '.join(reason.split())}): "

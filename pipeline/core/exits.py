@@ -3,7 +3,8 @@
 0    done: the run completed with its report (or the command did what was asked)
 1    some documents failed, or the run ended failed
 2    bad usage or configuration: a setting, an option, a path the user gave
-3    infrastructure unreachable: the database, the broker (Redis) or the LLM endpoint
+3    infrastructure unreachable or full: the database (or its connections all taken), the broker
+     (Redis) or the LLM endpoint; a later try may work
 4    stuck: `--wait` gave up on a run that does not move (no live worker, every call
      failing, a long provider pause); the run goes on, `pipeline status` follows it
 5    the LLM endpoint refused us: the API key, the model, or no structured-output mode works

@@ -16,6 +16,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pipeline.core import constants as c
 from pipeline.core.cost import Price, parse_prices
+from pipeline.core.cron import crontab_problem
 from pipeline.core.deadline import parse_deadline
 from pipeline.core.prices import list_prices
 from pipeline.core.setting_groups import (
@@ -105,9 +106,9 @@ class Settings(
 
     @field_validator("inbox_schedule")
     @classmethod
-    def _five_cron_fields(cls, value: str) -> str:
-        if len(value.split()) != 5:
-            raise ValueError(f"{value!r} is not a crontab expression of five fields")
+    def _crontab_beat_reads(cls, value: str) -> str:
+        if problem := crontab_problem(value):
+            raise ValueError(problem)
         return value
 
     @field_validator("database_url")
