@@ -4,6 +4,8 @@ only answered calls as progress, and prints a plain line where no terminal shows
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from pipeline.runs.progress import (
     stuck_state,
 )
 from pipeline.runs.status import CallOutcomes, RunStatusView
+from pipeline.runtime.embedded import child_env
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.intake import delete_run
 from pipeline_dev.synth_filings import generate_filing
@@ -261,6 +264,47 @@ def test_submit_wait_with_no_live_worker_exits_4_naming_it(
         assert f"run {run_id} is stuck: no live worker" in result.stderr
         assert f"the run goes on: follow it with `pipeline status {run_id}`" in result.stderr
         assert "Traceback" not in result.stderr
+    finally:
+        _forget(pipeline_env["PIPELINE_DATABASE_URL"], run_id)
+
+
+def test_submit_without_wait_to_a_broker_no_worker_listens_on_warns(
+    pipeline_env: dict[str, str], own_broker: str, one_filing: Path
+) -> None:
+    result = run_cli("submit", str(one_filing), env={**pipeline_env, "PIPELINE_REDIS_URL": own_broker})
+    run_id = result.stdout.strip()
+    try:
+        assert result.returncode == 0, result.stderr
+        host = own_broker.removeprefix("redis://")
+        assert f"warning: no live worker was seen on the broker {host}: the run waits" in " ".join(
+            result.stderr.split()
+        ), result.stderr
+        assert re.fullmatch(r"[0-9a-f]{32}", run_id), "stdout is still the run id alone"
+    finally:
+        _forget(pipeline_env["PIPELINE_DATABASE_URL"], run_id)
+
+
+def test_with_wait_the_run_id_is_the_last_line_printed_as_without(
+    pipeline_env: dict[str, str], own_broker: str, one_filing: Path
+) -> None:
+    # The README: "the run id is the last line"; a terminal shows stdout and stderr as one.
+    env = child_env({**pipeline_env, "PIPELINE_REDIS_URL": own_broker, "PIPELINE_WAIT_STUCK_S": "1"})
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline", "submit", str(one_filing), "--wait"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=60,
+    )
+    lines = done.stdout.strip().splitlines()
+    run_id = lines[-1]
+    try:
+        assert done.returncode == exits.STUCK, done.stdout
+        assert re.fullmatch(r"[0-9a-f]{32}", run_id), done.stdout
+        named = lines.index(f"submitted 1 documents: run {run_id}")  # at once, to follow it elsewhere
+        assert named < len(lines) - 2 and "is stuck" in " ".join(lines[named:-1]), done.stdout
+        assert lines.count(run_id) == 1, done.stdout
     finally:
         _forget(pipeline_env["PIPELINE_DATABASE_URL"], run_id)
 

@@ -176,15 +176,39 @@ def submit_and_wait(
         return refused
     try:
         mode = start_run(engine, settings, plan)
-        console.print(f"submitted {plan.submitted} documents" + (" (batch mode)" if mode == "batch" else ""))
-        click.echo(plan.run_id)
+        submitted = f"submitted {plan.submitted} documents" + (" (batch mode)" if mode == "batch" else "")
         if not wait:
+            console.print(submitted)
+            _warn_without_workers(settings, plan.run_id)
+            click.echo(plan.run_id)
             return 0, plan.run_id
-        return follow(engine, plan.run_id, check), plan.run_id
+        # Followed, the run id is on stderr at once (to follow it elsewhere) and on stdout last,
+        # after the summary: the last line, as when not followed, and stdout's only one.
+        console.print(f"{submitted}: run {plan.run_id}")
+        try:
+            return follow(engine, plan.run_id, check), plan.run_id
+        finally:
+            click.echo(plan.run_id)
     except KeyboardInterrupt as exc:
         if check is None or isinstance(exc, RunInterrupted):
             raise
         raise RunInterrupted(plan.run_id, stopped_by(exc)) from None  # `pipeline run` marks it
+
+
+def _warn_without_workers(settings: Settings, run_id: str) -> None:
+    """A warning when no worker's heartbeat is in the broker the run was sent to: the run waits,
+    and a submit that exits 0 would not say so (`--wait` names it as stuck, exit 4). Nothing
+    when the heartbeats cannot be read (the broker took the run: it answered a moment ago)."""
+    from pipeline.cli.explain import redis_label
+    from pipeline.recovery.heartbeat import live_workers_at
+
+    if settings.redis_url and live_workers_at(settings.redis_url) == []:
+        console.print(
+            f"[yellow]warning:[/] no live worker was seen on the broker {escape(redis_label(settings.redis_url))}: "
+            "the run waits until `pipeline worker` runs with this PIPELINE_REDIS_URL and "
+            f"PIPELINE_DATABASE_URL (`pipeline status {run_id}` shows the workers)",
+            highlight=False,
+        )
 
 
 def with_mode(settings: Settings, mode: str | None, deadline: str | None) -> Settings:
