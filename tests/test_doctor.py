@@ -5,13 +5,14 @@ failure, with the exit code of pipeline/core/exits.py."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from pipeline.core import exits
 from pipeline.llm.doctor import ModeResult, host_of, models_missing, modes_verdict, shown_url
 from pipeline.runtime import embedded
 from pipeline_dev.sim import SimConfig, SimServer
-from tests.conftest import run_cli
+from tests.conftest import run_cli, running_simulator
 
 KEY = "sk-doctor-0123456789"
 
@@ -113,3 +114,13 @@ def test_a_configured_mode_that_does_not_work_fails_though_another_does() -> Non
     assert verdict is not None and "set it to auto or json_object_schema" in verdict.message
     assert host_of("https://user:secret@gw.example.com/v1") == "gw.example.com:443"
     assert shown_url("https://user:secret@gw.example.com:8443/v1") == "https://gw.example.com:8443/v1"
+
+
+def test_the_readmes_dry_run_sim_then_doctor_passes_with_the_default_model(tmp_path: Path) -> None:
+    # README, "Choose the model": `pipeline sim --port 8900 --rpm 600 &`, then `pipeline doctor`
+    # with PIPELINE_LLM_MODEL=gpt-4o-mini (the default), before any request named that model.
+    with running_simulator(tmp_path, "--rpm", "600") as url:
+        env = {"PIPELINE_LLM_BASE_URL": url, "PIPELINE_LLM_MODEL": "gpt-4o-mini"}
+        result = run_cli("doctor", env=env, timeout_s=60)
+    assert result.returncode == exits.OK, result.stdout + result.stderr
+    assert "this model listed: yes" in result.stdout

@@ -324,20 +324,29 @@ def test_a_bad_age_is_refused_with_the_forms_accepted(given: str) -> None:
 
 
 def test_ages_read_as_the_operator_wrote_them() -> None:
-    assert [parse_duration(x) for x in ("90d", "12h", "2w", "30m", "45s", "1.5d")] == [
+    assert [parse_duration(x) for x in ("90d", "12h", "2w", "30m", "45s", "1.5d", "2y")] == [
         90 * 86_400,
         12 * 3600,
         14 * 86_400,
         1800,
         45,
         1.5 * 86_400,
+        730 * 86_400,  # docs/retention.md's example: a year is 365 days
     ]
-    assert [duration_words(parse_duration(x)) for x in ("90d", "2w", "12h", "1d")] == [
+    assert [duration_words(parse_duration(x)) for x in ("90d", "2w", "12h", "1d", "2y", "365d")] == [
         "90 days",
         "2 weeks",
         "12 hours",
         "1 day",
+        "2 years",
+        "1 year",
     ]
+
+
+def test_the_retention_pages_two_years_is_accepted(pipeline_env: dict[str, str]) -> None:
+    done = prune("--older-than", "2y", "--dry-run")  # docs/retention.md, as written
+    assert done.exit_code == 0, done.output
+    assert "final runs that ended more than 2 years ago" in done.output
 
 
 def test_prune_with_a_bad_age_or_none_exits_2_with_a_sentence(pipeline_env: dict[str, str]) -> None:

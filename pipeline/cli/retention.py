@@ -24,7 +24,7 @@ RUNS_LISTED = 10
 
 
 class Duration(click.ParamType[float]):
-    """90d, 12h, 2w, 30m, 45s: seconds; a clear sentence (exit 2) for anything else."""
+    """90d, 12h, 2w, 1y, 30m, 45s: seconds; a clear sentence (exit 2) for anything else."""
 
     name = "duration"
 
@@ -45,7 +45,7 @@ class Duration(click.ParamType[float]):
     "older_than_s",
     type=Duration(),
     metavar="DURATION",
-    help="Prune the runs that ended longer ago than this: 90d, 12h, 2w, 30m, 45s "
+    help="Prune the runs that ended longer ago than this: 90d, 12h, 2w, 1y (365 days), 30m, 45s "
     "[default: PIPELINE_RETENTION_DAYS].",
 )
 @click.option(

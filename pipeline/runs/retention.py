@@ -34,25 +34,26 @@ DOCUMENTS_PER_TRANSACTION = 200
 """Documents whose texts, chunks and calls go in one transaction: at most 200 MB of text at the
 product's 1 MB a filing, a few thousand chunk and call rows."""
 
-UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
-UNIT_NAMES = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800, "y": 365 * 86_400}
+"""A year is 365 days: a retention is a policy's round figure, and a day either way is no matter."""
+UNIT_NAMES = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks", "y": "years"}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdwy])\s*$")
 
 
 def parse_duration(given: str) -> float:
-    """Seconds in "90d", "12h", "2w", "30m" or "45s"; ValueError with the accepted forms."""
+    """Seconds in "90d", "12h", "2w", "1y", "30m" or "45s"; ValueError with the accepted forms."""
     found = _DURATION.match(given.lower())
     if not found:
         raise ValueError(
             f"{given!r} is not a duration: give a number and a unit, as in 90d (days), 12h (hours), "
-            "2w (weeks), 30m (minutes) or 45s (seconds)"
+            "2w (weeks), 1y (365 days), 30m (minutes) or 45s (seconds)"
         )
     return float(found.group(1)) * UNITS_S[found.group(2)]
 
 
 def duration_words(seconds: float) -> str:
-    """90 days, 12 hours, 2 weeks: the largest unit that divides it, else seconds."""
-    for unit in ("w", "d", "h", "m"):
+    """90 days, 12 hours, 2 weeks, 2 years: the largest unit that divides it, else seconds."""
+    for unit in ("y", "w", "d", "h", "m"):
         if seconds >= UNITS_S[unit] and seconds % UNITS_S[unit] == 0:
             count = seconds / UNITS_S[unit]
             return f"{count:g} {UNIT_NAMES[unit] if count != 1 else UNIT_NAMES[unit][:-1]}"

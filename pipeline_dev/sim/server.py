@@ -292,8 +292,8 @@ async def _compose(chat: ChatRequest, loop: asyncio.AbstractEventLoop, state: Si
 
 
 async def models(request: web.Request) -> web.Response:
-    """GET /v1/models: the served models when they are configured, else "sim-1" and every model
-    name seen. A wrong key is refused here too (401), as OpenAI does on every endpoint."""
+    """GET /v1/models: the served models when they are configured, else "sim-1", the pipeline's
+    default model and every model name seen. A wrong key is refused here too (401), as OpenAI does on every endpoint."""
     state = request.app[STATE]
     refusal = key_refusal(request.headers.get("Authorization", ""), state.config)
     if refusal is not None:

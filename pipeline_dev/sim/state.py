@@ -15,6 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
+from pipeline.core.settings import default
 from pipeline_dev.sim.config import SimConfig
 from pipeline_dev.sim.limits import SlidingWindowLimiter
 from pipeline_dev.sim.outage import Outages, kind_of
@@ -102,6 +103,12 @@ class Recorder:
                     out.flush()
 
 
+LISTED_MODELS = ("sim-1", default("llm_model"))
+"""What GET /v1/models lists before any request named a model: its own name and the pipeline's
+default model (gpt-4o-mini), so that the README's dry run, `pipeline sim` then `pipeline doctor`
+with nothing else set, finds the model it calls."""
+
+
 class SimState:
     """Everything the handlers share; used from the event loop thread only."""
 
@@ -115,7 +122,7 @@ class SimState:
         self.counters = Counters()
         self.batch_counters = BatchCounters()
         self.enqueued_tokens = 0  # of the batches not yet finished (the Batch API keeps it)
-        self.models: set[str] = {"sim-1"}
+        self.models: set[str] = set(LISTED_MODELS)
         self.in_flight = 0
         self.most_in_flight = 0  # since the start or the last reset
         self.next_id = 0
