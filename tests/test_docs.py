@@ -90,9 +90,18 @@ def test_the_security_table_names_tests_that_exist() -> None:
 def test_the_quick_start_commands_are_the_ones_ci_and_the_local_run_test_run() -> None:
     quick = README.read_text().split("## Quick start", 1)[1].split("\n## ", 1)[0]
     run, test = re.findall(r"```sh\n(.*?)\n```", quick, flags=re.S)
-    assert test in (ROOT / ".ci" / "run").read_text().splitlines(), (
-        ".ci/run must run the README's test command"
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert test in ci, ".ci/run must run the README's test command"
+    # The real model's server is built portably by the command itself, not by an environment
+    # only CI has: a build for the host's CPU alone crashed on its first completion (issue 47).
+    assert "CMAKE_ARGS=-DGGML_NATIVE=OFF .venv/bin/pip install" in test and "realmodel" in test
+    assert [line for line in ci if "CMAKE_ARGS" in line and not line.startswith("#")] == [test], (
+        ".ci/run sets no CMAKE_ARGS of its own"
     )
+    assert [line for line in ci if "realmodel" in line and not line.startswith("#")] == [test], (
+        "the README's command is what installs (and builds) the real model on CI"
+    )
+    assert f"```sh\n{test}\n```" in (ROOT / "docs" / "testing.md").read_text()
     assert run.endswith("&& .venv/bin/pipeline run examples/filings")
     local_run = (ROOT / "tests" / "test_local_run.py").read_text()
     assert '"pipeline", "run", str(ROOT / "examples" / "filings")]' in local_run
