@@ -46,7 +46,9 @@ def test_chunks_start_at_item_headings_unless_a_long_section_is_split() -> None:
 
 
 def test_tiny_sections_are_merged_and_long_ones_split() -> None:
-    text = "Cover page\n" + "".join(f"Item {n}. Short {n}\nA line.\n" for n in (1, 2, 3)) + "Item 7. Long\n"
+    titles = {1: "Business", 2: "Properties", 3: "Legal Proceedings"}
+    text = "Cover page\n" + "".join(f"Item {n}. {titles[n]}\nA line.\n" for n in (1, 2, 3))
+    text += "Item 7. Management's Discussion and Analysis\n"
     text += "Revenue grew. " * 2_000
     spans = split_by_section(text, 1_000, 50)
     _assert_covers(text, spans, 1_000)

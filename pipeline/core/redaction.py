@@ -2,7 +2,7 @@
 
 - log records, when they are made (`install_logging`, in every process the CLI or Celery starts);
 - the pipeline's exceptions, when they are raised (`PipelineError`'s message);
-- the database's error columns, when they are written (`pipeline.storage.models.RedactedText`);
+- the database's error columns, when they are written (`pipeline.storage.columns.RedactedText`);
 - Celery's results and events, before they reach Redis and Flower (`workers.backend`, `workers.events`);
 - the CLI's error sentences (`pipeline.cli.base.fail`); status and reports read what was stored.
 

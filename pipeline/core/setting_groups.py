@@ -97,7 +97,27 @@ class InputSettings(BaseSettings):
     heading: ClassVar[str] = "Input and chunks"
 
     max_file_bytes: int = Field(
-        default=8 * 1024 * 1024, ge=1, description="larger files are skipped with the reason"
+        default=8 * 1024 * 1024,
+        ge=1,
+        description="a file whose text to send (after an HTML or EDGAR submission file is converted) is "
+        "larger is skipped with the reason",
+    )
+    max_source_bytes: int = Field(
+        default=1024 * 1024 * 1024,
+        ge=1,
+        description="a file larger than this on disk is skipped unread (a 10-K's complete submission "
+        "file is often 10-60 MB, of which the text sent is a fraction)",
+    )
+    exhibit_types: str = Field(
+        default="EX-13*,EX-99*",
+        description="exhibits of an EDGAR submission read with its primary document (patterns of "
+        "<TYPE>, comma-separated: EX-13 holds some 10-Ks' financial statements, EX-99 an 8-K's "
+        "release); every other part is left out and counted with its reason",
+    )
+    form_types: str = Field(
+        default="*",
+        description="forms a run reads (patterns of the form type, e.g. '10-K*,10-Q*,8-K*'): a filing "
+        "whose header or cover states another form is skipped with the reason",
     )
     max_document_tokens: int = Field(
         default=0, ge=0, description="files estimated above this many tokens are skipped (0: no cap)"

@@ -138,7 +138,11 @@ class Assessor:
     @cached_property
     def _risk_sections(self) -> list[tuple[int, int]]:
         """Where Item 1A lies ([] when the filing has no item headings: nothing to check)."""
-        return [(s.start, s.end) for s in find_sections(self.source.text) if s.name == "Item 1A"]
+        return [
+            (s.start, s.end)
+            for s in find_sections(self.source.text, check=False)
+            if s.name.endswith("Item 1A")
+        ]
 
     def assess(
         self,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pipeline.core.constants import CHARS_PER_TOKEN
@@ -22,12 +23,14 @@ def estimate_tokens(text: str) -> int:
     return max(1, -(-len(text) // CHARS_PER_TOKEN))
 
 
-def split(text: str, chunk_tokens: int, overlap_tokens: int) -> list[ChunkSpan]:
+def split(
+    text: str, chunk_tokens: int, overlap_tokens: int, count: Callable[[str], int] = estimate_tokens
+) -> list[ChunkSpan]:
     """Cover `text` with windows of about `chunk_tokens`, each overlapping the previous one.
 
     Windows end at a paragraph, line or sentence break where one lies in the window's last
     fifth, so facts are rarely cut in half; the overlap repeats what a cut may still split.
-    Every character of `text` lies in at least one window.
+    Every character of `text` lies in at least one window; `count` gives each one's tokens.
     """
     if overlap_tokens >= chunk_tokens:
         raise ValueError("overlap must be smaller than the chunk")
@@ -37,7 +40,7 @@ def split(text: str, chunk_tokens: int, overlap_tokens: int) -> list[ChunkSpan]:
     start = 0
     while True:
         end = len(text) if len(text) - start <= size else _break_before(text, start, start + size)
-        spans.append(ChunkSpan(len(spans), start, end, estimate_tokens(text[start:end])))
+        spans.append(ChunkSpan(len(spans), start, end, count(text[start:end])))
         if end >= len(text):
             return spans
         start = max(end - overlap, start + 1)

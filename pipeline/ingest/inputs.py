@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import glob
 import hashlib
+import mmap
 import os
 import re
 import stat
@@ -17,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.core.errors import InputError
+from pipeline.core.settings import Settings
+from pipeline.ingest.filing.read import TEXT, Intake, format_of, read
 from pipeline.ingest.walk import (
     NOT_REGULAR,
     NOTHING_THERE,
@@ -30,6 +33,7 @@ __all__ = [
     "NOTHING_THERE",
     "Candidate",
     "LoadedFile",
+    "Reading",
     "check_bases",
     "expand",
     "load",
@@ -55,6 +59,37 @@ BINARY_SIGNATURES = {
 
 
 @dataclass(frozen=True)
+class Reading:
+    """How files are read: the limits and PIPELINE_EXHIBIT_TYPES / PIPELINE_FORM_TYPES."""
+
+    max_text_bytes: int = 8 * 1024 * 1024
+    """The text that will be sent (after conversion), in UTF-8 bytes."""
+    max_source_bytes: int = 1024 * 1024 * 1024
+    """The file on disk: a 10-K's complete submission is often 10-60 MB."""
+    exhibit_types: tuple[str, ...] = ("EX-13*", "EX-99*")
+    form_types: tuple[str, ...] = ("*",)
+
+
+def reading(settings: Settings) -> Reading:
+    """How the intake reads files under `settings`."""
+    return Reading(
+        max_text_bytes=settings.max_file_bytes,
+        max_source_bytes=settings.max_source_bytes,
+        exhibit_types=_patterns(settings.exhibit_types),
+        form_types=_patterns(settings.form_types) or ("*",),
+    )
+
+
+def _patterns(value: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in value.split(",") if part.strip())
+
+
+MMAP_FROM_BYTES = 4 * 1024 * 1024
+"""A file this large is mapped, not read: a submission's parts are found in place and only the
+documents taken are copied (memory stays bounded on a 100 MB submission)."""
+
+
+@dataclass(frozen=True)
 class LoadedFile:
     path: str
     size_bytes: int
@@ -62,6 +97,9 @@ class LoadedFile:
     text: str | None = None
     problem: str | None = None
     note: str | None = None
+    intake: Intake | None = None
+    """What the intake read (format, documents taken and left out, metadata); None for a file
+    refused before it was read."""
 
 
 def check_bases(patterns: Sequence[str]) -> None:
@@ -109,10 +147,13 @@ _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 """A link put in place of a checked file is not followed, and a FIFO does not block the open."""
 
 
-def load(candidate: Candidate, max_bytes: int) -> LoadedFile:
-    """Read and check one file: size, binary content, encoding; hash what is usable. What is
-    opened is checked again once open: a regular file, not a link, at most `max_bytes` (a file
-    that grows, or says it is empty as /proc's do, is read no further than that)."""
+def load(candidate: Candidate, max_bytes: int, reading: Reading | None = None) -> LoadedFile:
+    """Read and check one file: its size, its format, binary content, encoding; convert what
+    needs converting and hash what is usable. `max_bytes` bounds the text that will be sent;
+    the file itself may be up to `reading.max_source_bytes`. What is opened is checked again once
+    open: a regular file, not a link (a file that grows, or says it is empty as /proc's do, is read
+    no further than the limit)."""
+    reading = reading or Reading(max_text_bytes=max_bytes)
     if candidate.problem:
         return LoadedFile(candidate.path, 0, problem=candidate.problem)
     try:
@@ -121,28 +162,51 @@ def load(candidate: Candidate, max_bytes: int) -> LoadedFile:
         if exc.errno == errno.ELOOP:
             return LoadedFile(candidate.path, 0, problem=link_not_followed(_directory_of(candidate.path)))
         return LoadedFile(candidate.path, 0, problem=f"cannot be read: {exc.strerror or exc}")
+    source_limit = max(reading.max_source_bytes, max_bytes)
     with open(fd, "rb") as handle:
         try:
             status = os.fstat(fd)
             if not stat.S_ISREG(status.st_mode):
                 return LoadedFile(candidate.path, 0, problem=NOT_REGULAR)
-            data = b"" if status.st_size > max_bytes else handle.read(max_bytes + 1)
+            if status.st_size > source_limit:
+                return LoadedFile(
+                    candidate.path,
+                    status.st_size,
+                    problem=f"{status.st_size:,} bytes on disk is over the {source_limit:,}-byte limit "
+                    "(PIPELINE_MAX_SOURCE_BYTES)",
+                )
+            if status.st_size >= MMAP_FROM_BYTES:
+                with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mapped:
+                    return load_bytes(candidate.path, mapped, max_bytes, reading)  # type: ignore[arg-type]
+            data = handle.read((status.st_size or max_bytes) + 1)
         except OSError as exc:
             return LoadedFile(candidate.path, 0, problem=f"cannot be read: {exc.strerror or exc}")
-    size = max(status.st_size, len(data))
-    if size > max_bytes:
-        return LoadedFile(
-            candidate.path, size, problem=f"{size:,} bytes is over the {max_bytes:,}-byte limit"
-        )
-    return load_bytes(candidate.path, data)
+    if not status.st_size and len(data) > max_bytes:  # /proc's files say they are empty
+        return LoadedFile(candidate.path, len(data), problem=_over(len(data), max_bytes))
+    return load_bytes(candidate.path, data, max_bytes, reading)
+
+
+def _over(size: int, max_bytes: int) -> str:
+    return f"{size:,} bytes of text is over the {max_bytes:,}-byte limit (PIPELINE_MAX_FILE_BYTES)"
 
 
 def _directory_of(path: str) -> str:
     return printable(os.path.abspath(os.path.dirname(path) or "."))
 
 
-def load_bytes(path: str, data: bytes) -> LoadedFile:
-    """Check a file's bytes: text (UTF-8, else Windows-1252) or the reason it is not."""
+def load_bytes(path: str, data: bytes, max_bytes: int = 0, reading: Reading | None = None) -> LoadedFile:
+    """Check a file's bytes: an EDGAR submission, HTML or XML converted to its readable text
+    (`pipeline.ingest.filing`), plain text decoded (UTF-8, else Windows-1252), or the reason it is
+    not usable. `max_bytes` (0: none) bounds the text that will be sent."""
+    reading = reading or Reading()
+    if problem := _binary(data[:16]):
+        return LoadedFile(path, len(data), problem=problem)
+    kind = format_of(data)
+    if kind != TEXT:
+        return _converted(path, data, max_bytes, reading)
+    if max_bytes and len(data) > max_bytes:
+        return LoadedFile(path, len(data), problem=_over(len(data), max_bytes))
+    data = bytes(data)
     if problem := _binary(data):
         return LoadedFile(path, len(data), problem=problem)
     note = None
@@ -152,18 +216,37 @@ def load_bytes(path: str, data: bytes) -> LoadedFile:
         # Legacy filings are often Windows-1252; latin-1 never fails, so nothing is lost.
         text = _decode_legacy(data)
         note = "not UTF-8: decoded as Windows-1252/Latin-1"
+    if problem := _not_text(text):
+        return LoadedFile(path, len(data), problem=problem)
+    digest = hashlib.sha256(data).hexdigest()
+    return LoadedFile(path, len(data), sha256=digest, text=text, note=note, intake=Intake(TEXT))
+
+
+def _converted(path: str, data: bytes, max_bytes: int, reading: Reading) -> LoadedFile:
+    """A submission, HTML or XML file, as the text the intake converted it to."""
+    intake = read(data, exhibit_types=list(reading.exhibit_types), form_types=list(reading.form_types))
+    size = len(data)
+    if intake.problem or intake.text is None:
+        return LoadedFile(path, size, problem=intake.problem or "no readable text", intake=intake)
+    text = intake.text.replace("\x00", "")
+    if problem := _not_text(text):
+        return LoadedFile(path, size, problem=problem, intake=intake)
+    encoded = text.encode("utf-8", "replace")
+    if max_bytes and len(encoded) > max_bytes:
+        return LoadedFile(path, size, problem=_over(len(encoded), max_bytes), intake=intake)
+    note = "; ".join(intake.notes) or None
+    return LoadedFile(
+        path, size, sha256=hashlib.sha256(encoded).hexdigest(), text=text, note=note, intake=intake
+    )
+
+
+def _not_text(text: str) -> str | None:
     if not text.strip():
-        return LoadedFile(path, len(data), problem="empty or whitespace-only file")
+        return "empty or whitespace-only file"
     controls = len(_CONTROL.findall(text))
     if controls > MAX_CONTROL_SHARE * len(text):
-        share = controls / len(text)
-        return LoadedFile(
-            path,
-            len(data),
-            problem=f"binary file: {share:.1%} of its characters are control characters",
-        )
-    digest = hashlib.sha256(data).hexdigest()
-    return LoadedFile(path, len(data), sha256=digest, text=text, note=note)
+        return f"binary file: {controls / len(text):.1%} of its characters are control characters"
+    return None
 
 
 def stored_path(path: str) -> str:

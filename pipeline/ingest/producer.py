@@ -18,6 +18,7 @@ from pipeline.core import tracing
 from pipeline.core.constants import PROMPT_VERSION
 from pipeline.core.settings import Settings
 from pipeline.ingest import chunking, injection, inputs, sections
+from pipeline.llm.tokens import counter_for
 from pipeline.storage import db, intake, run_state
 from pipeline.storage.db import session_scope
 from pipeline.storage.models import DocStatus
@@ -51,6 +52,8 @@ class SubmitPlan:
     spans: dict[int, tuple[str, list[tuple[int, int, int]]]] = field(default_factory=dict)
     """Each document's content hash and chunks (start, end, estimated tokens): where an
     earlier run answered the same text, `pipeline plan` counts no call."""
+    found: dict[str, sections.Found] = field(default_factory=dict)
+    """Each usable file's sections (by content hash), for its document row."""
     reused_chunks: int = 0
     """Of the chunks, those an earlier run answered (set by `pipeline.runs.estimate.reusing`)."""
     created: bool = True
@@ -116,7 +119,7 @@ def prepare_run(
             for candidate in batch:
                 if only_new and candidate.problem in inputs.NOTHING_THERE:
                     continue  # an empty inbox tonight is not a run
-                loaded = inputs.load(candidate, settings.max_file_bytes)
+                loaded = inputs.load(candidate, settings.max_file_bytes, inputs.reading(settings))
                 if on_file:
                     on_file(loaded)
                 if only_new and loaded.sha256 and intake.content_extracted(session, loaded.sha256):
@@ -228,12 +231,14 @@ def _add_traced_file(
             status=DocStatus.SKIPPED,
             error=reason,
             trace_parent=tracing.traceparent(current),
+            read=_read_of(loaded),
         )
         current.set_attribute("document.status", "skipped")
         plan.rejected.append((loaded.path, reason))
         return
     first_path_of[loaded.sha256] = loaded.path
-    intake.store_content(session, loaded.sha256, loaded.text, loaded.size_bytes)
+    offsets = loaded.intake.offsets if loaded.intake else []
+    intake.store_content(session, loaded.sha256, loaded.text, loaded.size_bytes, offsets)
     plan.tokens += tokens
     finding = injection.detect(loaded.text)
     document_id = intake.add_document(
@@ -246,6 +251,7 @@ def _add_traced_file(
         spans=spans,
         injection_excerpt=finding.excerpt if finding else None,
         trace_parent=tracing.traceparent(current),
+        read=_read_of(loaded, plan.found.get(loaded.sha256)),
     )
     current.set_attributes({"document.id": document_id, "document.chunks": len(spans)})
     plan.document_ids.append(document_id)
@@ -262,13 +268,41 @@ def _chunk(
         problem = f"duplicate of {first_path_of[loaded.sha256]} in this batch"
     if problem or loaded.text is None:
         return [], 0, problem
+    form = loaded.intake.meta.form if loaded.intake else None
+    found = sections.locate(loaded.text, form)
+    if loaded.sha256:
+        plan.found[loaded.sha256] = found
     spans = sections.split_by_section(
         loaded.text,
         settings.chunk_budget_tokens(),
         min(settings.chunk_overlap_tokens, settings.chunk_budget_tokens() // 4),
+        found.sections,
+        counter_for(settings.llm_model),
     )
     tokens = sum(s.token_estimate for s in spans)
     return spans, tokens, _over_token_caps(settings, plan, tokens)
+
+
+def _read_of(loaded: inputs.LoadedFile, found: sections.Found | None = None) -> intake.Read | None:
+    """What the document row keeps of the intake: the format, the metadata, the documents
+    taken and left out, the sections found and doubted."""
+    if loaded.intake is None:
+        return None
+    summary = loaded.intake.summary()
+    if found is not None:
+        summary["sections"] = found.summary()
+    meta = loaded.intake.meta
+    return intake.Read(
+        source_format=loaded.intake.format,
+        form_type=meta.form,
+        company_name=meta.company,
+        cik=meta.cik,
+        period_of_report=meta.period,
+        fiscal_year=meta.fiscal_year,
+        accession_number=meta.accession,
+        filing_date=meta.filed,
+        intake=summary,
+    )
 
 
 def survey(settings: Settings, paths: Sequence[str]) -> SubmitPlan:
@@ -278,7 +312,7 @@ def survey(settings: Settings, paths: Sequence[str]) -> SubmitPlan:
     plan = SubmitPlan(run_id="")
     first_path_of: dict[str, str] = {}
     for candidate in inputs.expand(paths, follow_links=settings.follow_links):
-        loaded = inputs.load(candidate, settings.max_file_bytes)
+        loaded = inputs.load(candidate, settings.max_file_bytes, inputs.reading(settings))
         spans, tokens, problem = _chunk(settings, plan, loaded, first_path_of)
         if problem or loaded.sha256 is None:
             plan.rejected.append((loaded.path, problem or "unusable"))

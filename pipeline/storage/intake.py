@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, fields
+from datetime import date
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import delete, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
@@ -69,18 +71,48 @@ def content_extracted(session: Session, sha256: str) -> bool:
     return found is not None
 
 
-def store_content(session: Session, sha256: str, text: str, size_bytes: int) -> None:
+@dataclass(frozen=True)
+class Read:
+    """What the intake found in a file, kept on its document row (the columns of the same names)."""
+
+    source_format: str
+    form_type: str | None = None
+    company_name: str | None = None
+    cik: str | None = None
+    period_of_report: date | None = None
+    fiscal_year: int | None = None
+    accession_number: str | None = None
+    filing_date: date | None = None
+    intake: dict[str, Any] | None = None
+
+    def columns(self) -> dict[str, Any]:
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values["form_type"] = (self.form_type or "")[:20] or None
+        values["company_name"] = (self.company_name or "")[:300] or None
+        values["accession_number"] = (self.accession_number or "")[:25] or None
+        return values
+
+
+def store_content(
+    session: Session, sha256: str, text: str, size_bytes: int, offsets: Sequence[tuple[int, int]] = ()
+) -> None:
     """The text, stored once per content: kept when it is there, written again when `pipeline
     prune` dropped it (NULL). ON CONFLICT DO UPDATE locks the row until this transaction ends
     (even when its WHERE leaves it unchanged), so a concurrent prune skips a text a document
     being submitted uses, and one that pruned it first is undone here."""
     dialect = session.get_bind().dialect.name
     insert_into = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    stmt = insert_into(table_of(Content)).values(sha256=sha256, text=text, bytes=size_bytes)
+    stmt = insert_into(table_of(Content)).values(
+        sha256=sha256, text=text, bytes=size_bytes, source_offsets=[list(pair) for pair in offsets] or None
+    )
     session.execute(
         stmt.on_conflict_do_update(
             index_elements=["sha256"],
-            set_={"text": stmt.excluded.text, "bytes": stmt.excluded.bytes},
+            set_={
+                "text": stmt.excluded.text,
+                "bytes": stmt.excluded.bytes,
+                "source_offsets": stmt.excluded.source_offsets,
+            },
             where=table_of(Content).c.text.is_(None),
         )
     )
@@ -99,6 +131,7 @@ def add_document(
     spans: Sequence[ChunkSpan] = (),
     injection_excerpt: str | None = None,
     trace_parent: str | None = None,
+    read: Read | None = None,
 ) -> int:
     """Store the document and its chunks; its id. Core statements: a night's thousands of
     filings go through here one by one."""
@@ -117,6 +150,7 @@ def add_document(
             "injection_flag": injection_excerpt is not None,
             "injection_excerpt": injection_excerpt,
             "trace_parent": trace_parent,
+            **(read.columns() if read else {}),
         },
     ).scalar_one()
     if spans:

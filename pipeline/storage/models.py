@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import enum
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any, ClassVar, cast
 
 from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
+    Date,
     DateTime,
     Float,
     ForeignKey,
@@ -18,39 +19,18 @@ from sqlalchemy import (
     String,
     Table,
     Text,
-    TypeDecorator,
     UniqueConstraint,
     false,
     true,
 )
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from pipeline.core.redaction import redact
+from pipeline.storage.columns import RedactedText
 
 JSONType = JSON().with_variant(JSONB(), "postgresql")
 # SQLite only auto-increments INTEGER PRIMARY KEY; Postgres gets a 64-bit identity.
 IdType = BigInteger().with_variant(Integer(), "sqlite")
-
-
-class RedactedText(TypeDecorator[str]):
-    """Text that never holds a secret: every value written passes through
-    `pipeline.core.redaction` (an error column may quote a provider's refusal, which may quote the
-    API key), then is cut to `max_chars` (0: whole). The column itself is plain TEXT."""
-
-    impl = Text
-    cache_ok = True
-
-    def __init__(self, max_chars: int = 0) -> None:
-        super().__init__()
-        self.max_chars = max_chars
-
-    def process_bind_param(self, value: str | None, dialect: Dialect) -> str | None:
-        if value is None:
-            return None
-        cleaned = redact(value)
-        return cleaned[: self.max_chars] if self.max_chars else cleaned
 
 
 ERROR_MAX_CHARS = 2000
@@ -175,6 +155,8 @@ class Content(Base):
     row, its hash and size stay, and a new submit of the same filing stores the text again."""
     bytes: Mapped[int] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    source_offsets: Mapped[list[list[int]] | None] = mapped_column(JSONType)
+    """[offset in `text`, byte in the source file] per line of a converted filing."""
 
 
 class Document(Base):
@@ -222,6 +204,18 @@ class Document(Base):
     """How often a live worker took it back from a dead owner."""
     reclaimed_from: Mapped[str | None] = mapped_column(String(200))
     """The dead owner it was last reclaimed from."""
+    source_format: Mapped[str | None] = mapped_column(String(12))
+    """submission, html, xml or text (`pipeline.ingest.filing`); NULL: stored before 0019."""
+    # The filing's own metadata (SGML header, inline-XBRL dei: facts); a Form 4's company is its issuer.
+    form_type: Mapped[str | None] = mapped_column(String(20), index=True)
+    company_name: Mapped[str | None] = mapped_column(String(300))
+    cik: Mapped[str | None] = mapped_column(String(10))
+    period_of_report: Mapped[date | None] = mapped_column(Date)
+    fiscal_year: Mapped[int | None] = mapped_column(Integer)
+    accession_number: Mapped[str | None] = mapped_column(String(25))
+    filing_date: Mapped[date | None] = mapped_column(Date)
+    intake: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    """Documents taken and left out (with reasons), sections found and doubted, metadata sources."""
 
 
 class Chunk(Base):
