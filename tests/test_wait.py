@@ -280,6 +280,11 @@ def test_submit_without_wait_to_a_broker_no_worker_listens_on_warns(
             result.stderr.split()
         ), result.stderr
         assert re.fullmatch(r"[0-9a-f]{32}", run_id), "stdout is still the run id alone"
+        shown = run_cli("status", run_id, env={**pipeline_env, "PIPELINE_REDIS_URL": own_broker})
+        assert shown.returncode == 0, shown.stderr
+        assert "workers none live (no heartbeat in this broker): nothing takes this run's documents" in (
+            " ".join(shown.stdout.split())
+        ), shown.stdout
     finally:
         _forget(pipeline_env["PIPELINE_DATABASE_URL"], run_id)
 

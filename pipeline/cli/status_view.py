@@ -186,14 +186,25 @@ def _model(view: RunStatusView, limiter: list[dict[str, Any]] | None) -> str:
 
 
 def _workers(page: StatusPage) -> list[tuple[str, str]]:
+    from pipeline.runs.progress import FINAL_RUN_STATUSES
+
     rows = []
-    if page.workers is not None:
+    if page.workers == [] and page.view.status not in FINAL_RUN_STATUSES:
+        rows.append(("workers", f"[yellow]{escape(NO_WORKER_WAITING)}[/]"))
+    elif page.workers is not None:
         rows.append(("workers", escape(_live(page.workers))))
     if page.broker_problem:
         rows.append(("broker", f"[yellow]{escape(page.broker_problem)}[/]"))
     if page.inbox_warning:
         rows.append(("inbox", f"[yellow]{escape(page.inbox_warning)}[/]"))
     return rows
+
+
+NO_WORKER_WAITING = (
+    "none live (no heartbeat in this broker): nothing takes this run's documents; start "
+    "`pipeline worker` with this PIPELINE_REDIS_URL and PIPELINE_DATABASE_URL"
+)
+"""The workers row of a run still to be worked on when no worker's heartbeat is in its broker."""
 
 
 def _live(workers: list[dict[str, Any]]) -> str:
