@@ -8,7 +8,7 @@ import logging
 import shutil
 import sys
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
@@ -69,8 +69,11 @@ def show_plan(settings: Settings, paths: list[str], as_json: bool, reuse: bool =
         surveyed = _reusing(settings, surveyed)
     estimate = plan_run(settings, surveyed, usage, limits_for(settings), now, deadline, batch_seconds)
     if as_json:
-        click.echo(json.dumps({**estimate.as_json(), "history": history_note}, indent=2))
+        click.echo(
+            json.dumps({**estimate.as_json(), "history": history_note, "files": surveyed.files}, indent=2)
+        )
     else:
+        _print_files(surveyed.files)
         _print(estimate, history_note)
     if estimate.over_budget:
         console.print(
@@ -113,6 +116,55 @@ def _history(settings: Settings) -> tuple[RecentUsage, float | None, str]:
     if not usage.runs:
         return usage, batch_seconds, f"none: no completed sync run of {settings.llm_model} yet"
     return usage, batch_seconds, f"the last {usage.runs} completed run(s) of {settings.llm_model}"
+
+
+FILES_SHOWN = 200
+"""Files listed one by one; --json lists every file."""
+
+
+def _print_files(files: list[dict[str, Any]]) -> None:
+    """What will be read of each file, before a token is paid for."""
+    if not files:
+        return
+    out = _stdout()
+    table = Table(show_edge=False, pad_edge=False, title="what will be read", title_justify="left")
+    for name in (
+        "file",
+        "read as",
+        "form",
+        "company (fiscal year)",
+        "taken",
+        "left out",
+        "sections",
+        "tokens",
+    ):
+        table.add_column(name, justify="right" if name == "tokens" else "left", overflow="fold")
+    for view in files[:FILES_SHOWN]:
+        company = view["company"] or "-"
+        if view["fiscal_year"]:
+            company += f" ({view['fiscal_year']})"
+        left_out = ", ".join(f"{count} {_short(reason)}" for reason, count in view["left_out"].items())
+        sections = ", ".join(name.replace("Item ", "") for name in view["sections"]) or "-"
+        if view["doubted"]:
+            sections += f"; doubted: {', '.join(d['name'] for d in view['doubted'])}"
+        table.add_row(
+            escape(view["path"]),
+            view["format"] or "-",
+            escape(view["form"] or "-"),
+            escape(company),
+            escape(", ".join(view["taken"]) or "-"),
+            escape(left_out or "-"),
+            escape(sections),
+            f"{view['tokens']:,}" if not view["problem"] else "not taken",
+        )
+    out.print(table)
+    if len(files) > FILES_SHOWN:
+        out.print(f"… and {len(files) - FILES_SHOWN:,} more files (--json lists every one)", highlight=False)
+
+
+def _short(reason: str) -> str:
+    """A left-out reason's first words ("a uuencoded file", "XML data")."""
+    return reason.split(" (")[0].split(":")[0]
 
 
 def _print(estimate: Plan, history_note: str) -> None:

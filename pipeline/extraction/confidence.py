@@ -111,6 +111,8 @@ class Assessed:
     risks: list[FieldScore]
     escalated: list[str] = field(default_factory=list)
     """Fields whose value came from the escalation model ('risk_factors' for risks)."""
+    checks: dict[str, Any] = field(default_factory=dict)
+    """The filing's own metadata against the model's answer, per field (`extraction.filed`)."""
 
     def below(self, threshold: float) -> list[str]:
         """The fields scoring under `threshold` ('risk:N' for the Nth risk factor)."""

@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from pipeline.context import Context, check_spend, escalation_llm
 from pipeline.core import errors
+from pipeline.extraction import filed
 from pipeline.extraction.confidence import SCALAR_FIELDS, Assessed, Assessor
 from pipeline.extraction.grounding import Source
 from pipeline.extraction.prompting import chunk_messages
@@ -81,7 +82,10 @@ def assess_document(ctx: Context, work: Started, answers: Sequence[BaseModel]) -
                 len(better),
                 settings.escalate_model,
             )
-    return assessed
+    doc = work.doc
+    sources = (doc.intake or {}).get("metadata_source") or {}
+    where = ", ".join(sorted({sources.get("company", ""), sources.get("fiscal_year", "")} - {""}))
+    return filed.cross_check(assessed, doc.company_name, doc.fiscal_year, where or "the filing")
 
 
 def in_sample(document_id: int, share: float) -> bool:

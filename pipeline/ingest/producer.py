@@ -10,7 +10,7 @@ import random
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from opentelemetry.trace import Span
 
@@ -52,6 +52,8 @@ class SubmitPlan:
     spans: dict[int, tuple[str, list[tuple[int, int, int]]]] = field(default_factory=dict)
     """Each document's content hash and chunks (start, end, estimated tokens): where an
     earlier run answered the same text, `pipeline plan` counts no call."""
+    files: list[dict[str, Any]] = field(default_factory=list)
+    """`survey` only: what was read of each file (`file_view`), for `pipeline plan`."""
     found: dict[str, sections.Found] = field(default_factory=dict)
     """Each usable file's sections (by content hash), for its document row."""
     reused_chunks: int = 0
@@ -314,6 +316,7 @@ def survey(settings: Settings, paths: Sequence[str]) -> SubmitPlan:
     for candidate in inputs.expand(paths, follow_links=settings.follow_links):
         loaded = inputs.load(candidate, settings.max_file_bytes, inputs.reading(settings))
         spans, tokens, problem = _chunk(settings, plan, loaded, first_path_of)
+        plan.files.append(file_view(loaded, plan.found.get(loaded.sha256 or ""), tokens, problem))
         if problem or loaded.sha256 is None:
             plan.rejected.append((loaded.path, problem or "unusable"))
             continue
@@ -324,6 +327,28 @@ def survey(settings: Settings, paths: Sequence[str]) -> SubmitPlan:
         plan.chunk_counts[number] = len(spans)
         plan.spans[number] = (loaded.sha256, [(c.char_start, c.char_end, c.token_estimate) for c in spans])
     return plan
+
+
+def file_view(
+    loaded: inputs.LoadedFile, found: sections.Found | None, tokens: int, problem: str | None
+) -> dict[str, Any]:
+    """What the intake read of one file, as `pipeline plan` shows it: the format and form found,
+    the company and fiscal year, the documents taken and left out, the sections, the tokens."""
+    read = loaded.intake
+    meta = read.meta if read else None
+    return {
+        "path": loaded.path,
+        "format": read.format if read else None,
+        "form": meta.form if meta else None,
+        "company": meta.company if meta else None,
+        "fiscal_year": meta.fiscal_year if meta else None,
+        "taken": [t["type"] or t["format"] for t in read.taken] if read else [],
+        "left_out": dict(read.left_out) if read else {},
+        "sections": [s.name for s in found.sections if s.name != "Cover"] if found else [],
+        "doubted": found.doubted if found else [],
+        "tokens": tokens,
+        "problem": problem,
+    }
 
 
 def _over_token_caps(settings: Settings, plan: SubmitPlan, tokens: int) -> str | None:

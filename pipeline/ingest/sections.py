@@ -28,7 +28,7 @@ from pipeline.ingest.chunking import ChunkSpan, estimate_tokens, split
 SECTION_NAME_CHARS = 40
 _HEADING = re.compile(
     r"^[ \t]*(?:part[ \t]+(?P<part>iv|i{1,3})\b[ \t]*[,.:\-\u2013\u2014]?[ \t]*)?"
-    r"item[ \t\u00a0]+(?P<num>\d{1,2}[a-c]?)\b[ \t]*(?P<after>[.:\-\u2013\u2014|]|$|(?-i:[A-Z(\"\u201c]))",
+    r"item[ \t\u00a0]+(?P<num>\d{1,2}[a-c]?)\b(?!\.\d)[ \t]*(?P<after>[.:\-\u2013\u2014|]|$|(?-i:[A-Z(\"\u201c]))",
     re.IGNORECASE | re.MULTILINE,
 )
 _PART = re.compile(r"^[ \t]*part[ \t]+(iv|i{1,3})\b[ \t]*(?:[.:\-\u2013\u2014|]|$|(?-i:[A-Z]))", re.I | re.M)
@@ -67,6 +67,9 @@ _EXPLAINED = re.compile(
     re.IGNORECASE,
 )
 QUARTERLY = ("10-Q",)
+ITEMIZED = ("10-K", "10-Q")
+"""The forms whose items these are (10-K405, 10-KT and amendments included); text whose form is
+not known is read for them too."""
 _FLAGS = re.IGNORECASE | re.MULTILINE
 _MDA = r"management[’']?s\s+discussion\s+and\s+analysis(?:\s+of\s+financial\s+condition\s+and\s+results\s+of\s+operations)?"
 _TITLES = {
@@ -107,6 +110,8 @@ def find_sections(text: str, form: str | None = None, *, check: bool = True) -> 
 def locate(text: str, form: str | None = None, *, check: bool = True) -> Found:
     """The sections of `text` (of a filing of `form`), and the headings doubted (none when not
     `check`: a chunk's text, a part of a filing, is too short to judge sizes by)."""
+    if form and not form.upper().startswith(ITEMIZED):
+        return Found([])  # an 8-K's "Item 2.02", a proxy's proposals: not these items
     quarterly = (form or "").upper().startswith(QUARTERLY)
     parts = [(m.start(), m.group(1).upper()) for m in _PART.finditer(text)]
     heads: list[tuple[int, str]] = []

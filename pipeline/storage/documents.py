@@ -197,7 +197,8 @@ def save_extraction(
     _upsert_extraction(
         session,
         doc,
-        data=extraction.model_dump(mode="json"),
+        data=extraction.model_dump(mode="json")
+        | ({"_filing_metadata": assessed.checks} if assessed.checks else {}),
         model=model,
         prompt_version=prompt_version,
         quotes_total=checked.quotes_total,
