@@ -71,6 +71,22 @@ def test_the_rate_bound_regime_and_its_peer_run_at_a_tiny_size(tmp_path: Path) -
     assert "R1" in chart and "peer" in chart
 
 
+def test_the_intake_regime_measures_edgar_files_at_a_tiny_size(tmp_path: Path) -> None:
+    """Fixture-like 10-Ks and a 5 MB complete submission (mapped, as a 100 MB one is)."""
+    data = run_tiny_bench(tmp_path / "bench", ["intake"])
+    intake = data["results"]["intake"]
+    assert 0.8 < intake["sent_per_readable"] <= 1.15, "the text sent is the readable text"
+    generated = intake["by_group"]["generated html"]
+    assert generated["ten_ks"] >= 2
+    assert all(generated[item] == generated["ten_ks"] for item in ("Item 1A", "Item 7", "Item 8"))
+    assert intake["uuencoded_lines"] == 0 and intake["flagged"] == 0
+    assert intake["by_group"]["generated submission"]["sent"] > 0
+    assert intake["submission_mb"] >= 5 and intake["load_problem"] is None
+    assert intake["load_taken"] == ["10-K", "EX-13"] and intake["load_left_out"] > 0
+    assert intake["load_hwm_mb"] >= intake["load_baseline_mb"] > 0, "memory read from /proc in the child"
+    assert intake["html_mb_per_cpu_s"] > 0 and intake["met"]
+
+
 def test_every_regime_named_in_the_benchmarks_page_is_one_the_bench_runs() -> None:
     page = (Path(__file__).parents[1] / "docs" / "benchmarks.md").read_text()
     assert set(REGIMES) >= {"R1", "R1t", "R1z", "R2", "R3", "R4", "R5", "R6", "R7", "R8", "peer-R1"}

@@ -634,6 +634,12 @@ def peer(cfg: BenchConfig, regime: str) -> Result:
     }
 
 
+def _intake(cfg: BenchConfig) -> Result:
+    from pipeline_dev.bench.intake import intake
+
+    return intake(cfg)
+
+
 def _r11(cfg: BenchConfig) -> Result:
     from pipeline_dev.bench.trust import r11_trust
 
@@ -654,6 +660,7 @@ REGIMES: dict[str, Callable[[BenchConfig], Result]] = {
     "R9": r9_retention,
     "R10": r10_plan,  # issue 32: estimates against actuals, the three-tier planner, an expired batch  # Postgres only: the database's size per 1,000 filings, before and after prune
     "R11": _r11,  # issue 33: calibration, escalation, a real model
+    "intake": _intake,  # issue 46: real filings' formats, no model: tokens, sections, speed, memory
     "peer-R1": lambda cfg: peer(cfg, "R1"),
     "peer-R4": lambda cfg: peer(cfg, "R4"),
 }

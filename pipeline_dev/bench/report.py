@@ -19,6 +19,7 @@ HEADLINE = {
     "R8": ("wall / quota minimum; worker peak MB", "ratio_to_min"),
     "R9": ("database MB per 1,000 filings: kept; pruned", "mb_per_1000_kept"),
     "R10": ("auto run's cost / sync cost; wall / deadline", "auto_cost_ratio"),
+    "intake": ("tokens sent / readable; HTML MB/s per core; load VmHWM MB", "sent_per_readable"),
     "peer-R1": ("our wall / peer wall", "wall_ratio_ours_to_peer"),
     "peer-R4": ("our wall / peer wall", "wall_ratio_ours_to_peer"),
 }
@@ -72,6 +73,12 @@ def markdown(results: dict[str, dict[str, Any]], meta: dict[str, Any]) -> str:
             value += f"; {_fmt(r['deadline_wall_s'] / r['deadline_s'])}"
         if name == "R10" and r.get("deadline_s"):
             value += f"; {_fmt(r['auto_wall_s'] / r['deadline_s'])}"
+        if name == "intake" and r.get("load_hwm_mb") is not None:
+            value += (
+                f"; {_fmt(r['html_mb_per_cpu_s'])}; {_fmt(r['load_hwm_mb'])} "
+                f"(a {_fmt(r['submission_mb'])} MB submission); Items 1A/7/8 in {r['Item 1A']}/{r['Item 7']}/"
+                f"{r['Item 8']} of {r['ten_ks']} 10-Ks"
+            )
         if name.startswith("peer"):
             value += f"; peer text share {_fmt(r.get('text_share'))}, extracted {r.get('extracted')}"
         met = "" if r.get("met") is None else ("yes" if r["met"] else "no")
