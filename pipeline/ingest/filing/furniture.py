@@ -51,7 +51,7 @@ def _neighbours(lines: list[tuple[str, int]], at: int) -> list[int]:
     for step in (-1, 1):
         i, taken = at + step, 0
         while 0 <= i < len(lines) and taken < NEAR_LINES:
-            if lines[i][0] != PAGE_BREAK:
+            if lines[i][0] != PAGE_BREAK and lines[i][0].strip():  # a plain-text page's blank lines
                 found.append(i)
                 taken += 1
             i += step

@@ -18,7 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.ingest.filing import choose, html, metadata, sgml, xml
+from pipeline.ingest.filing import choose, furniture, html, metadata, sgml, xml
 from pipeline.ingest.filing.html import Converted
 from pipeline.ingest.filing.metadata import Metadata
 
@@ -30,10 +30,10 @@ documents are under 20 MB; exhibits that size are data)."""
 
 _HTML_START = re.compile(rb"<(?:!doctype\s+html|html[\s>]|body[\s>]|head[\s>])", re.IGNORECASE)
 _XML_START = re.compile(rb"\A(?:\xef\xbb\xbf)?\s*<\?xml[^>]*\?>\s*(?:<!--.*?-->\s*)*<(?!html)", re.I | re.S)
-_EDGAR_TEXT_TAGS = re.compile(
-    rb"^[ \t]*</?(?:PAGE|S|C|TABLE|CAPTION|FN)>[ \t]*$\n?|</?(?:S|C|FN)>", re.I | re.M
-)
-"""The layout tags of EDGAR's plain-text documents (Filer Manual: <PAGE>, <TABLE>, <S>, <C>, ...)."""
+_PAGE_TAG = re.compile(r"^[ \t]*<PAGE>[ \t]*\d*[ \t]*$", re.I)
+"""A page break of EDGAR's plain-text documents, with the page number some filers put after it."""
+_LAYOUT_TAGS = re.compile(r"</?(?:S|C|TABLE|CAPTION|FN)>", re.I)
+"""The other layout tags of plain-text documents (Filer Manual: <TABLE>, <CAPTION>, <S>, <C>, <FN>)."""
 _TAGGED = re.compile(rb"\A(?:\xef\xbb\xbf)?\s*<")
 
 
@@ -185,8 +185,21 @@ def _convert_part(data: sgml.Buffer, part: sgml.Part) -> Converted | None:
         return html.convert(raw, base=part.start)
     if kind == XML:
         return xml.convert(raw, base=part.start)
-    text = _EDGAR_TEXT_TAGS.sub(b"", raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n"))
-    return Converted(_decode(text), [(0, part.start)])
+    return Converted(_plain_text(raw), [(0, part.start)])
+
+
+def _plain_text(raw: bytes) -> str:
+    """A plain-text document without its layout tags, its page breaks (`<PAGE>`) and the page
+    numbers and running heads next to them (`furniture`, as for HTML)."""
+    lines: list[tuple[str, int]] = []
+    for line in _decode(raw).replace("\r\n", "\n").replace("\r", "\n").split("\n"):
+        if _PAGE_TAG.match(line):
+            lines.append((furniture.PAGE_BREAK, 0))
+            continue
+        kept = _LAYOUT_TAGS.sub("", line)
+        if kept.strip() or not line.strip():  # a line that held only tags goes
+            lines.append((kept.rstrip(), 0))
+    return "\n".join(line for line, _ in furniture.drop(lines))
 
 
 def _decode(raw: bytes) -> str:
