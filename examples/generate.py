@@ -6,7 +6,8 @@ Run from anywhere (defaults are relative to the repository root)::
     python examples/generate.py --count 5 --out /tmp/filings --truth /tmp/truth.json
 
 Most filings are 20-80 KB; filings 5, 12 and 17 are large (320 KB, 450 KB, 700 KB) so the
-chunker and the map/reduce path get exercised.
+chunker and the map/reduce path get exercised. Two more are written as EDGAR serves filings
+(`pipeline_dev/synth_edgar.py`): an inline-XBRL HTML 10-K and a complete submission text file.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ SMALL_SIZES = (
     78_000, 22_000, 57_000, 30_000, 48_000, 67_000, 26_000, 39_000,
 )  # fmt: skip
 LARGE_SIZES = {5: 320_000, 12: 450_000, 17: 700_000}
+EDGAR_EXAMPLES = (("htm", 90_000), ("submission", 60_000))
+"""The EDGAR-dressed examples, after the plain-text ones: (kind, target size of their text)."""
 
 
 def example_sizes(count: int) -> list[int]:
@@ -41,15 +44,16 @@ def example_sizes(count: int) -> list[int]:
     return sizes
 
 
-def _synth() -> ModuleType:
-    """``pipeline_dev.synth_filings``, from the installed project or else from this checkout."""
+def _synth() -> tuple[ModuleType, ModuleType]:
+    """``pipeline_dev.synth_filings`` and ``synth_edgar``, from the installed project or else
+    from this checkout."""
     try:
-        from pipeline_dev import synth_filings
+        from pipeline_dev import synth_edgar, synth_filings
     except ImportError:
         sys.modules.pop("pipeline", None)
         sys.path.insert(0, str(REPO_ROOT))
-        from pipeline_dev import synth_filings
-    return synth_filings
+        from pipeline_dev import synth_edgar, synth_filings
+    return synth_filings, synth_edgar
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,10 +64,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", type=int, default=DEFAULT_COUNT)
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
     args = parser.parse_args(argv)
-    synth = _synth()
+    synth, edgar = _synth()
     truths = synth.write_filings(args.out, args.count, seed=args.seed, sizes=example_sizes(args.count))
+    for offset, (kind, size) in enumerate(EDGAR_EXAMPLES):
+        truths.append(
+            edgar.write_example(args.out, args.count + offset, kind, seed=args.seed, target_bytes=size)
+        )
     keep = {t.filename for t in truths}
-    for stale in args.out.glob("*-10k.txt"):  # left over from an earlier --count or --seed
+    for stale in [
+        *args.out.glob("*-10k.txt"),
+        *args.out.glob("*-10k*.htm"),
+        *args.out.glob("*-submission.txt"),
+    ]:
         if stale.name not in keep:
             stale.unlink()
     args.truth.parent.mkdir(parents=True, exist_ok=True)

@@ -44,7 +44,7 @@ def test_pipeline_run_on_the_examples_with_embedded_parts(tmp_path: Path) -> Non
     for chart in ("revenue", "risks", "latency", "cost"):  # the timeline's depends on the seconds
         assert f'id="chart-{chart}"' in page
     assert 'id="chart-grounding"' not in page, "20 equal bars say nothing (chart_rules)"
-    assert "Every quote of the 20 filings was found in its filing" in page
+    assert "Every quote of the 22 filings was found in its filing" in page
     for filing in truth:
         assert escape(filing["company"]) in page
     # Nothing it started is left running: the SQLite file is all that remains.

@@ -9,11 +9,12 @@ import pytest
 
 from pipeline.core.constants import CHARS_PER_TOKEN
 from pipeline.core.settings import Settings
+from pipeline.ingest.inputs import load_bytes
 from pipeline.ingest.sections import find_sections, hint, split_by_section
 from pipeline.llm import prompts
 from pipeline_dev.synth_filings import generate_filing
 
-EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples" / "filings").glob("*.txt"))
+EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples" / "filings").glob("*-10k*"))
 
 
 def _assert_covers(text: str, spans: list, chunk_tokens: int) -> None:  # type: ignore[type-arg]
@@ -28,7 +29,8 @@ def _assert_covers(text: str, spans: list, chunk_tokens: int) -> None:  # type: 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 @pytest.mark.parametrize("chunk_tokens", [1_000, 6_000])
 def test_every_character_of_every_example_is_in_a_chunk(path: Path, chunk_tokens: int) -> None:
-    text = path.read_text(encoding="utf-8")
+    text = load_bytes(path.name, path.read_bytes()).text  # as stored: an HTML filing converted
+    assert text is not None
     spans = split_by_section(text, chunk_tokens, 100)
     _assert_covers(text, spans, chunk_tokens)
     assert all(s.section for s in spans)

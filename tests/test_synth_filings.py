@@ -146,19 +146,12 @@ def test_write_filings_and_truth_json(tmp_path: Path) -> None:
     assert isinstance(first["revenue_usd"], float) and isinstance(first["risk_factor_titles"], list)
 
 
-def test_shipped_examples_match_regeneration() -> None:
+def test_shipped_examples_match_regeneration(tmp_path: Path) -> None:
     script = _load_generate_script()
-    sizes = script.example_sizes(script.DEFAULT_COUNT)
-    regenerated = [
-        generate_filing(i, seed=script.DEFAULT_SEED, target_bytes=size) for i, size in enumerate(sizes)
-    ]
-    truths = [truth for _, truth in regenerated]
-    assert (EXAMPLES / "truth.json").read_text(encoding="utf-8") == truth_json(truths)
-    shipped = {p.name: p for p in (EXAMPLES / "filings").glob("*.txt")}
-    assert set(shipped) == {t.filename for t in truths}
-    for text, truth in regenerated:
-        assert shipped[truth.filename].read_bytes() == text.encode("utf-8"), truth.filename
-    byte_sizes = sorted(len(text) for text, _ in regenerated)
-    assert len(byte_sizes) == 20 and sum(byte_sizes) < 3_000_000
-    assert sum(size > 300_000 for size in byte_sizes) == 3
-    assert all(18_000 <= size <= 88_000 for size in byte_sizes[:-3])
+    assert script.main(["--out", str(tmp_path / "filings"), "--truth", str(tmp_path / "truth.json")]) == 0
+    assert (EXAMPLES / "truth.json").read_bytes() == (tmp_path / "truth.json").read_bytes()
+    shipped = sorted(p.name for p in (EXAMPLES / "filings").iterdir())
+    assert shipped == sorted(p.name for p in (tmp_path / "filings").iterdir())
+    for name in shipped:
+        assert (EXAMPLES / "filings" / name).read_bytes() == (tmp_path / "filings" / name).read_bytes(), name
+    assert sum(name.endswith((".htm", "-submission.txt")) for name in shipped) == 2

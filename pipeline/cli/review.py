@@ -105,7 +105,7 @@ def _items(engine: Engine, run_id: str, below: float) -> tuple[list[ReviewItem],
         items = [
             item
             for rows in by_document.values()
-            for item in items_of(rows, corrections.filing_text(session, rows[0].sha256))
+            for item in items_of(rows, *corrections.filing_text(session, rows[0].sha256))
         ]
         unscored = 0 if items else corrections.unscored_extractions(session, run_id)
     return items, unscored

@@ -16,6 +16,7 @@ import base64
 import csv
 import hashlib
 import io
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -76,6 +77,9 @@ class ReviewItem:
     passage: Passage | None
     note: str
     """Why there is no passage ("" when there is one)."""
+    source_byte: int | None = None
+    """Where the passage's line starts in the original file (an HTML filing, a submission),
+    in bytes; None for plain text, whose offsets are the text's own."""
 
 
 def item_key(document_id: int, field: str, position: int | None) -> str:
@@ -93,9 +97,13 @@ def shown(value: object) -> str | None:
     return str(value)
 
 
-def items_of(rows: Sequence[FieldRow], filing: str | None) -> list[ReviewItem]:
-    """The review items of one document's fields, `filing` being its text (None: not stored)."""
+def items_of(
+    rows: Sequence[FieldRow], filing: str | None, offsets: Sequence[Sequence[int]] = ()
+) -> list[ReviewItem]:
+    """The review items of one document's fields, `filing` being its text (None: not stored)
+    and `offsets` its map back to the source file (`contents.source_offsets`)."""
     source = Source(filing) if filing is not None else None
+    starts = [pair[0] for pair in offsets]
     items = []
     for row in rows:
         value = shown(row.value)
@@ -120,6 +128,7 @@ def items_of(rows: Sequence[FieldRow], filing: str | None) -> list[ReviewItem]:
                 quote=row.quote,
                 passage=passage(source.text, found.start, found.end) if source and found else None,
                 note=note,
+                source_byte=offsets[bisect_right(starts, found.start) - 1][1] if found and starts else None,
             )
         )
     return items
@@ -355,6 +364,8 @@ def _evidence(item: ReviewItem) -> Html:
     if item.passage is not None:
         p = item.passage
         parts.append(Html(f'<p class="passage">{text(p.before)}{tag("mark", p.marked)}{text(p.after)}</p>'))
+        if item.source_byte is not None:
+            parts.append(tag("p", f"in {item.path} from byte {item.source_byte:,}", "where"))
     else:
         parts.append(tag("p", item.note, "note"))
         if item.quote:

@@ -148,11 +148,15 @@ def unscored_extractions(session: Session, run_id: str) -> int:
     )
 
 
-def filing_text(session: Session, sha256: str | None) -> str | None:
-    """A filing's text (None: no content, or `pipeline prune` dropped it)."""
+def filing_text(session: Session, sha256: str | None) -> tuple[str | None, list[list[int]]]:
+    """A filing's text (None: no content, or `pipeline prune` dropped it), and its map back to
+    the source file ([offset in the text, byte in the file] per line; [] for plain text)."""
     if sha256 is None:
-        return None
-    return session.scalar(select(Content.text).where(Content.sha256 == sha256))
+        return None, []
+    row = session.execute(
+        select(Content.text, Content.source_offsets).where(Content.sha256 == sha256)
+    ).one_or_none()
+    return (row[0], list(row[1] or [])) if row else (None, [])
 
 
 @dataclass

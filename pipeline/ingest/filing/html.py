@@ -29,8 +29,13 @@ from lxml import html as lxml_html
 from pipeline.ingest.filing import furniture
 
 CELL_SEPARATOR = " | "
-MAX_DEPTH = 1_000
-"""Nesting deeper than this (no real filing comes close) is read as flat text."""
+TOO_DEEP = (
+    "its elements nest deeper than 256 levels, the parser's bound (no filing comes close): "
+    "the rest of the file cannot be read"
+)
+_INTERNAL_SUBSET = re.compile(rb"<!DOCTYPE[^>\[]{0,200}\[.*?\]\s*>", re.IGNORECASE | re.DOTALL)
+"""A DOCTYPE's internal subset (entity declarations: an entity bomb, a local file named):
+blanked before parsing, so none of it is read or shown (HTML expands no such entity anyway)."""
 
 _SKIP = frozenset({"head", "style", "script", "noscript", "template", "title", "ix:header", "object", "svg"})
 _BLOCK = frozenset(
@@ -59,6 +64,8 @@ class Converted:
     dei: dict[str, str] = field(default_factory=dict)
     """Inline-XBRL `dei:` facts, lower-case concept name to the text shown."""
     inline_xbrl: bool = False
+    problem: str | None = None
+    """Why the document cannot be read whole (its nesting is deeper than the parser's bound)."""
 
 
 def parser(encoding: str) -> lxml_html.HTMLParser:
@@ -78,10 +85,14 @@ def parser(encoding: str) -> lxml_html.HTMLParser:
 def convert(data: bytes, *, base: int = 0) -> Converted:
     """The readable text of an HTML document's bytes; `base` is where they start in their file."""
     encoding = _encoding(data)
+    data = _INTERNAL_SUBSET.sub(lambda m: b" " * len(m.group(0)), data, count=1)
+    reader = parser(encoding)
     try:
-        root = lxml_html.document_fromstring(data, parser=parser(encoding))
+        root = lxml_html.document_fromstring(data, parser=reader)
     except (etree.ParserError, ValueError):  # no element at all ("Document is empty")
         return Converted("")
+    if any("Excessive depth" in str(error.message) for error in reader.error_log):
+        return Converted("", problem=TOO_DEEP)
     dei = _dei_facts(root)
     lines = list(_Walk(root, data, base).lines(root))
     kept = furniture.drop(lines)
@@ -125,13 +136,11 @@ class _Walk:
         line_at = self.base
         row: list[str] | None = None
         cell: list[str] | None = None
-        depth = 0
         walker = etree.iterwalk(root, events=("start", "end"))
         skipped: set[etree._Element] = set()
         for event, element in walker:
             tag = element.tag if isinstance(element.tag, str) else ""
             if event == "start":
-                depth += 1
                 if tag in _SKIP or _hidden(element):
                     skipped.add(element)
                     walker.skip_subtree()
@@ -139,7 +148,7 @@ class _Walk:
                 if _breaks(element, "before"):
                     yield from self._flush(words, line_at)
                     yield furniture.PAGE_BREAK, line_at
-                if tag == "tr" and depth < MAX_DEPTH:
+                if tag == "tr":
                     yield from self._flush(words, line_at)
                     row, line_at = [], self._where(element)
                 elif tag in _CELL and row is not None:
@@ -150,7 +159,6 @@ class _Walk:
                 if element.text:
                     (cell if cell is not None else words).append(element.text)
                 continue
-            depth -= 1
             if element in skipped:
                 skipped.discard(element)
             elif tag in _CELL and row is not None and cell is not None:

@@ -35,6 +35,11 @@ _PAGE_TAG = re.compile(r"^[ \t]*<PAGE>[ \t]*\d*[ \t]*$", re.I)
 _LAYOUT_TAGS = re.compile(r"</?(?:S|C|TABLE|CAPTION|FN)>", re.I)
 """The other layout tags of plain-text documents (Filer Manual: <TABLE>, <CAPTION>, <S>, <C>, <FN>)."""
 _TAGGED = re.compile(rb"\A(?:\xef\xbb\xbf)?\s*<")
+_ENTITY_DECLARATION = re.compile(rb"<!ENTITY", re.IGNORECASE)
+DECLARES_ENTITIES = (
+    "it declares entities in a DTD (an entity bomb, or a local file or address to read in): "
+    "no filing does, and none of it is read"
+)
 
 
 @dataclass
@@ -89,10 +94,12 @@ def read(data: sgml.Buffer, *, exhibit_types: list[str], form_types: list[str]) 
         intake = _submission(data, exhibit_types)
     else:
         raw = bytes(data[:])
-        converted = html.convert(raw) if kind == HTML else xml.convert(raw)
+        converted = _convert(raw, kind)
         intake = Intake(kind, converted.text, converted.offsets, metadata.from_dei(converted.dei))
         intake.taken.append({"type": intake.meta.form or "", "format": kind, "chars": len(converted.text)})
-        if not converted.text.strip():
+        if converted.problem:
+            intake.problem = f"an {kind.upper()} file that cannot be read: {converted.problem}"
+        elif not converted.text.strip():
             intake.problem = f"an {kind.upper()} file with no readable text (no body, or all of it hidden)"
     if intake.problem is None:
         intake.problem = _form_refused(intake.meta.form, form_types)
@@ -132,6 +139,11 @@ def _submission(data: sgml.Buffer, exhibit_types: list[str]) -> Intake:
         if converted is None:
             _leave_out(intake, part, choose.PDF_COPY if part.wrapper == "PDF" else "over the size limit")
             continue
+        if converted.problem:
+            intake.problem = (
+                f"{part.type or 'a document'} ({part.filename}) cannot be read: {converted.problem}"
+            )
+            return intake
         if not converted.text.strip():
             _leave_out(intake, part, choose.EMPTY)
             continue
@@ -181,11 +193,17 @@ def _convert_part(data: sgml.Buffer, part: sgml.Part) -> Converted | None:
         return None
     raw = bytes(data[part.start : part.end])
     kind = _part_format(data, part)
-    if kind == HTML:
-        return html.convert(raw, base=part.start)
-    if kind == XML:
-        return xml.convert(raw, base=part.start)
+    if kind in (HTML, XML):
+        return _convert(raw, kind, base=part.start)
     return Converted(_plain_text(raw), [(0, part.start)])
+
+
+def _convert(raw: bytes, kind: str, *, base: int = 0) -> Converted:
+    """An HTML or XML document's text; none for one that declares entities (the parsers expand
+    none, but such a file is an attack, and is refused with its reason rather than half read)."""
+    if _ENTITY_DECLARATION.search(raw):
+        return Converted("", problem=DECLARES_ENTITIES)
+    return html.convert(raw, base=base) if kind == HTML else xml.convert(raw, base=base)
 
 
 def _plain_text(raw: bytes) -> str:
