@@ -29,6 +29,17 @@ PAGE_LINES = 60
 UU_LINE_BYTES = 45
 """Bytes per uuencoded line (the format's own: 61 characters a line)."""
 
+RISK_INTRODUCTION = (
+    "Investing in our securities involves a high degree of risk. You should carefully consider the "
+    "risks and uncertainties described below, together with all of the other information in this "
+    "Annual Report on Form 10-K, including our consolidated financial statements and related notes, "
+    "before making an investment decision. The risks described below are not the only ones we face. "
+    "Additional risks and uncertainties not presently known to us or that we currently deem immaterial "
+    "may also materially and adversely affect our business, financial condition, results of operations "
+    "and future prospects, and the trading price of our securities could decline as a result."
+)
+"""The opening paragraph of a real 10-K's Item 1A (the synthetic text lists the risks alone, and
+its shortest Item 1A falls under `sections`' floor for a plausible one)."""
 _ITEM = re.compile(r"^(Item \d{1,2}[A-C]?\.)\s+(.*)$")
 _ROW = re.compile(r"^(\s*\S.*?)\s{2,}(\$?)\s*(\(?[\d,.]+\)?)\s+(\$?)\s*(\(?[\d,.]+\)?)\s*$")
 
@@ -135,6 +146,8 @@ def inline_xbrl_10k(index: int, *, target_bytes: int = 60_000, seed: int = 0) ->
         elif _ITEM.match(line) or (line.isupper() and len(line) < 90) or (len(line) < 60 and not paragraph):
             close_paragraph()
             body.append(_heading(line))
+            if line.startswith("Item 1A."):
+                body.append(f'<div style="{DIV_STYLE}">{_span(RISK_INTRODUCTION)}</div>')
         else:
             paragraph.append(line.strip())
         if n and n % PAGE_LINES == 0 and not paragraph and not table:
