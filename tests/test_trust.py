@@ -1,4 +1,4 @@
-"""Extraction you can trust, end to end: the 20 example filings plus one with an injected
+"""Extraction you can trust, end to end: the 22 example filings plus one with an injected
 instruction, through real workers and a simulator that invents 20 % of its quotes.
 
 The run shares the session's workers and simulator, which invents quotes for this run only
@@ -173,7 +173,7 @@ def test_status_shows_grounding_rates_and_eval_scores_the_run(trust_run: dict[st
     view = json.loads(run_cli("status", run_id, "--json", env=env).stdout)
     assert view["injection_flagged"] == 1 and view["chunks_done"] == view["chunks_total"]
     assert 0.6 < view["grounding_rate"] < 1.0
-    assert len(view["grounding"]) == 21 and any(d["grounding_rate"] < 1 for d in view["grounding"])
+    assert len(view["grounding"]) == 23 and any(d["grounding_rate"] < 1 for d in view["grounding"])
     text = run_cli("status", run_id, env=env).stdout
     assert "quotes found in the filing" in text and "FLAGGED" in text
 
@@ -184,13 +184,13 @@ def test_status_shows_grounding_rates_and_eval_scores_the_run(trust_run: dict[st
     )
     overall, strict = scores["overall"], grounded["overall"]
     print(f"\ngrounding rate {view['grounding_rate']:.3f}; eval overall: {overall}; grounded only: {strict}")
-    assert overall["filings"] == overall["found"] == 21 and scores["unscored"] == []
+    assert overall["filings"] == overall["found"] == 23 and scores["unscored"] == []
     assert overall["company_exact"] == overall["fiscal_year"] == 1.0
     assert overall["revenue"] >= 0.9 and overall["risk_recall"] >= 0.3
     assert strict["risk_precision"] >= overall["risk_precision"] - 0.05
     assert strict["risks_extracted"] < overall["risks_extracted"]
     table = run_cli("eval", run_id[:8], "--truth", truth, env=env)
-    assert table.returncode == 0 and "overall (21 of 21 found)" in table.stdout
+    assert table.returncode == 0 and "overall (23 of 23 found)" in table.stdout
 
 
 def test_the_simulator_refuses_a_share_it_cannot_use(sim_url: str) -> None:

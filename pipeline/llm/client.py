@@ -46,7 +46,7 @@ from pipeline.llm.retry_policy import CALL_ATTEMPTS as CALL_ATTEMPTS
 from pipeline.llm.retry_policy import NO_CAPACITY, RetryPolicy, flex_gives_way, kind_of, retry_wait_s
 from pipeline.llm.retry_policy import RATE_LIMITED_ATTEMPTS as RATE_LIMITED_ATTEMPTS
 from pipeline.llm.structured import ModeStore
-from pipeline.llm.tokens import counter_for, estimate_prompt
+from pipeline.llm.tokens import estimate_prompt, reserving_for
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
@@ -141,7 +141,7 @@ class LLMClient:
             self.pick_model("compress"),
             self.pick_model("synthesize"),
         }:
-            counter_for(model)
+            reserving_for(model)
         for client in self._clients:
             _ = client.chat.completions.with_raw_response
 

@@ -113,8 +113,9 @@ def encoding_name(model: str) -> tuple[str, bool]:
 
 @functools.lru_cache(maxsize=16)
 def counter_for(model: str) -> Counter:
-    """Exact counts for `model` (or the fallback encoding's, said once); the conservative
-    estimate only where no encoding loads, logged as an error. Decided once per model per process."""
+    """Counts for planning and chunking: exact for a model tiktoken knows, the fallback
+    encoding's (said once) for another; characters / 3 only where no encoding loads, logged as
+    an error. Decided once per model per process."""
     name, known = encoding_name(model)
     try:
         found = encoding(name)
@@ -126,6 +127,14 @@ def counter_for(model: str) -> Counter:
     return lambda text: len(found.encode(text, disallowed_special=()))
 
 
+@functools.lru_cache(maxsize=16)
+def reserving_for(model: str) -> Counter:
+    """Counts for the rate limiter's reservations, which must not fall short of the provider's:
+    exact for a model tiktoken knows; characters / 3 for another (a local Llama's tokenizer
+    counts more tokens than o200k_base for the same text), refunded from `usage` after."""
+    return counter_for(model) if encoding_name(model)[1] else conservative
+
+
 def estimate_prompt(model: str, messages: Sequence[dict[str, Any]]) -> int:
-    count = counter_for(model)
+    count = reserving_for(model)
     return sum(count(str(m.get("content") or "")) + MESSAGE_OVERHEAD_TOKENS for m in messages) + 3
