@@ -3,7 +3,8 @@
 One regime, R1, goes the whole way: its own Redis, a simulator with a provider's per-second
 quota, a worker, `submit --wait`, the simulator's counters, the database's outcome, and
 `bench.json`, `bench.md` and the chart written from them; peer-R1 adds the asyncio baseline the
-chart compares with. This asserts nothing about speed.
+chart compares with. The intake regime (no model, a few seconds) runs too, on fixture-like EDGAR
+files and a 5 MB submission. This asserts nothing about speed.
 
 The other regimes are the same harness with other arguments, and each costs a worker's start-up
 and a run (about 10 s apiece, 170 s for all twelve): the suite does not run them. After a change
