@@ -16,7 +16,7 @@ import html
 import random
 import re
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from pipeline_dev.synth_filings import FilingTruth, generate_filing
@@ -35,6 +35,7 @@ _FISCAL_END = re.compile(r"fiscal year ended ([A-Z][a-z]+ \d{1,2}, \d{4})")
 def inline_xbrl(text: str, truth: FilingTruth, cik: str) -> str:
     """`text` (a synthetic 10-K) as an inline-XBRL HTML document."""
     period = _period_end(text, truth)
+    start = period.replace(year=period.year - 1, day=min(period.day, 28)) + timedelta(days=1 + max(0, period.day - 28))
     blocks = [_block(lines, truth) for lines in _paragraphs(text)]
     body: list[str] = []
     header = f"{html.escape(truth.company)} | {truth.fiscal_year} Form 10-K"
@@ -61,8 +62,8 @@ def inline_xbrl(text: str, truth: FilingTruth, cik: str) -> str:
     )
     context = (
         f'<xbrli:context id="FY"><xbrli:entity><xbrli:identifier scheme="http://www.sec.gov/CIK">{cik}'
-        f"</xbrli:identifier></xbrli:entity><xbrli:period><xbrli:startDate>{period.year - 1}-"
-        f"{period:%m-%d}</xbrli:startDate><xbrli:endDate>{period:%Y-%m-%d}</xbrli:endDate></xbrli:period>"
+        f"</xbrli:identifier></xbrli:entity><xbrli:period><xbrli:startDate>{start:%Y-%m-%d}</xbrli:startDate>"
+        f"<xbrli:endDate>{period:%Y-%m-%d}</xbrli:endDate></xbrli:period>"
         '</xbrli:context><xbrli:unit id="usd"><xbrli:measure>iso4217:USD</xbrli:measure></xbrli:unit>'
     )
     return (

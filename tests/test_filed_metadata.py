@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from pipeline.extraction import filed
@@ -64,3 +66,32 @@ def test_a_disagreeing_model_lowers_the_field_under_the_escalation_threshold_and
 def test_without_metadata_the_model_answer_stands_as_scored() -> None:
     assessed = _assessed("Acme Widgets, Inc.", 2023)
     assert filed.cross_check(assessed, None, None, "") is assessed
+
+
+def _with_revenue(value: float) -> Any:
+    answer = FilingExtraction(
+        company=None,
+        fiscal_year=None,
+        revenue_usd=value,
+        revenue_quote="Total revenue was $1,234 million.",
+        risk_factors=[],
+    )
+    return Assessor(Source(TEXT), [(0, len(TEXT))]).assess([answer])
+
+
+def test_a_revenue_the_filings_xbrl_states_is_raised_and_the_agreement_is_the_reason() -> None:
+    assessed = _with_revenue(1_234e6)
+    checked = filed.check_revenue(assessed, (1_234e6 * 1.004, "us-gaap:Revenues"))
+    before, after = assessed.fields["revenue_usd"].confidence, checked.fields["revenue_usd"].confidence
+    assert after > before and checked.checks["revenue_usd"]["verdict"] == "agrees"
+    assert checked.checks["revenue_usd"]["source"] == "inline XBRL (us-gaap:Revenues)"
+    assert filed.check_revenue(checked, (1_234e6, "us-gaap:Revenues")) is checked, "checked once"
+
+
+def test_a_revenue_the_filings_xbrl_contradicts_is_lowered_under_escalation_but_kept() -> None:
+    assessed = _with_revenue(2.39)  # earnings per share read as revenue
+    checked = filed.check_revenue(assessed, (1_234e6, "us-gaap:Revenues"))
+    assert checked.grounded.extraction.revenue_usd == 2.39, "the model is not overruled"
+    assert checked.fields["revenue_usd"].confidence < 0.5 and "revenue_usd" in checked.below(0.5)
+    assert checked.checks["revenue_usd"]["verdict"] == "differs"
+    assert filed.check_revenue(assessed, None) is assessed

@@ -40,6 +40,8 @@ MAY_BE_EMPTY = (
     "e.revenue_grounded = false",
     "from document_attempts",
     "e.revenue_confidence < 0.5",
+    "verdict = 'differs'",
+    "value is null group by why",
 )
 """The simulator quotes its filings exactly, so the ungrounded-fact and doubtful-figure queries
 find nothing; the runs here were never retried, so no round is kept."""

@@ -207,9 +207,19 @@ def format_of(output: Path | None) -> str:
 @click.option(
     "--truth",
     "truth_path",
-    required=True,
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="Truth file in the format of examples/truth.json.",
+)
+@click.option(
+    "--truth-from-xbrl",
+    is_flag=True,
+    help="Score against each filing's own facts instead of a truth file: its cover's company and "
+    "fiscal year, its inline-XBRL total revenue. Filings that cannot be scored are named with the reason.",
+)
+@click.option(
+    "--save-truth",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --truth-from-xbrl: also write that truth as a truth file.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 @click.option("--revenue-tolerance", default=0.01, show_default=True, help="Relative tolerance of revenue.")
@@ -229,7 +239,9 @@ def format_of(output: Path | None) -> str:
 )
 def eval_(
     run: str,
-    truth_path: Path,
+    truth_path: Path | None,
+    truth_from_xbrl: bool,
+    save_truth: Path | None,
     as_json: bool,
     revenue_tolerance: float,
     title_threshold: float,
@@ -250,10 +262,20 @@ def eval_(
         run_id = resolve_run_id(engine, run)
     except UnknownRun as exc:
         fail(str(exc))
-    try:
-        truths = load_truth(truth_path)
-    except (ValueError, KeyError, TypeError) as exc:
-        fail(f"cannot read the truth file {truth_path}: {exc!r}")
+    if (truth_path is None) == (not truth_from_xbrl):
+        fail("give --truth FILE or --truth-from-xbrl (one of them)")
+    unscorable: list[tuple[str, str]] = []
+    if truth_path is not None:
+        try:
+            truths = load_truth(truth_path)
+        except (ValueError, KeyError, TypeError) as exc:
+            fail(f"cannot read the truth file {truth_path}: {exc!r}")
+    else:
+        from pipeline.reporting.xbrl_truth import truth_from_xbrl as from_xbrl
+
+        truths, unscorable = from_xbrl(engine, run_id)
+        if save_truth is not None:
+            _save_truth(save_truth, truths)
     result = evaluate(
         truths,
         load_run(engine, run_id),
@@ -267,13 +289,33 @@ def eval_(
             html_path.write_text(render_eval_page(run_id, data, result.calibration()), encoding="utf-8")
         except OSError as exc:
             fail(f"cannot write the page {html_path}: {exc.strerror or exc}")
+    if truth_from_xbrl:
+        data["not_scored_against_xbrl"] = [{"filename": n, "reason": r} for n, r in unscorable]
     if as_json:
         click.echo(json.dumps({"run_id": run_id, **data}, indent=2))
         return
     _print_eval(run_id, data)
     _print_calibration(data["calibration"])
+    for name, reason in unscorable:
+        console.print(f"revenue not scored against the filing's XBRL: {escape(name)}: {escape(reason)}")
     if html_path is not None:
         console.print(f"page: {escape(str(html_path))}")
+
+
+def _save_truth(path: Path, truths: list[Any]) -> None:
+    rows = [
+        {
+            "filename": t.filename,
+            "company": t.company,
+            "fiscal_year": t.fiscal_year,
+            "revenue_usd": t.revenue_usd,
+        }
+        for t in truths
+    ]
+    try:
+        path.write_text(json.dumps({"filings": rows}, indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:
+        fail(f"cannot write the truth file {path}: {exc.strerror or exc}")
 
 
 def _print_calibration(cal: dict[str, Any]) -> None:

@@ -47,6 +47,7 @@ class Started(Protocol):
     text: str
     chunks: list[Chunk]
     capped: bool
+    xbrl_revenue: tuple[float, str] | None
 
 
 def assess_document(ctx: Context, work: Started, answers: Sequence[BaseModel]) -> Assessed:
@@ -64,6 +65,7 @@ def assess_document(ctx: Context, work: Started, answers: Sequence[BaseModel]) -
         model = settings.escalate_model or ctx.llm.model
         second = _ask(ctx, work, sorted(chunks), model, "verify", 0.0 if settings.escalate_model else SAMPLED)
         assessed = assessor.assess(parts, second, token_p)
+    assessed = filed.check_revenue(assessed, work.xbrl_revenue)  # a disagreement is escalated
     if settings.escalate_model:
         low = [
             name
@@ -82,6 +84,7 @@ def assess_document(ctx: Context, work: Started, answers: Sequence[BaseModel]) -
                 len(better),
                 settings.escalate_model,
             )
+    assessed = filed.check_revenue(assessed, work.xbrl_revenue)  # an escalated figure, checked too
     doc = work.doc
     sources = (doc.intake or {}).get("metadata_source") or {}
     where = ", ".join(sorted({sources.get("company", ""), sources.get("fiscal_year", "")} - {""}))

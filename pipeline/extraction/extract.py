@@ -228,6 +228,8 @@ class _Work:
     """...until then (epoch seconds), when only the standard tier still makes the deadline."""
     failed_attempts: int
     fence: int
+    xbrl_revenue: tuple[float, str] | None
+    """The filing's own total-revenue fact (value, concept): the model's answer is checked against it."""
     """This attempt's lease: every write it makes is refused once the fence moved on."""
     verified_at: float = field(default_factory=time.monotonic)
     """When a write last proved the lease (monotonic seconds)."""
@@ -264,6 +266,7 @@ def _start(ctx: Context, document_id: int, failed_attempts: int) -> _Work | None
             standard_from=run.standard_from.timestamp() if run.standard_from else None,
             failed_attempts=max(failed_attempts, doc.attempts - 1),  # earlier deliveries count too
             fence=doc.fence,
+            xbrl_revenue=documents.xbrl_revenue(session, document_id) if not run.schema else None,
         )
 
 

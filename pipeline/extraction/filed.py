@@ -21,6 +21,7 @@ from typing import Any
 
 from pipeline.extraction.confidence import Assessed, FieldScore
 from pipeline.extraction.schemas import FilingExtraction
+from pipeline.extraction.signals import same_figure
 
 AGREES = 0.97
 FILED_ONLY = 0.9
@@ -53,6 +54,36 @@ def same_company(a: str, b: str) -> bool:
     return bool(key_a) and (key_a == key_b or key_a.replace(" ", "") == key_b.replace(" ", ""))
 
 
+def check_revenue(assessed: Assessed, fact: tuple[float, str] | None) -> Assessed:
+    """`assessed` with its revenue's confidence moved by the filing's own inline-XBRL fact
+    (`fact`: value, concept): within REVENUE_TOLERANCE it moves half way to 1 (the agreement is
+    the reason, in `checks`); outside it keeps 0.4 of its score, under the escalation threshold,
+    so the field is escalated and listed for review with both values. The model's value stays:
+    a filer may tag oddly. Checking a value already checked changes nothing."""
+    value = assessed.grounded.extraction.revenue_usd
+    if fact is None or value is None:
+        return assessed
+    earlier = assessed.checks.get("revenue_usd")
+    if earlier is not None and earlier["model"] == value:
+        return assessed
+    filed_value, concept = fact
+    agrees = same_figure(value, filed_value)
+    current = assessed.fields["revenue_usd"]
+    confidence = current.confidence + (1 - current.confidence) * 0.5 if agrees else current.confidence * 0.4
+    check = {
+        "filed": filed_value,
+        "model": value,
+        "verdict": "agrees" if agrees else "differs",
+        "source": f"inline XBRL ({concept})",
+        "relative_difference": round(abs(value - filed_value) / abs(filed_value), 6) if filed_value else None,
+    }
+    fields = {
+        **assessed.fields,
+        "revenue_usd": FieldScore(round(confidence, 3), current.match, current.chunk),
+    }
+    return replace(assessed, fields=fields, checks={**assessed.checks, "revenue_usd": check})
+
+
 def cross_check(assessed: Assessed, company: str | None, fiscal_year: int | None, source: str) -> Assessed:
     """`assessed` with the filing's own company and fiscal year (where it states them) as the
     values, each scored by whether the model's answer agrees; `source` says where they were read."""
@@ -77,4 +108,4 @@ def cross_check(assessed: Assessed, company: str | None, fiscal_year: int | None
         return assessed
     updated = FilingExtraction.model_validate(values)
     grounded = replace(assessed.grounded, extraction=updated)
-    return replace(assessed, grounded=grounded, fields=fields, checks=checks)
+    return replace(assessed, grounded=grounded, fields=fields, checks={**assessed.checks, **checks})

@@ -293,7 +293,7 @@ def _read_of(loaded: inputs.LoadedFile, found: sections.Found | None = None) -> 
     summary = loaded.intake.summary()
     if found is not None:
         summary["sections"] = found.summary()
-    meta = loaded.intake.meta
+    meta, revenue = loaded.intake.meta, loaded.intake.revenue
     return intake.Read(
         source_format=loaded.intake.format,
         form_type=meta.form,
@@ -304,6 +304,14 @@ def _read_of(loaded: inputs.LoadedFile, found: sections.Found | None = None) -> 
         accession_number=meta.accession,
         filing_date=meta.filed,
         intake=summary,
+        revenue={
+            "value": revenue.value_usd,
+            "concept": revenue.concept,
+            "context": (revenue.context or "")[:200] or None,
+            "period_start": revenue.start,
+            "period_end": revenue.end,
+            "why": revenue.why,
+        },
     )
 
 

@@ -21,6 +21,7 @@ from difflib import SequenceMatcher
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
+from pipeline.extraction.filed import company_key
 from pipeline.reporting.calibration import Calibration, Observation
 from pipeline.storage import extractions
 from pipeline.storage.db import session_scope
@@ -33,9 +34,6 @@ DEFAULT_TITLE_THRESHOLD = 0.85
 """difflib ratio at which two risk titles count as the same ("Labor availability" vs
 "Labour availability" is 0.97; the closest two distinct titles of `examples/truth.json`,
 "Customer concentration" and "Supply chain concentration", are 0.63)."""
-_LEGAL_SUFFIXES = re.compile(
-    r"\b(inc|incorporated|corp|corporation|co|company|ltd|limited|llc|plc|lp|holdings|group|sa|ag|nv)\b"
-)
 
 
 @dataclass(frozen=True)
@@ -181,8 +179,9 @@ def load_truth(path: Path) -> list[TruthFiling]:
 
 
 def normalise_company(name: str) -> str:
-    words = re.sub(r"[^\w\s]", " ", name.lower())
-    return " ".join(_LEGAL_SUFFIXES.sub(" ", words).split())
+    """Case, accents, punctuation, "The", "&", legal suffixes and EDGAR's "/DE/" marks aside
+    (`COCA COLA CO` and `The Coca-Cola Company` are one name)."""
+    return company_key(name)
 
 
 def normalise_title(title: str) -> str:

@@ -77,6 +77,8 @@ class ReviewItem:
     passage: Passage | None
     note: str
     """Why there is no passage ("" when there is one)."""
+    filed: str | None = None
+    """What the filing's own inline XBRL states for the field, shown beside the model's value."""
     source_byte: int | None = None
     """Where the passage's line starts in the original file (an HTML filing, a submission),
     in bytes; None for plain text, whose offsets are the text's own."""
@@ -129,6 +131,7 @@ def items_of(
                 passage=passage(source.text, found.start, found.end) if source and found else None,
                 note=note,
                 source_byte=offsets[bisect_right(starts, found.start) - 1][1] if found and starts else None,
+                filed=f"{shown(row.filed)} ({row.filed_concept})" if row.filed is not None else None,
             )
         )
     return items
@@ -347,6 +350,8 @@ def _value_cell(item: ReviewItem) -> Html:
     hint = ""
     if item.field == "revenue_usd" and item.value is not None:
         hint = tag("div", f"USD {float(item.value):,.2f}".removesuffix(".00"), "hint")
+    if item.filed is not None:
+        hint = join([hint, tag("div", f"the filing's XBRL: {item.filed}", "hint")])
     return join(
         [
             Html(f'<input class="value" type="text" value="{text(item.value)}" aria-label="{label}">'),

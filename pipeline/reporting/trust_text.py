@@ -45,4 +45,20 @@ def confidence_lines(view: dict[str, Any] | None) -> list[str]:
         lines.append(
             f"Verification (second answers for a sample): {verify['calls']} calls, ${verify['cost_usd']:.4f}."
         )
+    if line := xbrl_line(view.get("xbrl_revenue")):
+        lines.append(line)
     return lines
+
+
+def xbrl_line(verdicts: dict[str, int] | None) -> str:
+    """The revenues against the filings' own inline-XBRL facts, in a sentence ("" when no filing
+    of the run has a fact)."""
+    if not verdicts or not (verdicts.get("agrees") or verdicts.get("differs") or verdicts.get("no answer")):
+        return ""
+    line = (
+        f"Revenue against the filings' own XBRL: {verdicts['agrees']} agree (raised), "
+        f"{verdicts['differs']} differ (lowered, escalated and listed by the revenue_checks view)"
+    )
+    if verdicts.get("no answer"):
+        line += f", {verdicts['no answer']} without a model answer"
+    return line + f"; {verdicts.get('no fact', 0)} filings have no revenue fact."

@@ -56,4 +56,5 @@ def trust_view(session: Session, run_id: str, settings: Settings) -> dict[str, A
         "tiers": tiers,
         "extraction_cost_usd": spent,
         "escalate_everything_usd": everything,
+        "xbrl_revenue": confidence.xbrl_verdicts(session, run_id),
     }

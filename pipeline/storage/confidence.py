@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import case, func, select
+from sqlalchemy import case, func, select, text
 from sqlalchemy.orm import Session
 
 from pipeline.storage.models import Extraction, LLMCall, RiskFactor
@@ -79,3 +79,17 @@ def calls_by_stage_and_model(
     return [
         (s, m, int(n), int(p), int(c), float(cost or 0.0), int(bad or 0)) for s, m, n, p, c, cost, bad in rows
     ]
+
+
+XBRL_VERDICTS = ("agrees", "differs", "no answer", "no fact", "not extracted")
+
+
+def xbrl_verdicts(session: Session, run_id: str) -> dict[str, int]:
+    """The run's revenues against the filings' own inline-XBRL facts: documents per verdict of
+    the `revenue_checks` view (agrees, differs, no answer, no fact, not extracted)."""
+    rows = session.execute(
+        text("select verdict, count(*) from revenue_checks where run_id = :run group by verdict"),
+        {"run": run_id},
+    )
+    found = {str(verdict): int(n) for verdict, n in rows.tuples()}
+    return {verdict: found.get(verdict, 0) for verdict in XBRL_VERDICTS}

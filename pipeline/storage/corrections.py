@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from pipeline.storage import clock
 from pipeline.storage.db import MAX_IDS_PER_STATEMENT
-from pipeline.storage.models import Content, Correction, Document, Extraction, RiskFactor, table_of
+from pipeline.storage.models import Content, Correction, Document, Extraction, RiskFactor, XbrlFact, table_of
 
 SCALAR_FIELDS = ("company", "fiscal_year", "revenue_usd")
 """The extraction's fields a review may correct, besides each risk factor's title."""
@@ -41,6 +41,9 @@ class FieldRow:
     quote: str | None
     quote_start: int | None
     quote_end: int | None
+    filed: float | None = None
+    """What the filing's own inline XBRL states for the field (revenue), beside the model's value."""
+    filed_concept: str | None = None
 
 
 def fields_below(session: Session, run_id: str, below: float) -> list[FieldRow]:
@@ -62,8 +65,16 @@ def fields_below(session: Session, run_id: str, below: float) -> list[FieldRow]:
             e.revenue_quote,
             e.revenue_quote_start,
             e.revenue_quote_end,
+            XbrlFact.value,
+            XbrlFact.concept,
         )
         .join(Document, Document.id == e.document_id)
+        .outerjoin(
+            XbrlFact,
+            (XbrlFact.document_id == e.document_id)
+            & (XbrlFact.run_id == e.run_id)
+            & (XbrlFact.field == "revenue_usd"),
+        )
         .where(
             e.run_id == run_id,
             or_(
@@ -107,6 +118,8 @@ def fields_below(session: Session, run_id: str, below: float) -> list[FieldRow]:
                     r.revenue_quote,
                     r.revenue_quote_start,
                     r.revenue_quote_end,
+                    r.value,
+                    r.concept,
                 )
             )
     risks = session.execute(

@@ -26,6 +26,7 @@ from pipeline.storage.models import (
     Extraction,
     RiskFactor,
     Run,
+    XbrlFact,
     aware,
     table_of,
     utcnow,
@@ -49,6 +50,16 @@ class RunOfDocument:
     """flex: its extract calls go at flex processing's tier (`runs.extract_tier`)."""
     standard_from: datetime | None = None
     """From when they go at the standard tier instead (`runs.standard_from`)."""
+
+
+def xbrl_revenue(session: Session, document_id: int) -> tuple[float, str] | None:
+    """The filing's own total-revenue fact (value, concept), when its inline XBRL has one."""
+    row = session.execute(
+        select(XbrlFact.value, XbrlFact.concept).where(
+            XbrlFact.document_id == document_id, XbrlFact.field == "revenue_usd", XbrlFact.value.is_not(None)
+        )
+    ).one_or_none()
+    return (float(row[0]), str(row[1] or "")) if row else None
 
 
 def text_and_run(session: Session, doc: Document) -> tuple[str, RunOfDocument]:

@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import Row, select
 from sqlalchemy.orm import Session
 
-from pipeline.storage.models import Document, Extraction, RiskFactor, Run
+from pipeline.storage.models import Document, Extraction, RiskFactor, Run, XbrlFact
 
 
 def report_rows(session: Session, run_id: str) -> Sequence[Row[Any]]:
@@ -105,3 +105,26 @@ def document_exists(session: Session, document_id: int) -> bool:
     """Whether this database holds the document (a finalize sent to another database than the
     producer's does not)."""
     return session.get(Document, document_id) is not None
+
+
+def xbrl_truth_rows(session: Session, run_id: str) -> Sequence[Row[Any]]:
+    """path, status, company_name, fiscal_year, the revenue fact's value and why there is none,
+    of the run's documents that were read (not skipped), by id."""
+    return session.execute(
+        select(
+            Document.path,
+            Document.status,
+            Document.company_name,
+            Document.fiscal_year,
+            XbrlFact.value,
+            XbrlFact.why,
+        )
+        .outerjoin(
+            XbrlFact,
+            (XbrlFact.document_id == Document.id)
+            & (XbrlFact.run_id == Document.run_id)
+            & (XbrlFact.field == "revenue_usd"),
+        )
+        .where(Document.run_id == run_id, Document.status != "skipped")
+        .order_by(Document.id)
+    ).all()

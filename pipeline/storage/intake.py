@@ -20,6 +20,7 @@ from pipeline.storage.models import (
     Document,
     Run,
     RunStatus,
+    XbrlFact,
     table_of,
 )
 
@@ -84,9 +85,12 @@ class Read:
     accession_number: str | None = None
     filing_date: date | None = None
     intake: dict[str, Any] | None = None
+    revenue: dict[str, Any] | None = None
+    """The filing's own total-revenue fact: value, concept, context, period_start, period_end,
+    why (an `xbrl_facts` row)."""
 
     def columns(self) -> dict[str, Any]:
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "revenue"}
         values["form_type"] = (self.form_type or "")[:20] or None
         values["company_name"] = (self.company_name or "")[:300] or None
         values["accession_number"] = (self.accession_number or "")[:25] or None
@@ -153,6 +157,11 @@ def add_document(
             **(read.columns() if read else {}),
         },
     ).scalar_one()
+    if read and read.revenue is not None and status != DocStatus.SKIPPED:
+        session.execute(
+            insert(table_of(XbrlFact)),
+            {"document_id": document_id, "run_id": run_id, "field": "revenue_usd", **read.revenue},
+        )
     if spans:
         session.execute(
             insert(table_of(Chunk)),

@@ -2,86 +2,52 @@
 
 from __future__ import annotations
 
-import enum
-from datetime import UTC, date, datetime
-from typing import Any, ClassVar, cast
+from datetime import date, datetime
+from typing import Any
 
 from sqlalchemy import (
-    JSON,
     BigInteger,
     Boolean,
     Date,
-    DateTime,
     Float,
     ForeignKey,
     Index,
     Integer,
     String,
-    Table,
     Text,
     UniqueConstraint,
     false,
     true,
 )
-from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import Mapped, mapped_column
 
+from pipeline.storage.base import (
+    ERROR_MAX_CHARS,
+    TERMINAL_DOC_STATUSES,
+    Base,
+    DocStatus,
+    IdType,
+    JSONType,
+    RunStatus,
+    aware,
+    table_of,
+    utcnow,
+)
 from pipeline.storage.columns import RedactedText
 
-JSONType = JSON().with_variant(JSONB(), "postgresql")
-# SQLite only auto-increments INTEGER PRIMARY KEY; Postgres gets a 64-bit identity.
-IdType = BigInteger().with_variant(Integer(), "sqlite")
-
-
-ERROR_MAX_CHARS = 2000
-"""A batch's error, as stored: the provider's list of a file's bad lines can be long."""
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-def aware(moment: datetime) -> datetime:
-    """`moment` as UTC: SQLite hands back naive datetimes, and every stored time is UTC."""
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
-class RunStatus(enum.StrEnum):
-    PENDING = "pending"
-    RUNNING = "running"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    STALLED = "stalled"
-    """No progress, and resuming did not help: an operator has to look (`pipeline resume`)."""
-    CANCELLED = "cancelled"
-    """Stopped on purpose (`pipeline cancel`, or `pipeline run` ended by SIGTERM or Ctrl-C); the
-    error says why and what was done, and its report what was extracted. `pipeline retry`
-    finishes it."""
-
-
-class DocStatus(enum.StrEnum):
-    PENDING = "pending"
-    RUNNING = "running"
-    EXTRACTED = "extracted"
-    FAILED = "failed"
-    SKIPPED = "skipped"
-    CANCELLED = "cancelled"
-    """Its run was cancelled before it was extracted (`error` says why)."""
-
-
-TERMINAL_DOC_STATUSES = (DocStatus.EXTRACTED, DocStatus.FAILED, DocStatus.SKIPPED, DocStatus.CANCELLED)
-
-
-class Base(DeclarativeBase):
-    type_annotation_map: ClassVar[dict[Any, Any]] = {
-        dict[str, Any]: JSONType,
-        datetime: DateTime(timezone=True),
-    }
-
-
-def table_of(model: type[Base]) -> Table:
-    """The model's table, for Core statements on hot paths (no ORM bookkeeping)."""
-    return cast(Table, model.__table__)
+# Re-exported: the models' module is where the rest of the code imports these from.
+__all__ = [
+    "ERROR_MAX_CHARS",
+    "TERMINAL_DOC_STATUSES",
+    "Base",
+    "DocStatus",
+    "IdType",
+    "JSONType",
+    "RunStatus",
+    "aware",
+    "table_of",
+    "utcnow",
+]
 
 
 class Run(Base):
@@ -416,6 +382,27 @@ class Report(Base):
     markdown: Mapped[str] = mapped_column(Text)
     json: Mapped[dict[str, Any]]
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class XbrlFact(Base):
+    """A fact the filing states in its own inline XBRL, chosen by its context
+    (`pipeline.ingest.filing.xbrl`): the second witness of the model's answer. One row per
+    document and field, with the concept and context used, or `why` no fact fits."""
+
+    __tablename__ = "xbrl_facts"
+    __table_args__ = (UniqueConstraint("document_id", "field", name="uq_xbrl_facts_document_field"),)
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    document_id: Mapped[int] = mapped_column(ForeignKey("documents.id", ondelete="CASCADE"))
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    field: Mapped[str] = mapped_column(String(20))
+    """revenue_usd (the extraction's column it witnesses)."""
+    value: Mapped[float | None] = mapped_column(Float)
+    concept: Mapped[str | None] = mapped_column(String(200))
+    context: Mapped[str | None] = mapped_column(String(200))
+    period_start: Mapped[date | None] = mapped_column(Date)
+    period_end: Mapped[date | None] = mapped_column(Date)
+    why: Mapped[str | None] = mapped_column(Text)
 
 
 class DocumentAttempt(Base):

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from lxml import etree
 from lxml import html as lxml_html
 
-from pipeline.ingest.filing import furniture
+from pipeline.ingest.filing import furniture, xbrl
 
 CELL_SEPARATOR = " | "
 TOO_DEEP = (
@@ -66,6 +66,10 @@ class Converted:
     inline_xbrl: bool = False
     problem: str | None = None
     """Why the document cannot be read whole (its nesting is deeper than the parser's bound)."""
+    facts: xbrl.Facts = field(default_factory=xbrl.Facts)
+    """Its inline-XBRL contexts, units and numeric facts (none: not inline XBRL)."""
+    cover_context: str | None = None
+    """The context of its dei: cover facts: the document's own period."""
 
 
 def parser(encoding: str) -> lxml_html.HTMLParser:
@@ -93,11 +97,13 @@ def convert(data: bytes, *, base: int = 0) -> Converted:
         return Converted("")
     if any("Excessive depth" in str(error.message) for error in reader.error_log):
         return Converted("", problem=TOO_DEEP)
-    dei = _dei_facts(root)
+    dei, cover = _dei_facts(root)
     lines = list(_Walk(root, data, base).lines(root))
     kept = furniture.drop(lines)
     text, offsets = _join(kept)
-    return Converted(text, offsets, dei, inline_xbrl=bool(dei) or _has_ix(root))
+    inline = bool(dei) or _has_ix(root)
+    found = xbrl.facts(root) if inline else xbrl.Facts()
+    return Converted(text, offsets, dei, inline_xbrl=inline, facts=found, cover_context=cover)
 
 
 def _encoding(data: bytes) -> str:
@@ -112,13 +118,42 @@ def _has_ix(root: etree._Element) -> bool:
     return next(root.iter("ix:nonfraction", "ix:nonnumeric", "ix:header"), None) is not None
 
 
-def _dei_facts(root: etree._Element) -> dict[str, str]:
+def _dei_facts(root: etree._Element) -> tuple[dict[str, str], str | None]:
+    """The `dei:` cover facts (lower-case name -> text shown, continuations joined), and the
+    context they are stated in: the document's own period (`xbrl.revenue` takes its year)."""
     facts: dict[str, str] = {}
+    cover: str | None = None
+    continuations: dict[str, etree._Element] | None = None
     for element in root.iter("ix:nonnumeric"):
         name = (element.get("name") or "").lower()
-        if name.startswith("dei:") and name not in facts:
-            facts[name] = " ".join("".join(str(piece) for piece in element.itertext()).split())
-    return facts
+        if not name.startswith("dei:") or name in facts:
+            continue
+        text = _shown(element)
+        if element.get("continuedat"):
+            if continuations is None:
+                continuations = {c.get("id", ""): c for c in root.iter("ix:continuation")}
+            text = " ".join([text, *_continued(element, continuations)])
+        facts[name] = " ".join(text.split())
+        if name in ("dei:documenttype", "dei:documentperiodenddate") and cover is None:
+            cover = element.get("contextref")
+    return facts, cover
+
+
+def _continued(element: etree._Element, continuations: dict[str, etree._Element]) -> list[str]:
+    """The texts of the `ix:continuation` chain a fact's `continuedAt` starts (Inline XBRL 1.1
+    section 4.1.1), each once."""
+    texts: list[str] = []
+    seen: set[str] = set()
+    at = element.get("continuedat")
+    while at and at not in seen and at in continuations:
+        seen.add(at)
+        texts.append(_shown(continuations[at]))
+        at = continuations[at].get("continuedat")
+    return texts
+
+
+def _shown(element: etree._Element) -> str:
+    return "".join(str(piece) for piece in element.itertext())
 
 
 class _Walk:

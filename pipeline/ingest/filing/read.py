@@ -18,7 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.ingest.filing import choose, furniture, html, metadata, sgml, xml
+from pipeline.ingest.filing import choose, furniture, html, metadata, sgml, xbrl, xml
 from pipeline.ingest.filing.html import Converted
 from pipeline.ingest.filing.metadata import Metadata
 
@@ -56,6 +56,9 @@ class Intake:
     left_out_types: dict[str, list[str]] = field(default_factory=dict)
     problem: str | None = None
     notes: list[str] = field(default_factory=list)
+    revenue: xbrl.Revenue = field(default_factory=lambda: xbrl.Revenue(why=xbrl.NO_XBRL))
+    """The filing's own total-revenue fact (the primary document's, else an exhibit's such as
+    EX-13), or why there is none."""
 
     def summary(self) -> dict[str, Any]:
         """What the document row keeps of the intake (`documents.intake`)."""
@@ -68,6 +71,7 @@ class Intake:
             ],
             "notes": self.notes,
             "metadata_source": self.meta.source,
+            "xbrl_revenue": self.revenue.why or self.revenue.concept,
         }
 
 
@@ -96,6 +100,7 @@ def read(data: sgml.Buffer, *, exhibit_types: list[str], form_types: list[str]) 
         raw = bytes(data[:])
         converted = _convert(raw, kind)
         intake = Intake(kind, converted.text, converted.offsets, metadata.from_dei(converted.dei))
+        intake.revenue = xbrl.revenue_of(converted.facts, converted.cover_context)
         intake.taken.append({"type": intake.meta.form or "", "format": kind, "chars": len(converted.text)})
         if converted.problem:
             intake.problem = f"an {kind.upper()} file that cannot be read: {converted.problem}"
@@ -134,6 +139,8 @@ def _submission(data: sgml.Buffer, exhibit_types: list[str]) -> Intake:
         return intake
     texts: list[str] = []
     at = 0
+    facts = xbrl.Facts()
+    cover: str | None = None
     for part in [chosen.primary, *chosen.exhibits]:
         converted = _convert_part(data, part)
         if converted is None:
@@ -147,8 +154,10 @@ def _submission(data: sgml.Buffer, exhibit_types: list[str]) -> Intake:
         if not converted.text.strip():
             _leave_out(intake, part, choose.EMPTY)
             continue
+        facts = facts.merged(converted.facts)  # an EX-13's facts use the primary's contexts
         if part is chosen.primary:
             intake.meta = meta.merged(metadata.from_dei(converted.dei))
+            cover = converted.cover_context
         else:
             title = f"[{part.type}: {part.description or part.filename}]\n"
             texts.append(title)
@@ -168,6 +177,7 @@ def _submission(data: sgml.Buffer, exhibit_types: list[str]) -> Intake:
     if not intake.taken:
         intake.problem = f"the primary document ({chosen.primary.type}) holds no readable text"
         return intake
+    intake.revenue = xbrl.revenue_of(facts, cover)
     intake.text = "".join(texts)
     return intake
 
