@@ -372,3 +372,20 @@ def test_a_dtd_in_a_submissions_document_refuses_the_submission() -> None:
     loaded = load_bytes("sub.txt", data)
     assert loaded.problem is not None and "declares entities in a DTD" in loaded.problem
     assert "EX-13" in loaded.problem
+
+
+def test_a_statement_footer_repeated_at_every_page_break_is_kept_once() -> None:
+    from pipeline.ingest.filing import furniture
+
+    footer = "The accompanying notes are an integral part of these statements."
+    lines: list[tuple[str, int]] = []
+    for page in range(1, 5):
+        lines += [
+            (f"Revenue | {page}", 0),
+            (footer, 0),
+            (str(page), 0),
+            (furniture.PAGE_BREAK, 0),
+            ("Acme Inc. | 10-K", 0),
+        ]
+    kept = [line for line, _ in furniture.drop(lines)]
+    assert kept.count(footer) == 1 and "Acme Inc. | 10-K" not in kept and "2" not in kept

@@ -81,3 +81,45 @@ def test_the_chunk_budget_comes_from_the_model_context() -> None:
     )  # type: ignore[call-arg]
     assert settings.chunk_budget_tokens() == 4_000 - 600 - 1_000
     assert Settings(_env_file=None, chunk_tokens=6_000).chunk_budget_tokens() == 6_000  # type: ignore[call-arg]
+
+
+def _ten_k(*items: tuple[str, int]) -> str:
+    """A 10-K's text: a table of contents of every item, then each item with `size` characters."""
+    contents = "".join(f"Item {n}. | {title} | {i + 3}\n" for i, (n, title, _) in enumerate(_titled(items)))
+    body = "".join(
+        f"Item {n}. {title}\n" + "Our business is described here. " * (size // 32) + "\n"
+        for n, title, size in _titled(items)
+    )
+    return "FORM 10-K\nTable of Contents\n" + contents + body
+
+
+def _titled(items: tuple[tuple[str, int], ...]) -> list[tuple[str, str, int]]:
+    titles = {"1": "Business", "1A": "Risk Factors", "1B": "Unresolved Staff Comments", "6": "[Reserved]",
+              "7": "Management's Discussion and Analysis", "8": "Financial Statements and Supplementary Data"}  # fmt: skip
+    return [(n, titles[n], size) for n, size in items]
+
+
+def test_a_short_item_is_taken_from_the_body_not_from_the_table_of_contents() -> None:
+    text = _ten_k(("1", 5_000), ("1A", 4_000), ("1B", 10), ("6", 12), ("7", 4_000), ("8", 4_000))
+    found = find_sections(text, "10-K")
+    names = [s.name for s in found]
+    assert names == ["Cover", "Item 1", "Item 1A", "Item 1B", "Item 6", "Item 7", "Item 8"]
+    contents_end = text.index("Item 1. Business\n")
+    assert all(s.start >= contents_end for s in found if s.name != "Cover")
+
+
+def test_an_older_10k_without_item_1a_gets_none_from_a_risk_factors_line_in_its_mdna() -> None:
+    mdna = "Item 7. Management's Discussion and Analysis\n" + "Sales grew. " * 300
+    text = (
+        "FORM 10-K\nItem 1. Business\n"
+        + "We make cars. " * 300
+        + "\n"
+        + mdna
+        + "\nRisk Factors\n"
+        + "Costs may rise. " * 300
+    )
+    assert "Item 1A" not in [s.name for s in find_sections(text, "10-K")]
+    with_contents = "Item 1A. | Risk Factors | 12\n" + text
+    assert "Item 1A" in [s.name for s in find_sections(with_contents, "10-K")], (
+        "named, then found by its title"
+    )

@@ -42,6 +42,9 @@ LOOK_FOR = {
 }
 """What a section is the place for, told to the model with the chunk."""
 
+BODY_SECTION_CHARS = 2_000
+"""The first section at least this long starts the filing's body: an item met before it (in a
+table of contents) is taken from the body when it is there too, however short."""
 TOC_SECTION_CHARS = 400
 """An item occurrence followed by fewer characters than this, when the item occurs again, is
 a table-of-contents line (or a cross-reference), not the item's heading."""
@@ -60,7 +63,7 @@ _TITLE_WORDS: dict[str, tuple[str, ...]] = {
     "Part II, Item 1A": ("risk",),
 }
 """Words an item's heading (its line and the next) says: otherwise it is doubted."""
-_MIN_CHARS = {"Item 1A": 1_500, "Item 7": 2_000, "Item 8": 2_000, "Part II, Item 1A": 150}
+_MIN_CHARS = {"Item 1A": 1_000, "Item 7": 1_000, "Item 8": 1_000, "Part II, Item 1A": 150}
 _EXPLAINED = re.compile(
     r"not applicable|smaller reporting compan|not required|incorporated\s+(?:herein\s+)?by\s+reference|"
     r"(?:see|refer to|included in|set forth in|appears? (?:in|under)|contained in)\b|no material changes|omitted",
@@ -122,6 +125,7 @@ def locate(text: str, form: str | None = None, *, check: bool = True) -> Found:
         number = match.group("num").upper()
         name = f"Part {part.upper()}, Item {number}" if quarterly and part else f"Item {number}"
         heads.append((match.start(), name))
+    named = {name for _, name in heads}
     heads = _without_contents(heads, len(text))
     found = Found([])
     kept: list[tuple[int, str]] = []
@@ -132,8 +136,7 @@ def locate(text: str, form: str | None = None, *, check: bool = True) -> Found:
             found.doubted.append({"name": name, "at": start, "chars": end - start, "why": doubt})
         else:
             kept.append((start, name))
-    if kept or heads:
-        kept = _by_title(text, kept, quarterly)
+    kept = _by_title(text, kept, quarterly, named)
     if not kept:
         return found
     if kept[0][0] > 0:
@@ -160,9 +163,14 @@ def _without_contents(heads: list[tuple[int, str]], length: int) -> list[tuple[i
     elsewhere = {name for i, (_, name) in enumerate(heads) if i not in listing}
     heads = [head for i, head in enumerate(heads) if i not in listing or head[1] not in elsewhere]
     sizes = _sizes(heads, length)
+    body = next(
+        (start for (start, _), size in zip(heads, sizes, strict=True) if size >= BODY_SECTION_CHARS), 0
+    )
     best: dict[str, int] = {}
-    for i, (_, name) in enumerate(heads):
-        if name not in best or sizes[i] > sizes[best[name]]:
+    for i, (start, name) in enumerate(heads):
+        # In the body (from the first long section on) before the listings ahead of it; then longest.
+        rank = (start >= body, sizes[i])
+        if name not in best or rank > (heads[best[name]][0] >= body, sizes[best[name]]):
             best[name] = i
     return [head for i, head in enumerate(heads) if best[head[1]] == i]
 
@@ -171,14 +179,17 @@ def _sizes(heads: list[tuple[int, str]], length: int) -> list[int]:
     return [(heads[i + 1][0] if i + 1 < len(heads) else length) - start for i, (start, _) in enumerate(heads)]
 
 
-def _by_title(text: str, kept: list[tuple[int, str]], quarterly: bool) -> list[tuple[int, str]]:
+def _by_title(
+    text: str, kept: list[tuple[int, str]], quarterly: bool, named: set[str]
+) -> list[tuple[int, str]]:
     """Items a filing heads by their title alone ("Risk Factors" on a line of its own, as some
-    10-Ks laid out as an annual report do), for those no "Item" heading gave: the title line
-    followed by the longest section."""
+    10-Ks laid out as an annual report do), for those no "Item" heading gave but the filing names
+    (in its table of contents or cross-reference index: an older 10-K without an Item 1A may say
+    "Risk Factors" inside its MD&A): the title line followed by the longest section."""
     have = {name for _, name in kept}
     found: list[tuple[int, str]] = []
     for name, title in (_QUARTERLY_TITLES if quarterly else _TITLES).items():
-        if name in have:
+        if name in have or name not in named:
             continue
         starts = sorted([at for at, _ in kept] + [m.start() for m in title.finditer(text)])
         best: tuple[int, int] | None = None

@@ -4,7 +4,9 @@ An EDGAR HTML document keeps its print layout: a page break (`page-break-before/
 `<hr>`) with the page's number just before it and, on many filings, a running header just after
 it ("Table of Contents", "Apple Inc. | 2023 Form 10-K | 23"). Left in, they split sentences and
 tables that cross a page, and cost tokens on every page. A line next to a break is dropped when
-it is a page number, or when the same line (its digits aside) lies next to several breaks.
+it is a page number, or when the same line (its digits aside) lies next to several breaks; a
+sentence among those ("The accompanying notes are an integral part of these statements.") stays
+the first time it is said.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ _PAGE_NUMBER = re.compile(
     re.IGNORECASE,
 )
 _DIGITS = re.compile(r"\d+")
+_SENTENCE = re.compile(r"^[a-z].*(?:\s\S+){5,}[.!?]$")
+"""Six words or more ending as a sentence ends: not a running header's "Company | Form 10-K"."""
 
 
 def drop(lines: list[tuple[str, int]]) -> list[tuple[str, int]]:
@@ -38,10 +42,15 @@ def drop(lines: list[tuple[str, int]]) -> list[tuple[str, int]]:
         for i in _neighbours(lines, at):
             near[i] = _shape(lines[i][0])
     repeats = Counter(shape for shape in near.values() if shape)
+    # A sentence repeated at breaks (a statement's footer) is text the first time it is said.
+    first = {
+        shape: min(i for i, s in near.items() if s == shape) for shape in repeats if _SENTENCE.match(shape)
+    }
     furniture = {
         i
         for i, shape in near.items()
-        if _PAGE_NUMBER.match(lines[i][0]) or (shape and repeats[shape] >= MIN_REPEATS)
+        if _PAGE_NUMBER.match(lines[i][0])
+        or (shape and repeats[shape] >= MIN_REPEATS and i != first.get(shape))
     }
     return [item for i, item in enumerate(lines) if item[0] != PAGE_BREAK and i not in furniture]
 

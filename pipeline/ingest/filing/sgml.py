@@ -13,6 +13,7 @@ byte offsets into the file.
 
 from __future__ import annotations
 
+import mmap
 import re
 from dataclasses import dataclass
 from typing import Protocol
@@ -20,6 +21,10 @@ from typing import Protocol
 HEAD_SCAN_BYTES = 64 * 1024
 """Where the wrapper's opening tag must be found for a file to be a submission."""
 MAX_HEADER_BYTES = 2 * 1024 * 1024
+SCAN_WINDOW_BYTES = 8 * 1024 * 1024
+TAIL_BYTES = 1024
+"""How far before `</DOCUMENT>` its `</TEXT>` (and a wrapper's closing tag) is looked for."""
+"""A document's end is looked for this much at a time (a mapped file's pages behind are dropped)."""
 """A header longer than this (a submission lists its filers there: a few KB) is not read whole."""
 
 _OPENING = re.compile(
@@ -92,7 +97,7 @@ def parse(data: Buffer) -> Submission:
         opening = _DOCUMENT.search(data, at)  # type: ignore[call-overload]
         if opening is None:
             break
-        closing = _DOCUMENT_END.search(data, opening.end())  # type: ignore[call-overload]
+        closing = _find_end(data, opening.end())
         part_end = closing.start() if closing else len(data)
         part = _part(data, opening.end(), part_end)
         if closing is None:
@@ -102,8 +107,37 @@ def parse(data: Buffer) -> Submission:
         parts.append(part)
         if closing is None:
             break
+        _release(data, opening.start(), closing.end())  # read again only if it is taken
         at = closing.end()
     return Submission(header, parts, truncated)
+
+
+def _find_end(data: Buffer, start: int) -> re.Match[bytes] | None:
+    """The `</DOCUMENT>` after `start`, looked for a window at a time; behind each window, a
+    mapped file's pages are handed back (`_release`), so that scanning a 60 MB uuencoded ZIP does
+    not keep 60 MB resident: memory follows the documents taken, not the file."""
+    at = start
+    while at < len(data):
+        window_end = min(len(data), at + SCAN_WINDOW_BYTES)
+        found = _DOCUMENT_END.search(data, at, window_end)  # type: ignore[call-overload]
+        if found is not None:
+            return found  # type: ignore[no-any-return]
+        _release(data, at, window_end - len(b"</DOCUMENT>"))
+        at = window_end - len(b"</DOCUMENT>")  # a tag across the windows' edge is found next time
+        if window_end == len(data):
+            break
+    return None
+
+
+def _release(data: Buffer, start: int, end: int) -> None:
+    """Drop the pages of `data[start:end]` from this process's memory, when `data` maps a file
+    (they stay in the page cache; reading them again faults them back in)."""
+    if not isinstance(data, mmap.mmap) or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
+    last = end // mmap.PAGESIZE * mmap.PAGESIZE
+    if last > first:
+        data.madvise(mmap.MADV_DONTNEED, first, last - first)
 
 
 def _part(data: Buffer, start: int, end: int) -> Part:
@@ -114,7 +148,8 @@ def _part(data: Buffer, start: int, end: int) -> Part:
         for name, value in _FIELD.findall(data[start:fields_end])
     }
     body_start = text.end() if text else fields_end
-    text_end = _TEXT_END.search(data, body_start, end)  # type: ignore[call-overload]
+    tail = max(body_start, end - TAIL_BYTES)  # </TEXT> closes the document: not a scan of the body
+    text_end = _TEXT_END.search(data, tail, end)  # type: ignore[call-overload]
     body_end = text_end.start() if text_end else end
     wrapper = None
     head = data[body_start : min(body_end, body_start + 256)]
