@@ -35,7 +35,7 @@ _FISCAL_END = re.compile(r"fiscal year ended ([A-Z][a-z]+ \d{1,2}, \d{4})")
 def inline_xbrl(text: str, truth: FilingTruth, cik: str) -> str:
     """`text` (a synthetic 10-K) as an inline-XBRL HTML document."""
     period = _period_end(text, truth)
-    start = period.replace(year=period.year - 1, day=min(period.day, 28)) + timedelta(days=1 + max(0, period.day - 28))
+    start = period - timedelta(days=364)  # the fiscal year's first day
     blocks = [_block(lines, truth) for lines in _paragraphs(text)]
     body: list[str] = []
     header = f"{html.escape(truth.company)} | {truth.fiscal_year} Form 10-K"
