@@ -63,6 +63,9 @@ _TITLE_WORDS: dict[str, tuple[str, ...]] = {
     "Part II, Item 1A": ("risk",),
 }
 """Words an item's heading (its line and the next) says: otherwise it is doubted."""
+WHOLE_FILING_CHARS = 50_000
+"""A section's size is judged only in a text this long (a whole filing): a short excerpt's items
+are short."""
 _MIN_CHARS = {"Item 1A": 1_000, "Item 7": 1_000, "Item 8": 1_000, "Part II, Item 1A": 150}
 _EXPLAINED = re.compile(
     r"not applicable|smaller reporting compan|not required|incorporated\s+(?:herein\s+)?by\s+reference|"
@@ -212,7 +215,12 @@ def _doubt(text: str, name: str, start: int, end: int) -> str | None:
         shown = " ".join(text[start : line_end if line_end != -1 else end].split())[:80]
         return f"its heading ({shown!r}) does not name what {name} is for"
     least = _MIN_CHARS.get(name)
-    if least and end - start < least and not _EXPLAINED.search(text, start, end):
+    if (
+        least
+        and len(text) >= WHOLE_FILING_CHARS
+        and end - start < least
+        and not _EXPLAINED.search(text, start, end)
+    ):
         return f"only {end - start:,} characters, and it does not say why (not applicable, see elsewhere)"
     return None
 
