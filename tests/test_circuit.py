@@ -192,6 +192,30 @@ def test_late_outcomes_of_calls_sent_before_it_opened_leave_it_to_the_probe(clie
     assert gate.verdict == "open" and gate.probes == 0 and gate.wait_s == pytest.approx(FIRST_S, abs=0.5)
 
 
+def test_failures_of_calls_sent_before_it_closed_do_not_count_after_the_probe_closed_it(
+    client: redis.Redis,
+) -> None:
+    """Calls admitted before the outage whose failures arrive after the probe closed the circuit
+    (their HTTP timeout outlasted the outage) say nothing of the endpoint now: counting them
+    re-opened a circuit that had just closed."""
+    cb = breaker(client)
+    in_flight = [cb.admit() for _ in range(cb.failures + 2)]  # sent just before the outage
+    opened(cb)
+    with circuit.moved(FIRST_S):
+        assert cb.answered(cb.admit()).changed, "the probe's answer closes it"
+        for gate in in_flight:  # their timeouts come in now
+            late = cb.failed(gate, "APITimeoutError: timed out")
+            assert not late.open and not late.changed and late.failures == 0
+        assert cb.admit().verdict == "closed" and cb.admit().failures == 0
+        assert circuit.state(client, cb.endpoint).last_error == "UpstreamUnavailable: 503"
+        fresh = cb.admit()
+    with circuit.moved(FIRST_S + 0.01):  # a call sent after the close still counts
+        assert cb.failed(fresh, "InternalServerError: 503").failures == 1
+        for _ in range(cb.failures - 1):
+            last = cb.failed(cb.admit(), "InternalServerError: 503")
+        assert last.open and last.changed
+
+
 def test_a_tolerance_names_the_endpoint_and_the_setting() -> None:
     endpoint = "https://user:secret@gateway.example:8443/v1"
     gate = Gate("open", "t", 1.0, opened_at_s=1_000.0, now_s=1_061.0, probes=4, failures=0, last_error="503")

@@ -8,9 +8,11 @@
 A failure is a connection failure, a timeout or a 5xx; any other answer (a 4xx included: the
 endpoint is up) to a call sent after the latest failure resets the count (an answer to one sent
 before it says nothing of the endpoint now), and a 429 neither counts nor resets (pacing is the
-rate limiter's business). While the circuit is open no call is sent: each waits for the next probe,
-in place for up to PIPELINE_LIMITER_MAX_WAIT_S (the wait told to the lease's watcher, so the
-document keeps its lease), else the task goes back to the queue with the probe as countdown
+rate limiter's business). Nor does a failure of a call sent before the circuit last closed count:
+it timed out over the outage the probe ended, and would re-open the circuit that just closed.
+While the circuit is open no call is sent: each waits for the next probe, in place for up to
+PIPELINE_LIMITER_MAX_WAIT_S (the wait told to the lease's watcher, so the document keeps its
+lease), else the task goes back to the queue with the probe as countdown
 (`Deferred`: no retry spent). The probes are spaced PIPELINE_CIRCUIT_PROBE_S, doubling after
 each failed one, at most PIPELINE_CIRCUIT_PROBE_MAX_S: work resumes within that of the
 provider's return. An outage longer than PIPELINE_OUTAGE_TOLERANCE_S (unset: until the run's

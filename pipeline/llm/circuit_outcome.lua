@@ -14,7 +14,9 @@
 --                 the latest failure (a provider that goes down still answers what it took
 --                 before: those answers must not hold the circuit closed while calls retry)
 --         failed: no answer (connection failure, timeout) or a 5xx: counted while closed, the
---                 probe's failure spaces the next probe further
+--                 probe's failure spaces the next probe further; a failure of a call let through
+--                 before the circuit last closed changes nothing (it timed out over the outage
+--                 the probe has ended: counting it would re-open a circuit that just closed)
 --         abandoned: the call never reached the endpoint, or a 429 (the limiter's business):
 --                 a probe gives its turn to the next call, nothing is counted
 -- ARGV[2] token            ARGV[3] failures that open it
@@ -38,10 +40,11 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + shift_ms
 
 local held = redis.call('GET', KEYS[2]) == token
-local s = redis.call('HMGET', KEYS[1], 'opened_ms', 'probe_at_ms', 'probes', 'failures', 'last_error_ms')
+local s = redis.call('HMGET', KEYS[1], 'opened_ms', 'probe_at_ms', 'probes', 'failures', 'last_error_ms',
+  'closed_ms')
 local opened, probe_at = tonumber(s[1] or '0'), tonumber(s[2] or '0')
 local probes, failures = tonumber(s[3] or '0'), tonumber(s[4] or '0')
-local last_error = tonumber(s[5] or '0')
+local last_error, closed = tonumber(s[5] or '0'), tonumber(s[6] or '0')
 
 if outcome == 'abandoned' then
   if held then redis.call('DEL', KEYS[2]) end
@@ -70,6 +73,9 @@ if outcome == 'answered' then
 end
 
 -- failed
+if opened == 0 and admitted_ms < closed then
+  return {0, 0, 0, now, 0, failures, 0}
+end
 redis.call('HSET', KEYS[1], 'last_error', error_text, 'last_error_ms', now, 'endpoint', label)
 redis.call('PEXPIRE', KEYS[1], ttl_ms)
 if opened > 0 then
