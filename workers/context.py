@@ -24,7 +24,8 @@ _redis: redis.Redis | None = None
 
 
 def worker_context() -> Context:
-    """The process's settings, database engine and LLM client (pools sized to concurrency)."""
+    """The process's settings, database engine (its connection budget) and LLM client (its pool
+    sized to concurrency)."""
     global _context
     with _lock:
         if _context is None:
@@ -36,9 +37,10 @@ def worker_context() -> Context:
             escalation = settings.escalation_endpoint()
             _context = Context(
                 settings=settings,
-                # Room beyond the task threads for the heartbeat, whose renewals must not wait
-                # behind them for a connection (the overflow doubles it for the chunk pool).
-                engine=get_engine(settings.resolved_database_url, pool_size=pool + 2),
+                # The process's connection budget (PIPELINE_DB_POOL_SIZE), whatever its threads:
+                # they hold a connection only inside a step's short transaction, never across a
+                # call to the LLM, and the heartbeat takes its turn with them.
+                engine=get_engine(settings.resolved_database_url),
                 llm=LLMClient(settings, pool_size=calls, limiter=RedisLimiter.from_settings(settings, calls)),
                 leases=Leases(settings.lease_s, scope=scope_of(_redis_client())),
                 # Under prefork, a child's chunks go one after another (the children are the

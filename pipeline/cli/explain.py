@@ -18,6 +18,7 @@ from pipeline.core.errors import ConfigError, InputError, database_label
 from pipeline.core.redaction import redact
 from pipeline.core.settings import Settings
 from pipeline.storage import db
+from pipeline.storage.connections import POOLER_REFUSED_OPTIONS
 
 MAX_REASON_CHARS = 300
 
@@ -92,6 +93,12 @@ def _database(exc: Exception, settings: Settings | None) -> Explained:
             "try again once other clients have closed theirs, or raise its max_connections (or "
             "the role's or database's CONNECTION LIMIT)",
             exits.UNREACHABLE,
+        )
+    if any(POOLER_REFUSED_OPTIONS in line for line in lines):
+        return Explained(
+            f"the database {where} is reached through a pooler (PgBouncer) that refuses session "
+            "options: set PIPELINE_DB_TRANSACTION_POOLER=true (docs/operations.md, PgBouncer)",
+            exits.USAGE,
         )
     if starting := next((line for line in lines if any(words in line for words in NOT_YET)), None):
         return Explained(

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import sys
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
@@ -23,7 +24,10 @@ from pipeline.cli.base import (
     main,
     open_engine,
 )
-from pipeline.core.settings import get_settings
+from pipeline.core.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 
 @main.group()
@@ -95,7 +99,9 @@ def worker(
 
     # No round trip before each transaction: the tasks retry a dropped connection's error.
     ping_before_checkout(False)
-    open_engine(get_settings())
+    # Threads per process and processes: a prefork worker's children (and the parent) each hold a pool.
+    threads, processes = (n, 1) if pool == "threads" else (1, 1 + (n if pool == "prefork" else 0))
+    _say_connection_budget(open_engine(get_settings()), get_settings(), threads, processes)
     from pipeline.cli import celery_app
 
     celery_app.worker_main(
@@ -225,6 +231,26 @@ def _enable_task_events() -> None:
         return
     replies = json.loads(answers.getvalue() or "[]")
     console.print(f"task events: on in the {len(replies)} running worker(s)")
+
+
+def _say_connection_budget(engine: Engine, settings: Settings, threads: int, processes: int) -> None:
+    """The start line on database connections: what this deployment (the live worker processes
+    and this worker's) needs against what the server allows; a warning when it will not fit."""
+    from pipeline.recovery.heartbeat import live_workers_at
+    from pipeline.storage.connections import budget_line, process_connections, server_room
+
+    if engine.dialect.name != "postgresql":
+        return
+    try:
+        room = server_room(engine)
+    except Exception as exc:  # a server that hides pg_settings: say so, start anyway
+        console.print(f"database connections: not counted ({escape(str(exc).splitlines()[0])})")
+        return
+    live = live_workers_at(settings.redis_url) if settings.redis_url else None
+    workers = len(live or []) + processes  # this one's are not beating yet
+    per_worker = process_connections(settings.db_pool_size, threads)
+    line, fits = budget_line(workers, per_worker, room, pooler=settings.db_transaction_pooler)
+    console.print(f"[yellow]warning:[/] {escape(line)}" if not fits else escape(line), highlight=False)
 
 
 @main.command()

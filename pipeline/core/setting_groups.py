@@ -28,6 +28,26 @@ class StorageSettings(BaseSettings):
         "the data directory, for `pipeline run`, `status` and `report` only (`worker`, `submit`, "
         "`resume` and `watchdog` refuse to start without it)",
     )
+    db_pool_size: int = Field(
+        default=6,
+        ge=1,
+        le=200,
+        description="Postgres connections one process holds at most, whatever its threads (they wait "
+        "on the LLM holding none): ten workers at the default fit a server of max_connections 100 "
+        "with room for other clients; `pipeline worker` says what the deployment needs",
+    )
+    db_pool_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="a thread waits this long for one of its process's connections, then its step "
+        "fails with an error naming PIPELINE_DB_POOL_SIZE (a task retries it)",
+    )
+    db_transaction_pooler: bool = Field(
+        default=False,
+        description="PIPELINE_DATABASE_URL reaches a pooler in transaction mode (PgBouncer "
+        "pool_mode = transaction): no prepared statements, no session options at connect (the "
+        "timeouts go on the database role: docs/operations.md)",
+    )
     redis_url: str | None = Field(
         default=None,
         description="broker and result backend, redis:// or rediss://; unset: an embedded Redis "
@@ -207,7 +227,7 @@ class WorkerSettings(BaseSettings):
         default=8,
         ge=1,
         le=512,
-        description="threads per worker process (and its HTTP and database pool size)",
+        description="threads per worker process (and its HTTP pool size; its database connections are PIPELINE_DB_POOL_SIZE)",
     )
     worker_pool: Literal["threads", "prefork", "solo"] = Field(
         default="threads", description="set by `pipeline worker --pool`: sizes the per-process pools"

@@ -15,6 +15,9 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session
 
+from pipeline.core.settings import get_settings
+from pipeline.storage.connections import BudgetPool, session_free_connect_args
+
 UNREACHABLE: tuple[type[Exception], ...] = (OperationalError, InterfaceError, PoolTimeout)
 """The database could not be reached, a connection was lost, or every pooled connection stayed
 busy for the pool's timeout: a later try may succeed."""
@@ -82,10 +85,14 @@ def ping_before_checkout(enabled: bool) -> None:
     _ping_before_checkout = enabled
 
 
-def get_engine(url: str, pool_size: int = 5) -> Engine:
-    """One engine per URL per process, its pool sized for the process's concurrency: asked for
-    a larger pool than the cached engine has (a worker sizing it after `ensure_schema` made one),
-    it is replaced by one that large."""
+def get_engine(url: str, pool_size: int | None = None) -> Engine:
+    """One engine per URL per process. Its Postgres pool holds at most `pool_size` connections
+    (default PIPELINE_DB_POOL_SIZE, the process's budget, whatever its thread count), opened as
+    needed; a thread finding them all busy waits PIPELINE_DB_POOL_TIMEOUT_S, then fails with a
+    TimeoutError naming the budget. Asked for a larger pool than the cached engine has, it is
+    replaced by one that large."""
+    if pool_size is None:
+        pool_size = get_settings().db_pool_size
     with _engines_lock:
         engine = _engines.get(url)
         if engine is None or _pool_size(engine) < pool_size:
@@ -108,13 +115,17 @@ def _create_engine(url: str, pool_size: int) -> Engine:
         engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
+    settings = get_settings()
+    args = postgres_connect_args()
     return create_engine(
         url,
+        poolclass=BudgetPool,
         pool_size=pool_size,
-        max_overflow=pool_size,
+        max_overflow=0,  # the budget is the bound: a thread beyond it waits for a connection
+        pool_timeout=settings.db_pool_timeout_s,
         pool_pre_ping=_ping_before_checkout,
         pool_recycle=POOL_RECYCLE_S,
-        connect_args=postgres_connect_args(),
+        connect_args=session_free_connect_args(args) if settings.db_transaction_pooler else args,
     )
 
 
@@ -200,8 +211,9 @@ def upgrade(url: str, revision: str = "head") -> None:
 
     cfg = alembic_config(url)
     engine = get_engine(url)
-    with _migration_lock(engine), engine.begin() as connection:
+    with _sqlite_file_lock(engine), engine.begin() as connection:
         _no_statement_timeout(connection)  # an index on a large table takes what it takes
+        _lock_migrations(connection)
         cfg.attributes["connection"] = connection
         command.upgrade(cfg, revision)
 
@@ -216,19 +228,17 @@ MIGRATION_LOCK_KEY = 7_202_611_290
 """Postgres advisory lock id held while migrating (an arbitrary constant of this project)."""
 
 
+def _lock_migrations(connection: Connection) -> None:
+    """Serialise migrations on Postgres: workers starting together must not each create the
+    tables. The lock is the transaction's (released at its commit), not the session's: behind
+    a transaction pooler the next transaction may run on another server session."""
+    if connection.dialect.name == "postgresql":
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+
+
 @contextmanager
-def _migration_lock(engine: Engine) -> Iterator[None]:
-    """Serialise migrations: workers starting together must not each create the tables."""
-    if engine.dialect.name == "postgresql":
-        with engine.connect() as conn:
-            _no_statement_timeout(conn)  # the lock waits while another process migrates
-            conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
-            try:
-                yield
-            finally:
-                conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": MIGRATION_LOCK_KEY})
-                conn.commit()
-        return
+def _sqlite_file_lock(engine: Engine) -> Iterator[None]:
+    """Serialise migrations of a SQLite file (Postgres: `_lock_migrations`)."""
     database = engine.url.database
     if engine.dialect.name != "sqlite" or not database or database == ":memory:":
         yield

@@ -34,6 +34,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
+from pipeline.core.settings import get_settings
 from pipeline.storage import clock
 from pipeline.storage.db import MAX_IDS_PER_STATEMENT
 from pipeline.storage.llm_calls import CallTotals, call_totals
@@ -401,7 +402,8 @@ def vacuum(engine: Engine, tables: Sequence[str]) -> str:
         auto = connection.execution_options(isolation_level="AUTOCOMMIT")
         if engine.dialect.name == "postgresql":
             listed = ", ".join(tables)
-            auto.execute(text("SET statement_timeout = 0"))
+            if not get_settings().db_transaction_pooler:  # a pooler's session is not ours to set
+                auto.execute(text("SET statement_timeout = 0"))
             auto.execute(text(f"VACUUM (ANALYZE) {listed}"))
             return f"VACUUM (ANALYZE) {listed}"
         auto.exec_driver_sql("VACUUM")
