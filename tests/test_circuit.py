@@ -264,12 +264,27 @@ def start_outage(sim: SimServer, seconds: float, kind: str = "503") -> dict[str,
         return dict(json.load(answer))
 
 
+OUTAGE_FAILURES = 5
+"""The client's circuit opens at the fifth failure: two of other requests (`others_failed`), then
+the third of the call under test (one request failing alone is no outage)."""
+
+
+def others_failed(url: str, sim: SimServer, count: int = 2) -> None:
+    """`count` other requests (each its own) failed at the endpoint just now, as in an outage
+    every calling thread's do: the circuit's count of consecutive failures is theirs and more."""
+    client = redis.Redis.from_url(url)
+    cb = Circuit(client, sim.base_url, failures=OUTAGE_FAILURES)
+    for _ in range(count):
+        cb.failed(cb.admit(), "InternalServerError: 503")
+    client.close()
+
+
 def llm(sim: SimServer, url: str, breaker: Circuit | None = None, **overrides: Any) -> LLMClient:
     options: dict[str, Any] = {
         "llm_base_url": sim.base_url,
         "redis_url": url,
         "llm_model": f"circuit-{uuid.uuid4().hex[:6]}",
-        "circuit_failures": 3,
+        "circuit_failures": OUTAGE_FAILURES,
         "limiter_max_wait_s": 0,  # every wait for the circuit goes back to the queue: nothing sleeps
         "rate_limit_learn": False,  # no limiter's probe for headers: a dropped call tells none
     }
@@ -291,6 +306,7 @@ def test_while_the_circuit_is_open_no_call_is_sent_and_none_spends_a_try(redis_b
         client = llm(sim, url)
         records: list[CallRecord] = []
         start_outage(sim, 600, kind)
+        others_failed(url, sim)
         with pytest.raises(errors.Deferred) as deferred:
             ask(client, records)
         assert [r.status for r in records] == ["unavailable"] * 3 + ["circuit_open"], "under CALL_ATTEMPTS"
@@ -326,6 +342,7 @@ def test_a_probe_the_endpoint_answers_with_a_refusal_closes_the_circuit(redis_ba
         client = llm(sim, url)
         records: list[CallRecord] = []
         start_outage(sim, 600)  # refused before the key is looked at
+        others_failed(url, sim)
         with pytest.raises(errors.Deferred):
             ask(client, records)
         start_outage(sim, 0)
@@ -344,6 +361,7 @@ def test_an_outage_past_its_tolerance_fails_the_call_naming_the_endpoint_and_the
         untold = llm(sim, url)  # the same endpoint, no tolerance set: the run's deadline's
         records: list[CallRecord] = []
         start_outage(sim, 3600)
+        others_failed(url, sim)
         with pytest.raises(errors.Deferred):
             ask(client, records)
         with circuit.moved(599):
@@ -393,10 +411,11 @@ def test_a_call_held_in_place_keeps_its_lease_for_the_wait_and_goes_at_the_probe
                 assert not leases.working(doc_id), "not past its bound"
             start_outage(sim, 0)  # the provider comes back while the call waits
 
-        held = Circuit(redis_client, sim.base_url, failures=3, probe_s=FIRST_S, sleep=sleep)
+        held = Circuit(redis_client, sim.base_url, failures=OUTAGE_FAILURES, probe_s=FIRST_S, sleep=sleep)
         client = llm(sim, url, held, limiter_max_wait_s=30)
         records: list[CallRecord] = []
         start_outage(sim, 600)
+        others_failed(url, sim)
         with later, leases.holding(doc_id, fence):
             answer = ask(client, records)
         assert answer and slept and slept[0] == pytest.approx(FIRST_S, rel=0.1)
@@ -419,10 +438,11 @@ def test_a_held_call_is_a_span_of_its_documents_trace_before_the_call_that_goes(
             later.enter_context(circuit.moved(wait_s))
             start_outage(sim, 0)
 
-        held = Circuit(redis_client, sim.base_url, failures=3, probe_s=FIRST_S, sleep=sleep)
+        held = Circuit(redis_client, sim.base_url, failures=OUTAGE_FAILURES, probe_s=FIRST_S, sleep=sleep)
         client = llm(sim, url, held, limiter_max_wait_s=30)
         records: list[CallRecord] = []
         start_outage(sim, 600)
+        others_failed(url, sim)
         exporter.clear()
         with later, tracing.span("document.extract") as parent:
             assert ask(client, records)
@@ -457,3 +477,67 @@ def test_status_says_an_open_circuit_and_the_calls_it_held() -> None:
     ended = {"state": "closed", "last_outage_s": 300.4, "last_closed_at": "2026-12-03T02:05:00Z"}
     assert outage_notes(ended, 0) == [("outage", "the last one lasted 300 s, over at 2026-12-03T02:05:00Z")]
     assert outage_notes(None, 0) == []
+
+
+# --- one request that always fails is no outage (issue 47) --------------------------------
+
+POISONED: Any = [{"role": "user", "content": "This request always fails. [[sim:fail-503]]"}]
+
+
+def ask_poisoned(client: LLMClient, records: list[CallRecord]) -> str:
+    return client.text(POISONED, stage="extract", max_tokens=20, sink=records.append)
+
+
+def test_one_request_failing_alone_spends_its_own_tries_and_holds_no_one(
+    client: redis.Redis, redis_base: str
+) -> None:
+    """A request the endpoint always answers with a 5xx (the simulator's `[[sim:fail-503]]`) is
+    not an outage: its failures, however many, do not open the circuit, so its call fails after
+    its own tries (then its task's, as documented), and the healthy call after it goes at once."""
+    cb = breaker(client)
+    for _ in range(cb.failures + 2):
+        assert not cb.failed(cb.admit(), "InternalServerError: 503", "the same request").open
+    assert cb.admit().verdict == "closed", "one request's failures alone"
+    assert cb.failed(cb.admit(), "InternalServerError: 503", "another request").open, (
+        "two requests: an outage"
+    )
+    with claimed_redis_db(redis_base) as url, SimServer(SimConfig(p50_s=0, p95_s=0)) as sim:
+        llm_client = llm(sim, url, circuit_failures=3)
+        records: list[CallRecord] = []
+        for _ in range(2):  # the call, then its task's retry: each fails after its own tries
+            with pytest.raises(errors.UpstreamUnavailable):
+                ask_poisoned(llm_client, records)
+        assert [r.status for r in records] == ["unavailable"] * (2 * CALL_ATTEMPTS)
+        assert circuit.state(llm_client.circuit.client, sim.base_url).state == "closed"  # type: ignore[union-attr]
+        assert ask(llm_client, records) and records[-1].status == "ok", "not held behind it"
+        llm_client.close()
+
+
+def test_a_request_failing_the_probe_again_and_again_fails_its_call_not_the_endpoint(redis_base: str) -> None:
+    """An outage (failures of several requests) opened the circuit; the provider is back, but
+    the call that keeps taking the probe is the bad request: its first failed probe may be the
+    endpoint's, each one after it counts against its own tries, so it fails within its tries
+    (instead of holding the circuit open until the outage tolerance), and the next probe, a
+    healthy call's, closes the circuit."""
+    with claimed_redis_db(redis_base) as url, SimServer(SimConfig(p50_s=0, p95_s=0)) as sim:
+        llm_client = llm(sim, url)
+        others_failed(url, sim, OUTAGE_FAILURES)
+        assert circuit.state(llm_client.circuit.client, sim.base_url).state == "open"  # type: ignore[union-attr]
+        records: list[CallRecord] = []
+        shift = 0.0
+        for failed_probes in range(1, CALL_ATTEMPTS + 2):
+            shift += circuit.spacing_s(failed_probes - 1, FIRST_S, MAX_S)
+            with circuit.moved(shift):
+                if failed_probes <= CALL_ATTEMPTS:
+                    with pytest.raises(errors.Deferred):  # back at the next probe, a try spent
+                        ask_poisoned(llm_client, records)
+                else:
+                    with pytest.raises(errors.UpstreamUnavailable):
+                        ask_poisoned(llm_client, records)
+        sent = [r.status for r in records if r.status != "circuit_open"]
+        assert sent == ["unavailable"] * (CALL_ATTEMPTS + 1), "its first failed probe, then its tries"
+        shift += circuit.spacing_s(CALL_ATTEMPTS + 1, FIRST_S, MAX_S)
+        with circuit.moved(shift):
+            assert ask(llm_client, records) and records[-1].status == "ok"
+            assert circuit.state(llm_client.circuit.client, sim.base_url).state == "closed"  # type: ignore[union-attr]
+        llm_client.close()

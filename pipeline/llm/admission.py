@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import ExitStack
+from dataclasses import dataclass
 
 import redis
 
@@ -23,6 +24,17 @@ from pipeline.llm.circuit_scripts import Gate
 from pipeline.llm.request import MAX_ERROR_CHARS, CallRecord, LLMRequest
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Reported:
+    """What the circuit made of a call's outcome, for the call's own count of tries."""
+
+    held: bool = False
+    """The circuit is open and the failure is not the call's own: no try is counted."""
+    own_failures: int = 0
+    """The call's failed tries the circuit counted as its own (the probes its request failed in a
+    row, after the first): a count that outlives a deferral, which starts the call afresh."""
 
 
 class CircuitPass:
@@ -68,22 +80,26 @@ class CircuitPass:
                 if span is not None:
                     span.set_attribute("llm.held_s", round(held_s, 3))
 
-    def report(self, gate: Gate | None, outcome: str, error: str = "") -> bool:
+    def report(
+        self, gate: Gate | None, outcome: str, error: str = "", request: str | None = None
+    ) -> Reported:
         """Report to the circuit what became of the call it let through (failed, answered or
-        abandoned); True when the circuit is open now (the failed call is held, not counted as
-        a failed try)."""
+        abandoned; `request`: its fingerprint); held when the circuit is open now and the failure
+        is not the request's own (it is then not counted as a failed try)."""
         if gate is None or self.breaker is None:
-            return False
+            return Reported()
         try:
             if outcome == "failed":
-                return self.breaker.failed(gate, error).open
+                told = self.breaker.failed(gate, error, request)
+                own = max(0, told.repeats - 1)  # the first failed probe: the endpoint's, maybe
+                return Reported(held=told.open and not own, own_failures=own)
             if outcome == "answered":
                 self.breaker.answered(gate)
             elif gate.verdict == "probe":  # abandoned: only a probe holds anything
                 self.breaker.abandoned(gate)
         except redis.RedisError as exc:
             log.warning("the circuit breaker could not record a call's outcome: %s", exc)
-        return False
+        return Reported()
 
     def _admit(self) -> Gate | None:
         assert self.breaker is not None

@@ -10,6 +10,9 @@ endpoint is up) to a call sent after the latest failure resets the count (an ans
 before it says nothing of the endpoint now), and a 429 neither counts nor resets (pacing is the
 rate limiter's business). Nor does a failure of a call sent before the circuit last closed count:
 it timed out over the outage the probe ended, and would re-open the circuit that just closed.
+One request that always fails is no outage: the consecutive failures open the circuit only when
+they are of two requests or more, and a probe failed by the request that failed the probe before
+counts against that request's own tries (`Outcome.repeats`), not as the endpoint's.
 While the circuit is open no call is sent: each waits for the next probe, in place for up to
 PIPELINE_LIMITER_MAX_WAIT_S (the wait told to the lease's watcher, so the document keeps its
 lease), else the task goes back to the queue with the probe as countdown
@@ -258,9 +261,12 @@ class Circuit:
             )
         return outcome
 
-    def failed(self, gate: Gate, error: str) -> Outcome:
-        """The call got no answer or a 5xx: counted, and the probe's failure spaces the next one."""
-        outcome = self._tell("failed", gate, error)
+    def failed(self, gate: Gate, error: str, request: str | None = None) -> Outcome:
+        """The call got no answer or a 5xx: counted, and the probe's failure spaces the next one.
+        `request` fingerprints what was sent (None: a request of its own): consecutive failures
+        open the circuit only when they are of two requests or more (one request failing alone
+        is that request's fault), and `repeats` says how many probes in a row it failed."""
+        outcome = self._tell("failed", gate, error, request or gate.token)
         if outcome.changed:
             log.warning(
                 "the circuit of %s opened after %d consecutive failures (last: %s): calls wait, "
@@ -276,7 +282,7 @@ class Circuit:
         hands its turn to the next call, and nothing is counted."""
         return self._tell("abandoned", gate)
 
-    def _tell(self, outcome: OutcomeName, gate: Gate, error: str = "") -> Outcome:
+    def _tell(self, outcome: OutcomeName, gate: Gate, error: str = "", request: str = "") -> Outcome:
         args = OutcomeArgs(
             outcome=outcome,
             token=gate.token,
@@ -288,6 +294,7 @@ class Circuit:
             shift_ms=_shift.ms,
             admitted_ms=gate.at_ms,
             label=endpoint_label(self.endpoint),
+            request=request or gate.token,
         )
         with progress.blocking():
             return Outcome.parse(self._outcome(keys=self._keys.keys(), args=args.args()))

@@ -119,6 +119,8 @@ class OutcomeArgs(ScriptArgs):
     """when the call was let through (circuit_admit.lua's now)"""
     label: str
     """the endpoint's label (no credentials), for the metrics"""
+    request: str
+    """the request's fingerprint: one request's failures alone never open the circuit"""
 
 
 @dataclass(frozen=True)
@@ -134,11 +136,13 @@ class Outcome:
     now_s: float
     probe_at_s: float
     failures: int
+    repeats: int = 0
+    """The probes this call's request failed in a row (0: it failed no probe)."""
 
     @classmethod
     def parse(cls, reply: list[Any]) -> Outcome:
-        """{open, opened_ms, probes, now_ms, probe_at_ms, failures, changed}"""
-        is_open, opened_ms, probes, now_ms, probe_at_ms, failures, changed = reply
+        """{open, opened_ms, probes, now_ms, probe_at_ms, failures, changed, repeats}"""
+        is_open, opened_ms, probes, now_ms, probe_at_ms, failures, changed, repeats = reply
         return cls(
             open=replies.flag(is_open),
             changed=replies.flag(changed),
@@ -147,6 +151,7 @@ class Outcome:
             now_s=replies.integer(now_ms) / 1000,
             probe_at_s=replies.integer(probe_at_ms) / 1000,
             failures=replies.integer(failures),
+            repeats=replies.integer(repeats),
         )
 
     @property

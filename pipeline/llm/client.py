@@ -15,6 +15,8 @@ the limiter's release, the cost and the record).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import random
 import time
@@ -258,7 +260,7 @@ class LLMClient:
                 done = self._send(permit, request)
             except Failure as failure:
                 error = failure.error
-                held = self._circuit_pass.report(gate, failure.outcome, str(error))
+                told = self._circuit_pass.report(gate, failure.outcome, str(error), _fingerprint(request))
                 if isinstance(error, errors.RateLimited):
                     self._pacing.pause(permit.scope, error)  # first, before the record
                 request.sink(failure.record)
@@ -269,10 +271,10 @@ class LLMClient:
                 self._circuit_pass.report(gate, "answered")
                 self._pacing.calibrate(request.model, estimate, done.record.prompt_tokens)
                 return done
-            if held:
+            if told.held:
                 continue  # the circuit is open: the next try waits for its probe, no failure counted
             kind = kind_of(error)
-            failed[kind] = failed.get(kind, 0) + 1
+            failed[kind] = max(failed.get(kind, 0) + 1, told.own_failures)
             retry_after_s = error.retry_after_s if isinstance(error, errors.RetryableError) else None
             wait_s = retry_wait_s(kind, failed[kind], retry_after_s, self._retry, self._rng)
             if wait_s is None:
@@ -385,6 +387,13 @@ class LLMClient:
         except BaseException:
             self._pacing.release(permit, None, 0)
             raise
+
+
+def _fingerprint(request: LLMRequest) -> str:
+    """What the request sends, hashed: the same for its retries and a redelivered task's, so
+    that the circuit tells one bad request from an outage."""
+    body = json.dumps(request.body(), sort_keys=True, default=str)
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
 def _since_ms(started: float) -> int:
