@@ -72,7 +72,8 @@ class Run(Base):
     cost_usd: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     """Sum of the priced calls' `llm_calls.cost_usd`, kept up to date as calls are recorded."""
     error: Mapped[str | None] = mapped_column(RedactedText)
-    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+    """Indexed: the newest runs (`pipeline runs`, the newest run) are read from its end."""
     started_at: Mapped[datetime | None]
     stored_at: Mapped[datetime | None]
     """When the producer had stored every document of the run (an early start begins before)."""
@@ -242,7 +243,7 @@ class Extraction(Base):
     escalated: Mapped[str | None] = mapped_column(String(100))
     """Fields the escalation model answered, comma-separated (NULL: none)."""
     summary: Mapped[str | None] = mapped_column(Text)
-    partial_id: Mapped[int | None] = mapped_column(ForeignKey("synthesis_partials.id"))
+    partial_id: Mapped[int | None] = mapped_column(ForeignKey("synthesis_partials.id"), index=True)
     """The partial synthesis that took this summary in while the run still extracted; the
     final synthesis reads that partial instead of the summary."""
     model: Mapped[str] = mapped_column(String(100))
