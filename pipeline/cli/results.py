@@ -116,7 +116,7 @@ def runs(limit: int, as_json: bool) -> None:
     """The newest runs."""
     from pipeline.runs.status import list_runs
 
-    views = list_runs(open_engine(get_settings()), limit)
+    views = list_runs(open_engine(get_settings()), limit, detail=as_json)
     if as_json:
         click.echo(json.dumps([v.as_dict() for v in views], indent=2))
         return

@@ -18,6 +18,7 @@ from pipeline.storage.db import session_scope
 from pipeline.storage.llm_calls import call_totals
 from pipeline.storage.models import TERMINAL_DOC_STATUSES, Run, aware, utcnow
 from pipeline.storage.retention import kept_totals
+from pipeline.storage.run_summaries import RunSummary, newest_summaries
 from pipeline.storage.usage import Actual
 
 if TYPE_CHECKING:
@@ -116,20 +117,23 @@ def run_status(engine: Engine, run_id: str) -> RunStatusView:
         run = runs.get_run(session, run_id)
         if run is None:
             raise UnknownRun(f"no run {run_id!r}")
-        counts = repo.status_counts(session, run_id)
         kept = kept_totals(run.pruned)
-        calls = kept[0] if kept else call_totals(session, run_id)
-        has_report = repo.report_exists(session, run_id)
-        quotes, grounded = run_totals.quote_totals(session, run_id)
-        chunks, chunks_done = run_totals.chunk_totals(session, run_id)
-        if kept:  # its chunk rows are gone
-            chunks, chunks_done = kept[1], kept[2]
-        flagged = run_totals.flagged_count(session, run_id)
-        reclaimed = run_totals.reclaims_by_owner(session, run_id)
-        tiers = tier_rows.tier_counts(session, run_id)
-        confidence = trust_view(session, run_id, get_settings())
-        batch_calls, batch_cost, batch_sync_cost = batch_repo.batch_totals(session, run_id)
-        batches = [
+        summary = RunSummary(
+            run=run,
+            calls=kept[0] if kept else call_totals(session, run_id),
+            documents=repo.status_counts(session, run_id),
+            flagged=run_totals.flagged_count(session, run_id),
+            batch=batch_repo.batch_totals(session, run_id),
+            # A pruned run's chunk rows are gone: the totals it kept stand.
+            chunks=(kept[1], kept[2]) if kept else run_totals.chunk_totals(session, run_id),
+            quotes=run_totals.quote_totals(session, run_id),
+            has_report=repo.report_exists(session, run_id),
+        )
+        view = _view(summary)
+        view.reclaimed = run_totals.reclaims_by_owner(session, run_id)
+        view.tiers = tier_rows.tier_counts(session, run_id)
+        view.confidence = trust_view(session, run_id, get_settings())
+        view.batches = [
             {
                 "batch": row.provider_batch_id or f"(row {row.id}, {row.status})",
                 "status": row.status,
@@ -139,6 +143,14 @@ def run_status(engine: Engine, run_id: str) -> RunStatusView:
             }
             for row in batch_repo.of_run(session, run_id)
         ]
+    return view
+
+
+def _view(summary: RunSummary) -> RunStatusView:
+    """The run's view from its totals (the lists and breakdowns `run_status` adds are empty)."""
+    run, calls, counts = summary.run, summary.calls, summary.documents
+    (quotes, grounded), (chunks, chunks_done) = summary.quotes, summary.chunks
+    batch_calls, batch_cost, batch_sync_cost = summary.batch
     end = run.finished_at or utcnow()
     tokens = calls.prompt_tokens + calls.completion_tokens
     return RunStatusView(
@@ -159,7 +171,7 @@ def run_status(engine: Engine, run_id: str) -> RunStatusView:
         llm_calls_held=calls.held_calls,
         prompt_tokens=calls.prompt_tokens,
         completion_tokens=calls.completion_tokens,
-        has_report=has_report,
+        has_report=summary.has_report,
         cost_usd=calls.cost_usd,
         unpriced_calls=calls.calls - calls.priced_calls,
         budget_usd=run.budget_usd,
@@ -169,18 +181,14 @@ def run_status(engine: Engine, run_id: str) -> RunStatusView:
         quotes_total=int(quotes),
         quotes_grounded=int(grounded),
         grounding_rate=rate(int(grounded), int(quotes)),
-        injection_flagged=flagged,
-        reclaimed=reclaimed,
+        injection_flagged=summary.flagged,
         mode=run.mode,
         mode_reason=run.mode_reason,
         deadline=_iso(run.deadline) if run.deadline else None,
         batch_calls=batch_calls,
         batch_cost_usd=round(batch_cost, 6),
         batch_saved_usd=round(batch_sync_cost - batch_cost, 6),
-        batches=batches,
         tier_reason=run.tier_reason,
-        tiers=tiers,
-        confidence=confidence,
         pruned_at=_iso(run.pruned_at) if run.pruned_at else None,
         estimate=accuracy(run.estimate, run.mode, _actual(run, calls.calls, tokens, calls.cost_usd)),
     )
@@ -214,10 +222,15 @@ def document_grounding(engine: Engine, run_id: str) -> list[DocumentGrounding]:
     return sorted(found, key=lambda d: 1.0 if d.grounding_rate is None else d.grounding_rate)
 
 
-def list_runs(engine: Engine, limit: int = 20) -> list[RunStatusView]:
+def list_runs(engine: Engine, limit: int = 20, *, detail: bool = False) -> list[RunStatusView]:
+    """The `limit` newest runs, newest first, read in one statement for all of them
+    (`pipeline.storage.run_summaries`): every figure `run_status` gives but the breakdowns
+    (reclaims, tiers, confidence, batches), which `detail` adds, run by run."""
     with session_scope(engine) as session:
-        ids = runs.newest_run_ids(session, limit)
-    return [run_status(engine, run_id) for run_id in ids]
+        summaries = newest_summaries(session, limit)
+    if detail:
+        return [run_status(engine, summary.run.id) for summary in summaries]
+    return [_view(summary) for summary in summaries]
 
 
 def _iso(moment: datetime) -> str:
