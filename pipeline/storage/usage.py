@@ -10,7 +10,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from pipeline.storage.documents import reusable
-from pipeline.storage.models import Chunk, LLMCall, Run, RunStatus, aware
+from pipeline.storage.models import Chunk, Document, LLMCall, Run, RunStatus, aware
 
 
 @dataclass(frozen=True)
@@ -89,16 +89,19 @@ def _stages(session: Session, run_id: str) -> dict[str, StageUsage]:
 
 
 def _called_chunks(session: Session, run_id: str) -> tuple[int, int]:
+    """The run's chunks an extract call of the run asked about, and their text tokens: read
+    from the run's documents' chunks (their run_id index, then each one's chunks), never from
+    every chunk of the database."""
     called = (
-        select(LLMCall.document_id, LLMCall.chunk_idx)
+        select(LLMCall.id)
         .where(LLMCall.run_id == run_id, LLMCall.stage == "extract")
-        .distinct()
-        .subquery()
+        .where(LLMCall.document_id == Chunk.document_id, LLMCall.chunk_idx == Chunk.idx)
+        .exists()
     )
     count, tokens = session.execute(
-        select(func.count(), func.coalesce(func.sum(Chunk.token_estimate), 0)).join(
-            called, (Chunk.document_id == called.c.document_id) & (Chunk.idx == called.c.chunk_idx)
-        )
+        select(func.count(), func.coalesce(func.sum(Chunk.token_estimate), 0))
+        .join(Document, Document.id == Chunk.document_id)
+        .where(Document.run_id == run_id, called)
     ).one()
     return int(count), int(tokens)
 
@@ -163,8 +166,6 @@ def answered_spans(
     """(content hash, start, end) of the chunks of these texts an earlier run answered with
     this prompt version and one of these models: a run that reuses answers asks no call for
     them (`pipeline.storage.documents.reuse_answers`, by the same rule)."""
-    from pipeline.storage.models import Document
-
     found: set[tuple[str, int, int]] = set()
     unique = sorted(set(hashes))
     for at in range(0, len(unique), 1000):
