@@ -236,3 +236,45 @@ def _dead_letters(engine: Engine, run_id: str) -> dict[str, int]:
             {"run": run_id},
         ).tuples()
         return {str(reason): int(n) for reason, n in rows}
+
+
+def test_a_retry_during_the_synthesis_leaves_no_stale_report_and_the_run_running(
+    pipeline_env: dict[str, str], tmp_path: Path
+) -> None:
+    """`pipeline retry` lands while the run's report is being made (between its totals and its
+    save: the synthesis's guard, the last step before it writes): the report is not written and
+    the run stays running, so the retry's own finalize reports the retried document once it ends
+    (before, the run became completed with a report counting a document as running, forever)."""
+    from pipeline.context import Context
+    from pipeline.core.settings import Settings
+    from pipeline.llm.client import LLMClient
+    from pipeline.reporting.synthesize import synthesize_run
+
+    engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
+    write_filings(tmp_path, 2, seed=305, sizes=[21_000] * 2)
+    plan = prepare_run(engine, get_settings(), [str(tmp_path)])
+    failed, extracted = sorted(plan.document_ids)
+    with session_scope(engine) as session:
+        run_state.mark_stored(session, plan.run_id)
+        for doc_id, status in ((failed, "failed"), (extracted, "extracted")):
+            session.execute(update(Document).where(Document.id == doc_id).values(status=status, error=status))
+    settings = Settings(  # type: ignore[call-arg]
+        _env_file=None,
+        database_url=pipeline_env["PIPELINE_DATABASE_URL"],
+        llm_base_url="http://127.0.0.1:9/v1",
+    )
+    llm = LLMClient(settings, pool_size=1)  # no call is made: the answer is given
+    retried: list[list[int]] = []
+
+    def retry_meanwhile() -> None:
+        retried.append(start_retry(engine, plan.run_id, failed=True).document_ids)
+
+    status = synthesize_run(
+        Context(settings, engine, llm), plan.run_id, answer="(given)", guard=retry_meanwhile
+    )
+    llm.close()
+    assert retried == [[failed]]
+    assert status == RunStatus.RUNNING, "the synthesis was dropped"
+    assert reports_of(engine, plan.run_id) == [], "no stale report"
+    assert run_row(engine, plan.run_id).status == "running"
+    assert statuses(engine, plan.run_id) == {"pending": 1, "extracted": 1}

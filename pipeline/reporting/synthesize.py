@@ -3,6 +3,7 @@ context budget), with the per-filing table and totals, stored; it closes the run
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, wait
@@ -26,6 +27,8 @@ from pipeline.storage.models import Run, RunStatus, aware
 if TYPE_CHECKING:
     from sqlalchemy import Engine, Row
 
+log = logging.getLogger(__name__)
+
 PROMPT_OVERHEAD_TOKENS = 400
 PARTIAL_GRACE_S = 5.0
 """Beyond a call's timeout, how long a partial synthesis may take (its task's own steps)."""
@@ -41,7 +44,8 @@ def synthesize_run(
     guard: Callable[[], None] | None = None,
     answering: Callable[[int], bool] | None = None,
 ) -> RunStatus:
-    """Write the run's report (idempotent) and close the run.
+    """Write the run's report (idempotent) and close the run; RUNNING (nothing written) when a
+    retry sent documents back while it was made (`reports.save_report`).
 
     The answer is synthesized from the stored summaries, hierarchically when they exceed
     the context budget. Passing `answer` skips the LLM (used when synthesis failed for good).
@@ -70,7 +74,12 @@ def synthesize_run(
     if guard is not None:
         guard()
     with session_scope(ctx.engine) as session:
-        reports.save_report(session, run_id, render.markdown(report), render.as_json(report), status, failure)
+        saved = reports.save_report(
+            session, run_id, render.markdown(report), render.as_json(report), status, failure
+        )
+    if not saved:  # a retry sent documents back meanwhile: its finalize reports them
+        log.info("run %s: documents were sent again during its synthesis; the report waits for them", run_id)
+        return RunStatus.RUNNING
     if running:
         _count_late_copies(ctx, report, running)
     return status

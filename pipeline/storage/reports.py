@@ -14,7 +14,8 @@ from pipeline.storage.models import (
     RunStatus,
     utcnow,
 )
-from pipeline.storage.run_state import move_run
+from pipeline.storage.run_state import move_run, unfinished_count
+from pipeline.storage.runs import lock_run
 from pipeline.storage.upsert import upsert
 
 
@@ -30,17 +31,30 @@ def save_report(
     data: dict[str, Any],
     status: RunStatus,
     error: str | None = None,
-) -> None:
+) -> bool:
+    """The run's report, which closes the run with `status`: written under the run's row lock,
+    and only while every document of the run is final. False (nothing written): a `pipeline
+    retry` sent documents back while the report was being made (it takes the same lock); the
+    retry's finalize writes the report once they end."""
+    lock_run(session, run_id)
+    if unfinished_count(session, run_id):
+        return False
     row = fitted(Report, {"run_id": run_id, "markdown": markdown, "json": data, "created_at": utcnow()})
     upsert(session, Report, [row], ["run_id"], ["markdown", "json", "created_at"])
     move_run(session, run_id, "report", status, error)
+    return True
 
 
-def keep_report(session: Session, run_id: str, markdown: str, data: dict[str, Any]) -> None:
+def keep_report(session: Session, run_id: str, markdown: str, data: dict[str, Any]) -> bool:
     """The report of a run that is not closed by it (a cancelled run's: what was done before
-    the cancel); the run's status stays as it is."""
+    the cancel); the run's status stays as it is. Under the run's row lock, and only while the
+    run is still cancelled (False: a retry took it back meanwhile, and reports it later)."""
+    run = lock_run(session, run_id)
+    if run is None or run.status != RunStatus.CANCELLED:
+        return False
     row = fitted(Report, {"run_id": run_id, "markdown": markdown, "json": data, "created_at": utcnow()})
     upsert(session, Report, [row], ["run_id"], ["markdown", "json", "created_at"])
+    return True
 
 
 def drop_report(session: Session, run_id: str) -> bool:
