@@ -10,6 +10,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from migrations import kept
+
 revision: str = "0004"
 down_revision: str | None = "0003"
 branch_labels: str | Sequence[str] | None = None
@@ -32,9 +34,27 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column("grounded", sa.Boolean(), server_default=sa.false(), nullable=False))
         batch_op.add_column(sa.Column("quote_start", sa.Integer(), nullable=True))
         batch_op.add_column(sa.Column("quote_end", sa.Integer(), nullable=True))
+    for table, columns in KEPT.items():  # after a downgrade (migrations/kept.py)
+        kept.put_back(revision, table, "id", columns)
+
+
+KEPT = {
+    "documents": ["injection_flag", "injection_excerpt"],
+    "chunks": ["section"],
+    "extractions": [
+        "revenue_grounded",
+        "revenue_quote_start",
+        "revenue_quote_end",
+        "quotes_total",
+        "quotes_grounded",
+    ],
+    "risk_factors": ["grounded", "quote_start", "quote_end"],
+}
 
 
 def downgrade() -> None:
+    for table, columns in KEPT.items():
+        kept.keep(revision, table, "id", columns)
     with op.batch_alter_table("risk_factors") as batch_op:
         batch_op.drop_column("quote_end")
         batch_op.drop_column("quote_start")

@@ -12,6 +12,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
+from migrations import kept
+
 revision: str = "0013"
 down_revision: str | None = "0012"
 branch_labels: str | Sequence[str] | None = None
@@ -31,10 +33,21 @@ def upgrade() -> None:
     # Postgres: a catalog change only (no rewrite of the table, whatever its size).
     with op.batch_alter_table("contents") as batch:
         batch.alter_column("text", existing_type=sa.Text(), nullable=True)
+    # After a downgrade: the runs pruned are marked again (`retry` refuses them), and the texts
+    # it kept as '' are NULL again (a submit of the same filing stores the text again).
+    kept.put_back(revision, "runs", "id", RUN_COLUMNS)
+    kept.put_back(revision, "contents", "sha256", ["text"], where="text = ''")
+
+
+RUN_COLUMNS = ["pruned_at", "pruned"]
 
 
 def downgrade() -> None:
-    # A pruned text cannot come back: its row keeps an empty text, as NOT NULL requires.
+    # A pruned text cannot come back: its row keeps an empty text, as NOT NULL requires, and
+    # which texts those are is kept aside (migrations/kept.py) with the runs' marks, for the
+    # upgrade to put back.
+    kept.keep(revision, "runs", "id", RUN_COLUMNS, where="pruned_at IS NOT NULL OR pruned IS NOT NULL")
+    kept.keep(revision, "contents", "sha256", ["text"], where="text IS NULL")
     op.execute("UPDATE contents SET text = '' WHERE text IS NULL")
     with op.batch_alter_table("contents") as batch:
         batch.alter_column("text", existing_type=sa.Text(), nullable=False)

@@ -13,6 +13,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
+from migrations import kept
+
 revision: str = "0019"
 down_revision: str | None = "0018"
 branch_labels: str | Sequence[str] | None = None
@@ -39,10 +41,15 @@ def upgrade() -> None:
         batch.create_index("ix_documents_form_type", ["form_type"])
     with op.batch_alter_table("contents") as batch:
         batch.add_column(sa.Column("source_offsets", JSON, nullable=True))
+    # After a downgrade (migrations/kept.py): the documents of a run already stored are not read again.
+    kept.put_back(revision, "documents", "id", [name for name, _ in COLUMNS])
+    kept.put_back(revision, "contents", "sha256", ["source_offsets"])
 
 
 def downgrade() -> None:
-    # What these columns held is derived from the files at submit: nothing an upgrade needs is lost.
+    # Derived from the files at submit, but a run already stored is not read again: kept aside.
+    kept.keep(revision, "documents", "id", [name for name, _ in COLUMNS])
+    kept.keep(revision, "contents", "sha256", ["source_offsets"], where="source_offsets IS NOT NULL")
     with op.batch_alter_table("contents") as batch:
         batch.drop_column("source_offsets")
     with op.batch_alter_table("documents") as batch:

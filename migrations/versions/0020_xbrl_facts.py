@@ -12,6 +12,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from migrations import kept
+
 revision: str = "0020"
 down_revision: str | None = "0019"
 branch_labels: str | Sequence[str] | None = None
@@ -37,6 +39,20 @@ REVENUE_CHECKS = """
 """
 
 
+FACT_COLUMNS = [
+    "id",
+    "document_id",
+    "run_id",
+    "field",
+    "value",
+    "concept",
+    "context",
+    "period_start",
+    "period_end",
+    "why",
+]
+
+
 def upgrade() -> None:
     id_type = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
     op.create_table(
@@ -54,11 +70,14 @@ def upgrade() -> None:
         sa.UniqueConstraint("document_id", "field", name="uq_xbrl_facts_document_field"),
     )
     op.create_index("ix_xbrl_facts_run_id", "xbrl_facts", ["run_id"])
+    # After a downgrade (migrations/kept.py): the facts of runs already stored are not read again.
+    kept.put_back_table(revision, "xbrl_facts", FACT_COLUMNS, {"document_id": "documents", "run_id": "runs"})
     op.execute(f"create view revenue_checks as {REVENUE_CHECKS}")
 
 
 def downgrade() -> None:
-    # Derived from the filings at submit: a later submit of the same files reads them again.
+    # Derived from the filings at submit, but a run already stored is not read again: kept aside.
+    kept.keep_table(revision, "xbrl_facts")
     op.execute("drop view revenue_checks")
     op.drop_index("ix_xbrl_facts_run_id", table_name="xbrl_facts")
     op.drop_table("xbrl_facts")

@@ -17,6 +17,7 @@
         │   ├── FormatRejected      the endpoint rejects the request's shape (response_format)
         │   └── BatchRefused        the Batch API refused a file or batch (not a chunk's fault)
         ├── RequestTooLarge         one call needs more tokens than the quota allows per window
+        ├── TextUnavailable         the document's stored text is gone or empty: never extracted as such
         └── OutageOutlasted         the endpoint's circuit stayed open past the outage tolerance
 
 Tasks decide by class: retry a RetryableError with backoff, record a PermanentError
@@ -112,6 +113,11 @@ class BudgetSpent(PermanentError):
 
 class RequestTooLarge(PermanentError):
     """One call needs more tokens than the TPM quota allows in a whole window."""
+
+
+class TextUnavailable(PermanentError, LookupError):
+    """The document's stored text is gone (NULL: `pipeline prune` dropped it) or empty (a
+    migration's downgrade kept '' in its place): it is not extracted as if it said nothing."""
 
 
 class OutageOutlasted(PermanentError):

@@ -16,6 +16,7 @@ from sqlalchemy import ColumnElement, bindparam, delete, insert, select, update
 from sqlalchemy.orm import Session
 
 from pipeline.core.constants import PROMPT_VERSION
+from pipeline.core.errors import TextUnavailable
 from pipeline.storage import clock
 from pipeline.storage.document_leases import hold
 from pipeline.storage.fit import fitted, json_safe
@@ -80,8 +81,8 @@ def text_and_run(session: Session, doc: Document) -> tuple[str, RunOfDocument]:
         .outerjoin(Run, Run.id == doc.run_id)
         .where(Content.sha256 == doc.sha256)
     ).first()
-    if found is None or found.text is None:  # None: `pipeline prune` dropped it
-        raise LookupError(f"document {doc.id} has no stored text")
+    if found is None or not found.text:
+        raise _unavailable(doc, found.text if found else None)
     if found.id is None:
         return found.text, RunOfDocument()
     return found.text, RunOfDocument(
@@ -97,9 +98,18 @@ def text_and_run(session: Session, doc: Document) -> tuple[str, RunOfDocument]:
 
 def document_text(session: Session, doc: Document) -> str:
     text = session.scalar(select(Content.text).where(Content.sha256 == doc.sha256))
-    if text is None:
-        raise LookupError(f"document {doc.id} has no stored text")
+    if not text:
+        raise _unavailable(doc, text)
     return text
+
+
+def _unavailable(doc: Document, text: str | None) -> TextUnavailable:
+    """Why the document cannot be extracted: its text is NULL (`pipeline prune` dropped it) or
+    '' (a filing is never stored empty: a downgrade of migration 0013 left that in its place)."""
+    what = "was pruned" if text is None else "is stored empty"
+    return TextUnavailable(
+        f"document {doc.id}'s text {what} (content {doc.sha256}): nothing to extract; submit the file again"
+    )
 
 
 def reusable(models: Sequence[str], version: str) -> tuple[ColumnElement[bool], ...]:

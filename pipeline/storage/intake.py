@@ -7,7 +7,7 @@ from dataclasses import dataclass, fields
 from datetime import date
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import delete, insert, select
+from sqlalchemy import delete, insert, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -101,9 +101,10 @@ def store_content(
     session: Session, sha256: str, text: str, size_bytes: int, offsets: Sequence[tuple[int, int]] = ()
 ) -> None:
     """The text, stored once per content: kept when it is there, written again when `pipeline
-    prune` dropped it (NULL). ON CONFLICT DO UPDATE locks the row until this transaction ends
-    (even when its WHERE leaves it unchanged), so a concurrent prune skips a text a document
-    being submitted uses, and one that pruned it first is undone here."""
+    prune` dropped it (NULL) or it is empty (a downgrade of migration 0013 kept '' in place of a
+    pruned text: no filing is stored empty). ON CONFLICT DO UPDATE locks the row until this
+    transaction ends (even when its WHERE leaves it unchanged), so a concurrent prune skips a
+    text a document being submitted uses, and one that pruned it first is undone here."""
     dialect = session.get_bind().dialect.name
     insert_into = postgresql.insert if dialect == "postgresql" else sqlite.insert
     stmt = insert_into(table_of(Content)).values(
@@ -117,7 +118,7 @@ def store_content(
                 "bytes": stmt.excluded.bytes,
                 "source_offsets": stmt.excluded.source_offsets,
             },
-            where=table_of(Content).c.text.is_(None),
+            where=or_(table_of(Content).c.text.is_(None), table_of(Content).c.text == ""),
         )
     )
 
