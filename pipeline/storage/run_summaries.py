@@ -38,8 +38,13 @@ class RunSummary:
 
 
 def newest_summaries(session: Session, limit: int) -> list[RunSummary]:
-    """The `limit` runs created last, newest first, each with its totals: one statement."""
-    listed = select(Run.id).order_by(Run.created_at.desc()).limit(limit).scalar_subquery()
+    """The `limit` runs created last, newest first, each with its totals: their ids (from the
+    end of the created_at index), then one statement for all of them. The ids are bound as
+    values: a subquery in their place let Postgres hash every run's rows (10x the pages at
+    10x the database)."""
+    listed = list(session.scalars(select(Run.id).order_by(Run.created_at.desc()).limit(limit)))
+    if not listed:
+        return []
     sent = LLMCall.status != CALL_HELD
     batch_mode = LLMCall.mode.in_(("batch", "flex"))
     docs = (
