@@ -640,6 +640,12 @@ def _intake(cfg: BenchConfig) -> Result:
     return intake(cfg)
 
 
+def _growth(cfg: BenchConfig) -> Result:
+    from pipeline_dev.bench.growth import growth
+
+    return growth(cfg)
+
+
 def _r11(cfg: BenchConfig) -> Result:
     from pipeline_dev.bench.trust import r11_trust
 
@@ -660,6 +666,7 @@ REGIMES: dict[str, Callable[[BenchConfig], Result]] = {
     "R9": r9_retention,
     "R10": r10_plan,  # issue 32: estimates against actuals, the three-tier planner, an expired batch  # Postgres only: the database's size per 1,000 filings, before and after prune
     "R11": _r11,  # issue 33: calibration, escalation, a real model
+    "growth": _growth,  # issue 49: each read path at 10k and 100k documents (Postgres only)
     "intake": _intake,  # issue 46: real filings' formats, no model: tokens, sections, speed, memory
     "peer-R1": lambda cfg: peer(cfg, "R1"),
     "peer-R4": lambda cfg: peer(cfg, "R4"),

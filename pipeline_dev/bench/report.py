@@ -19,6 +19,7 @@ HEADLINE = {
     "R8": ("wall / quota minimum; worker peak MB", "ratio_to_min"),
     "R9": ("database MB per 1,000 filings: kept; pruned", "mb_per_1000_kept"),
     "R10": ("auto run's cost / sync cost; wall / deadline", "auto_cost_ratio"),
+    "growth": ("read paths' worst time ratio, 10x the documents; pages", "worst_ms_ratio"),
     "intake": ("tokens sent / readable; HTML MB/s per core; load VmHWM MB", "sent_per_readable"),
     "peer-R1": ("our wall / peer wall", "wall_ratio_ours_to_peer"),
     "peer-R4": ("our wall / peer wall", "wall_ratio_ours_to_peer"),
@@ -79,6 +80,8 @@ def markdown(results: dict[str, dict[str, Any]], meta: dict[str, Any]) -> str:
                 f"(a {_fmt(r['submission_mb'])} MB submission); Items 1A/7/8 in {r['Item 1A']}/{r['Item 7']}/"
                 f"{r['Item 8']} of {r['ten_ks']} 10-Ks"
             )
+        if name == "growth" and r.get("worst_pages_ratio") is not None:
+            value += f"; {_fmt(r['worst_pages_ratio'])}"
         if name.startswith("peer"):
             value += f"; peer text share {_fmt(r.get('text_share'))}, extracted {r.get('extracted')}"
         met = "" if r.get("met") is None else ("yes" if r["met"] else "no")
