@@ -221,5 +221,6 @@ def test_many_threads_run_within_the_budget(
         if bouncer:
             assert on_server <= bouncer.pool_size + 1, f"{on_server} server connections behind PgBouncer"
         said = "".join(c.log_path.read_text(errors="replace") for c in children if c.log_path)
+        assert f"x {BUDGET} (PIPELINE_DB_POOL_SIZE)" in said, "the start line counts the connections"
         for trouble in ("too many clients", "prepared statement", "PIPELINE_DB_POOL_SIZE) stayed busy"):
             assert trouble not in said, trouble
