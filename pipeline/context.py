@@ -17,8 +17,9 @@ from pipeline.core.settings import Settings
 from pipeline.llm import stops
 from pipeline.llm.client import LLMClient
 from pipeline.recovery.leases import Leases
-from pipeline.storage import llm_calls, runs
+from pipeline.storage import llm_calls, run_state, runs
 from pipeline.storage.db import session_scope
+from pipeline.storage.models import RunStatus
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -48,11 +49,17 @@ def escalation_llm(ctx: Context) -> LLMClient:
 
 
 def stop_check(ctx: Context, run_id: str) -> stops.Check | None:
-    """The check made before each call for the run: its cancel flag, in the limiter's Redis
-    (None without one: the database's final status stops the work then)."""
+    """The check made before each call for the run: its cancel flag, in the limiter's Redis,
+    confirmed by the run's status in the database (a flag a cancel set after a retry took the
+    run back is stale); None without Redis: the database's final status stops the work then."""
     if ctx.llm.limiter is None:
         return None
-    return stops.StopFlags(ctx.llm.limiter.client).check_of(run_id)
+
+    def cancelled() -> bool:  # asked only when the flag is set
+        with session_scope(ctx.engine) as session:
+            return run_state.run_status(session, run_id) == RunStatus.CANCELLED
+
+    return stops.StopFlags(ctx.llm.limiter.client).check_of(run_id, cancelled)
 
 
 def recorded_spend(ctx: Context, run_id: str) -> tuple[float | None, float] | None:

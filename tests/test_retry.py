@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, func, select, text, update
 
+from pipeline.core import errors
 from pipeline.core.settings import get_settings
 from pipeline.ingest.producer import prepare_run
 from pipeline.runs.retry import RetryRefused, start_retry
@@ -278,3 +279,56 @@ def test_a_retry_during_the_synthesis_leaves_no_stale_report_and_the_run_running
     assert reports_of(engine, plan.run_id) == [], "no stale report"
     assert run_row(engine, plan.run_id).status == "running"
     assert statuses(engine, plan.run_id) == {"pending": 1, "extracted": 1}
+
+
+def test_a_cancel_whose_flag_comes_after_a_retry_stops_nothing_and_the_run_goes_on(
+    pipeline_env: dict[str, str], redis_base: str, tmp_path: Path
+) -> None:
+    """The race of a cancel and a retry: the cancel's database step, then the retry (documents
+    pending, run running, the flag cleared), then the cancel's flag set late. The workers' check
+    finds the run running in the database: the flag is stale and removed, no call is stopped, and
+    a delivery that met the flag before cancels no retried document of the running run (before,
+    they were cancelled and the synthesis refused, the run running with no report for 7 days)."""
+    from pipeline.context import Context, stop_check
+    from pipeline.core.settings import Settings
+    from pipeline.llm.client import LLMClient
+    from pipeline.llm.ratelimit import RedisLimiter
+    from pipeline.llm.stops import StopFlags
+    from pipeline.runs.cancel import cancel_run, document_reason
+    from pipeline.storage import run_documents
+    from tests.conftest import claimed_redis_db
+
+    engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
+    write_filings(tmp_path, 2, seed=307, sizes=[21_000] * 2)
+    plan = prepare_run(engine, get_settings(), [str(tmp_path)])
+    first, second = sorted(plan.document_ids)
+    with session_scope(engine) as session:
+        run_state.mark_stored(session, plan.run_id)
+        session.execute(update(Document).where(Document.id == first).values(status="extracted"))
+    with claimed_redis_db(redis_base) as url:
+        settings = Settings(  # type: ignore[call-arg]
+            _env_file=None,
+            database_url=pipeline_env["PIPELINE_DATABASE_URL"],
+            redis_url=url,
+            llm_base_url="http://127.0.0.1:9/v1",
+        )
+        llm = LLMClient(settings, pool_size=1, limiter=RedisLimiter.from_settings(settings, 1))
+        flags = StopFlags(llm.limiter.client)  # type: ignore[union-attr]
+        cancel_run(engine, settings, plan.run_id, "the test", None)  # its database step ...
+        assert statuses(engine, plan.run_id) == {"extracted": 1, "cancelled": 1}
+        assert start_retry(engine, plan.run_id).document_ids == [second]  # ... a retry ...
+        flags.clear(plan.run_id)
+        flags.stop(plan.run_id, document_reason("the test"))  # ... and the cancel's flag, late
+        check = stop_check(Context(settings, engine, llm), plan.run_id)
+        assert check is not None
+        check()  # no RunCancelled: the run is running in the database
+        assert flags.reason(plan.run_id) is None, "the stale flag is removed"
+        with session_scope(engine) as session:  # a delivery that met the flag before the retry
+            assert run_documents.cancel_documents(session, plan.run_id, "late", [second]) == 0
+        assert statuses(engine, plan.run_id) == {"extracted": 1, "pending": 1}
+        assert run_row(engine, plan.run_id).status == "running"
+        cancel_run(engine, settings, plan.run_id, "the test again", flags)  # a real cancel still stops
+        with pytest.raises(errors.RunCancelled):
+            check()
+        flags.clear(plan.run_id)
+        llm.close()

@@ -8,6 +8,10 @@ run (a document's extraction, a compression, a synthesis, a batch poll) runs und
 calls `before_call()` once the limiter has admitted a call and before it is sent, so a call that
 was waiting its turn when the run was cancelled is never sent. The check is one GET.
 
+The database has the last word: a flag found while the run is not cancelled there is stale (a
+cancel that set it after a `pipeline retry` had taken the run back) and is removed, so a late
+flag never stops a retried run's work (`check_of(run_id, confirm)`).
+
 Without Redis, or once Redis lost the flag, the database stops the work instead: a cancelled
 document is final, so no delivery starts it again and its holder's next write is refused; at
 most the calls already begun are spent.
@@ -70,13 +74,20 @@ class StopFlags:
             return None
         return found.decode() if isinstance(found, bytes) else str(found)
 
-    def check(self, run_id: str) -> None:
+    def check(self, run_id: str, confirm: Callable[[], bool] | None = None) -> None:
+        """Raise RunCancelled when the run's flag is set, and `confirm()` (the database: is the
+        run cancelled?) agrees; a flag it does not confirm is stale, and removed."""
         reason = self.reason(run_id)
-        if reason is not None:
-            raise RunCancelled(reason)
+        if reason is None:
+            return
+        if confirm is not None and not confirm():
+            log.warning("run %s is not cancelled in the database: its late cancel flag is removed", run_id)
+            self.clear(run_id)
+            return
+        raise RunCancelled(reason)
 
-    def check_of(self, run_id: str) -> Check:
-        return lambda: self.check(run_id)
+    def check_of(self, run_id: str, confirm: Callable[[], bool] | None = None) -> Check:
+        return lambda: self.check(run_id, confirm)
 
 
 _check: ContextVar[Check | None] = ContextVar("pipeline_stop_check", default=None)

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import update
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from pipeline.storage import clock
 from pipeline.storage.db import MAX_IDS_PER_STATEMENT
-from pipeline.storage.models import DocStatus, Document
+from pipeline.storage.models import DocStatus, Document, Run, RunStatus
 
 
 def cancel_documents(
@@ -20,9 +20,14 @@ def cancel_documents(
 ) -> int:
     """End the run's unfinished documents (or those of `document_ids` still unfinished)
     `cancelled` with `reason`; how many. The fence is raised, so a holder still at work writes
-    nothing more (`LeaseLost`), and no delivery starts a cancelled document again."""
+    nothing more (`LeaseLost`), and no delivery starts a cancelled document again. Only while the
+    run is cancelled: a retry that took the run back keeps its documents (a worker that saw a
+    late cancel flag cancels nothing)."""
+    run_cancelled = select(Run.id).where(Run.id == run_id, Run.status == RunStatus.CANCELLED).exists()
     stmt = update(Document).where(
-        Document.run_id == run_id, Document.status.in_((DocStatus.PENDING, DocStatus.RUNNING))
+        Document.run_id == run_id,
+        Document.status.in_((DocStatus.PENDING, DocStatus.RUNNING)),
+        run_cancelled,
     )
     if document_ids is not None:
         stmt = stmt.where(Document.id.in_(list(document_ids)))
