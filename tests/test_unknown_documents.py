@@ -87,3 +87,51 @@ def test_a_document_the_workers_database_lacks_goes_back_to_the_queue_not_done(
         sender.close()
         with session_scope(engine) as session:  # its rows go with it (ON DELETE CASCADE)
             session.execute(delete(Run).where(Run.id == plan.run_id))
+
+
+@pytest.fixture(scope="module")
+def at_home(
+    pipeline_env: dict[str, str], redis_base: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, Path]]:
+    """One real worker on the session's database (the producer's), on a broker of its own; the
+    broker's URL and the worker's log."""
+    logs = tmp_path_factory.mktemp("at_home")
+    with claimed_redis_db(redis_base) as broker:
+        env = {**pipeline_env, "PIPELINE_REDIS_URL": broker}
+        with running_workers(env, logs, count=1, concurrency=2) as (worker,):
+            yield broker, _log_of(worker)
+
+
+def test_a_document_its_database_deleted_ends_its_message_and_one_never_issued_goes_back(
+    pipeline_env: dict[str, str], at_home: tuple[str, Path], tmp_path: Path
+) -> None:
+    """`prune --all` of a just-cancelled run deletes documents whose messages are still queued:
+    on the producer's database they end, acknowledged and said once with the reason (they were
+    requeued every 600 s with an ERROR blaming PIPELINE_DATABASE_URL, forever). An id that
+    database never issued still goes back to the queue, as on another database."""
+    broker, log = at_home
+    write_filings(tmp_path, 1, seed=89, sizes=[21_000])
+    engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
+    plan = prepare_run(engine, get_settings(), [str(tmp_path)])
+    (deleted,) = plan.document_ids
+    with session_scope(engine) as session:  # as `prune --all` deletes it (ON DELETE CASCADE)
+        session.execute(delete(Run).where(Run.id == plan.run_id))
+    never = deleted + 10**12
+    sender = Celery(broker=broker, backend=broker)
+    try:
+        gone = sender.send_task("pipeline.extract", (deleted,), queue=EXTRACT_QUEUE)
+        unknown = sender.send_task("pipeline.extract", (never,), queue=EXTRACT_QUEUE)
+        assert gone.get(timeout=WAIT_S) == "deleted"
+        eventually(
+            "the never-issued id was not sent back",
+            lambda: f"[{unknown.id}] retry" in log.read_text(),
+        )
+        text = log.read_text()
+        lines = [
+            line for line in text.splitlines() if f"document {deleted} was deleted from the database" in line
+        ]
+        assert len(lines) == 1 and "WARNING" in lines[0] and "prune --all" in lines[0], lines
+        assert f"[{gone.id}] retry" not in text and "is PIPELINE_DATABASE_URL" not in "\n".join(lines)
+        assert f"document {never} is not in the database" in text
+    finally:
+        sender.close()

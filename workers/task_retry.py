@@ -18,6 +18,7 @@ from celery import Task
 
 from pipeline.core.errors import (
     Deferred,
+    DeletedFromDatabase,
     LeaseLost,
     PermanentError,
     RetryableError,
@@ -35,6 +36,9 @@ UNKNOWN_REQUEUE_S = 600.0
 once PIPELINE_TASK_MAX_RETRIES quicker retries are spent. It is never given up on nor
 acknowledged as done: a worker with the producer's database (or this one, once its
 PIPELINE_DATABASE_URL is fixed) takes it, and the run's chord still counts it."""
+
+DELETED = "deleted"
+"""What a task returns for a message naming a document its database deleted (acknowledged)."""
 
 # Every task has max_retries=None: Celery's own limit (3 by default) would end a chord step
 # with MaxRetriesExceededError; `retry_or` counts failed attempts itself and gives up with
@@ -74,6 +78,9 @@ def retry_or(
         return "superseded"
     except UnknownToDatabase as exc:  # before TRANSIENT: never given up on, nothing to record
         back_to_queue(task, exc, failed)
+    except DeletedFromDatabase as exc:  # the producer's database deleted it: acknowledged
+        log.warning("%s %s: %s", task.name, task.request.args, exc)
+        return DELETED
     except Deferred as exc:
         kwargs = {**task.request.kwargs, "deferrals": deferrals + 1}
         wait = countdown_s(exc.retry_after_s)
@@ -99,6 +106,9 @@ def retry_or(
         verdict = f"internal error: {type(exc).__name__}: {exc}"
     try:
         return give_up(verdict)
+    except DeletedFromDatabase as exc:  # deleted while it ran (an answer's write failed on it)
+        log.warning("%s %s: %s (after: %s)", task.name, task.request.args, exc, verdict)
+        return DELETED
     except TRANSIENT as exc:
         log.warning("could not record the failure of %s %s (%s): retrying", task.name, task.request.args, exc)
         raise task.retry(countdown=countdown_s(backoff_s(failed, None)), max_retries=None) from None

@@ -9,6 +9,7 @@
     │   ├── MalformedAnswer         not even JSON, twice: a garbled answer, asked again later
     │   ├── Deferred                our own limiter (or an open circuit) asks to come back later
     │   └── UnknownToDatabase       a message names a document or run this worker's database lacks
+    ├── DeletedFromDatabase         a message names a document its database issued and deleted since
     ├── LeaseLost                   another worker took the document over: stop, write nothing
     │   └── RunCancelled            the run was cancelled (`pipeline cancel`): no more calls for it
     └── PermanentError              trying again will not help
@@ -153,6 +154,20 @@ class UnknownToDatabase(RetryableError):
         super().__init__(
             f"{what} is not in the database {self.database} that this worker uses: "
             "is PIPELINE_DATABASE_URL the one the producer used?"
+        )
+
+
+class DeletedFromDatabase(PipelineError):
+    """A message names a document that this worker's database issued and has deleted since
+    (`pipeline prune --all`, or its run deleted): the database is the producer's, and the
+    message ends, acknowledged, said once (no retry will find the document)."""
+
+    def __init__(self, what: str, database_url: str) -> None:
+        self.what = what
+        self.database = database_label(database_url)
+        super().__init__(
+            f"{what} was deleted from the database {self.database} (`pipeline prune --all`, or its "
+            "run deleted): nothing to do, the message ends here"
         )
 
 

@@ -26,7 +26,7 @@ from pipeline.extraction.signals import TokenProbabilities
 from pipeline.llm import stops
 from pipeline.llm.circuit import run_deadline
 from pipeline.llm.client import CallRecord
-from pipeline.storage import document_leases, documents, llm_calls, run_documents
+from pipeline.storage import document_leases, documents, issued, llm_calls, run_documents
 from pipeline.storage.db import session_scope
 from pipeline.storage.models import Chunk, Document
 
@@ -441,9 +441,12 @@ def fail(ctx: Context, document_id: int, reason: str, attempt: Attempt) -> str:
 
 def current_status(ctx: Context, document_id: int) -> str:
     """The document's status; raises UnknownToDatabase when this database has no such document
-    (a worker on another database than the producer's must not acknowledge it as done)."""
+    (a worker on another database than the producer's must not acknowledge it as done), or
+    DeletedFromDatabase when it issued its id and deleted it since (the message ends)."""
     with session_scope(ctx.engine) as session:
         doc = session.get(Document, document_id)
         if doc is None:
+            if issued.document_id_issued(session, document_id):
+                raise errors.DeletedFromDatabase(f"document {document_id}", database_url(ctx.engine))
             raise errors.UnknownToDatabase(f"document {document_id}", database_url(ctx.engine))
         return doc.status
