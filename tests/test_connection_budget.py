@@ -118,6 +118,43 @@ def test_a_wait_past_the_timeout_fails_naming_the_budget(
         engine.dispose()
 
 
+def test_workers_migrating_together_through_pgbouncer_apply_each_migration_once(
+    admin_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The migrations' lock is a transaction's: behind a transaction pooler a session's lock
+    and its unlock could land on two server sessions (and the lock be held for good)."""
+    _pgbouncer_or_skip()
+    from pipeline.storage.db import dispose_engines, upgrade
+
+    with (
+        new_database(admin_url, prefix="pipeline_budget") as database,
+        pgbouncer.running(database, pool_size=4) as bouncer,
+        _settings(monkeypatch, db_transaction_pooler="true"),
+    ):
+        failures: list[BaseException] = []
+
+        def migrate() -> None:
+            try:
+                upgrade(bouncer.url)
+            except BaseException as exc:  # reported below
+                failures.append(exc)
+
+        threads = [threading.Thread(target=migrate) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        dispose_engines()
+        assert failures == []
+        with psycopg.connect(_libpq(database)) as conn:
+            versions = conn.execute("select version_num from alembic_version").fetchall()
+            locks = conn.execute(
+                "select count(*) from pg_locks where locktype = 'advisory' and database = "
+                "(select oid from pg_database where datname = current_database())"
+            ).fetchone()
+        assert len(versions) == 1 and locks == (0,)
+
+
 class Peak:
     """The most a query counted, sampled over its own connection in a thread until stopped."""
 
