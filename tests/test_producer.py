@@ -175,16 +175,17 @@ def test_a_large_run_starts_while_the_rest_is_stored(pipeline_env: dict[str, str
             run = session.scalars(select(Run).order_by(Run.created_at.desc())).first()
             assert run is not None
             stored = session.scalar(select(func.count()).where(Document.run_id == run.id))
-            seen.append((list(ids), run.status, stored))
+            seen.append((list(ids), run.status, stored, run.stored_at))
 
     settings = _settings(pipeline_env["PIPELINE_DATABASE_URL"]).model_copy(update={"early_documents": early})
     plan = prepare_run(engine, settings, [str(tmp_path)], on_early=on_early)
-    assert len(seen) == 1
-    sent, status, stored = seen[0]
+    assert len(seen) == 2, "streamed: the first documents, then each batch as it is stored"
+    (first, status, stored, _), (rest, _, stored_all, stored_at) = seen
     assert status == "running" and stored == early, "handed over before the rest was read"
-    assert sent == plan.early_ids and len(sent) == early - 1
-    assert not set(sent) & set(plan.document_ids)
-    assert len(sent) + len(plan.document_ids) == count - 1
+    assert len(first) == early - 1 and len(rest) == count - early
+    assert stored_all == count and stored_at is None, "the last batch goes before the run is marked stored"
+    assert plan.early_ids == first + rest and plan.document_ids == []
+    assert plan.submitted == count - 1
 
     small = tmp_path / "small"
     small.mkdir()

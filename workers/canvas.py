@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 EXTRACT = "pipeline.extract"
 FINALIZE = "pipeline.finalize"
 BATCH_TICK = "pipeline.batch_tick"
+SEND_PIPELINE_MESSAGES = 200
+"""Messages per Redis pipeline when a run's documents are streamed (a submit's commit batch)."""
 
 
 def _task(name: str, *args: Any) -> Signature:
@@ -62,10 +64,13 @@ def start_run(engine: Engine, settings: Settings, plan: SubmitPlan) -> str:
 
 
 def enqueue_early(document_ids: Sequence[int]) -> None:
-    """Send a run's first documents while the producer still reads the rest (no chord: the
-    run's chord, sent once everything is stored, carries finalize)."""
-    for document_id in document_ids:  # no chord waits for these: their results are not kept
-        app.send_task(EXTRACT, (document_id,), ignore_result=True)
+    """Send a batch of a run's documents while the producer still reads the rest (no chord:
+    finalize, sent once everything is stored, reads from the database when every document is
+    final). One producer for the batch, its messages pipelined to Redis (kombu's publish batch:
+    a round trip per SEND_PIPELINE_MESSAGES, not per message)."""
+    with app.producer_or_acquire() as producer, producer.batch(max_size=SEND_PIPELINE_MESSAGES):
+        for document_id in document_ids:  # no chord waits for these: their results are not kept
+            app.send_task(EXTRACT, (document_id,), ignore_result=True, producer=producer)
 
 
 def enqueue_finalize(run_id: str) -> str:

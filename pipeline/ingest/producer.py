@@ -41,7 +41,7 @@ class SubmitPlan:
     document_ids: list[int] = field(default_factory=list)
     """In the order to enqueue them (see `enqueue_order`); without those in `early_ids`."""
     early_ids: list[int] = field(default_factory=list)
-    """Documents already handed to `on_early` while the rest of the run was being read."""
+    """Documents already handed to `on_early` (streamed to the queue batch by batch, as stored)."""
     chunk_counts: dict[int, int] = field(default_factory=dict)
     rejected: list[tuple[str, str]] = field(default_factory=list)
     """(path, reason) of every file that will not be extracted."""
@@ -94,8 +94,9 @@ def prepare_run(
     content an earlier run extracted are left out, and no run is stored when nothing is new.
 
     With `on_early`, a run of more than `settings.early_documents` files starts at once: the first ones
-    are handed to it (the run is then `running`) as soon as they are stored, and the calls
-    begin while the rest is read, which takes seconds for hundreds of filings."""
+    are handed to it (the run is then `running`) as soon as they are stored, then every batch of
+    COMMIT_EVERY_DOCUMENTS as it is committed, so the calls begin while the rest is read and the
+    queue is fed all along; the caller's finalize (sent once the run is marked stored) reports."""
     inputs.check_bases(paths)  # a mistyped directory is refused before a run is stored
     plan = SubmitPlan(run_id or new_run_id())
     with session_scope(engine) as session:
@@ -115,8 +116,8 @@ def prepare_run(
     candidates = inputs.expand(paths, follow_links=settings.follow_links)
     first = settings.early_documents if on_early else COMMIT_EVERY_DOCUMENTS
     for number, batch in enumerate(_batches(candidates, COMMIT_EVERY_DOCUMENTS, first=first)):
-        if number == 1 and on_early and plan.document_ids:
-            _start_early(engine, plan, on_early)
+        if number >= 1 and on_early and plan.document_ids:
+            _stream(engine, plan, on_early)  # the batch stored before this one goes to the queue
         with session_scope(engine) as session:
             for candidate in batch:
                 if only_new and candidate.problem in inputs.NOTHING_THERE:
@@ -133,6 +134,8 @@ def prepare_run(
             intake.delete_run(session, plan.run_id)
         plan.created = False
         return plan
+    if plan.early_ids and on_early and plan.document_ids:
+        _stream(engine, plan, on_early)  # the last batch: before the run is marked stored
     plan.document_ids = enqueue_order(plan.document_ids, plan.chunk_counts, plan.run_id)
     with session_scope(engine) as session:
         run_state.mark_stored(session, plan.run_id)
@@ -145,12 +148,18 @@ def prepare_run(
     return plan
 
 
-def _start_early(engine: Engine, plan: SubmitPlan, on_early: Callable[[list[int]], None]) -> None:
-    """The run is `running` from here: hand the documents stored so far to `on_early`."""
-    with session_scope(engine) as session:
-        run_state.move_run(session, plan.run_id, "start")
-    plan.early_ids, plan.document_ids = plan.document_ids, []
-    on_early(plan.early_ids)
+def _stream(engine: Engine, plan: SubmitPlan, on_early: Callable[[list[int]], None]) -> None:
+    """Hand the documents stored since the last call to `on_early` (the queue), the first time
+    moving the run to `running`: workers start on a night's first filings while the rest is read,
+    and the queue never waits for the whole batch to be stored. Each batch goes in the order
+    `enqueue_order` gives (shuffled, its shortest last)."""
+    if not plan.early_ids:
+        with session_scope(engine) as session:
+            run_state.move_run(session, plan.run_id, "start")
+    stored = enqueue_order(plan.document_ids, plan.chunk_counts, plan.run_id)
+    plan.document_ids = []
+    on_early(stored)
+    plan.early_ids.extend(stored)
 
 
 SORTED_TAIL_SHARE = 0.25
