@@ -121,3 +121,38 @@ def test_a_filing_with_no_xbrl_has_no_fact_and_says_so() -> None:
 @pytest.mark.parametrize(("shown", "value"), [("12,345", 12_345.0), ("0.5", 0.5), ("1 234", 1_234.0)])
 def test_shown_numbers_are_read(shown: str, value: float) -> None:
     assert _revenue(_fact("us-gaap:Revenues", "FY2024", shown)).value_usd == value
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [("xbrldi", "xdi"), ("xbrli", "i"), ("us-gaap", "usgaap")],
+    ids=["dimensions' prefix", "instance's prefix", "us-gaap's prefix"],
+)
+def test_namespaces_are_matched_whatever_prefix_the_filer_binds(old: str, new: str) -> None:
+    """XBRL lets a filer bind any prefix: a segment's revenue under `xdi:explicitMember` is still
+    a segment's, and `usgaap:Revenues` is us-gaap's Revenues."""
+    body = _fact("us-gaap:Revenues", "FY2024_Cloud", "5,000", extra='scale="6"') + _fact(
+        "us-gaap:Revenues", "FY2024", "12,345", extra='scale="6"'
+    )
+    document = (
+        _document(body).decode().replace(f"{old}:", f"{new}:").replace(f"xmlns:{old}=", f"xmlns:{new}=")
+    )
+    root = lxml_html.document_fromstring(document.encode(), parser=parser("utf-8"))
+    found = xbrl.revenue(root, "FY2024")
+    assert (found.value_usd, found.concept) == (12_345e6, "us-gaap:Revenues")
+
+
+@pytest.mark.parametrize(
+    ("shown", "value"), [("three", 3.0), ("twenty-one", 21.0), ("no", 0.0), ("several", None)]
+)
+def test_numbers_in_words_are_read_as_numbers(shown: str, value: float | None) -> None:
+    root = lxml_html.document_fromstring(
+        _document(
+            _fact("us-gaap:NumberOfReportableSegments", "FY2024", shown).replace(
+                "num-dot-decimal", "ixt-sec:numwordsen"
+            )
+        ),
+        parser=parser("utf-8"),
+    )
+    (fact,) = xbrl.facts(root).numeric
+    assert fact.value == value

@@ -115,7 +115,14 @@ def _encoding(data: bytes) -> str:
 
 
 def _has_ix(root: etree._Element) -> bool:
-    return next(root.iter("ix:nonfraction", "ix:nonnumeric", "ix:header"), None) is not None
+    names = [f"{p}:{local}" for p in _ix_prefixes(root) for local in ("nonfraction", "nonnumeric", "header")]
+    return next(root.iter(*names), None) is not None
+
+
+def _ix_prefixes(root: etree._Element) -> list[str]:
+    """The prefixes bound to the inline-XBRL namespace ("ix" as a rule, and by default)."""
+    bound = [p for p, uri in xbrl.prefixes(root).items() if uri == xbrl.INLINE]
+    return bound or ["ix"]
 
 
 def _dei_facts(root: etree._Element) -> tuple[dict[str, str], str | None]:
@@ -124,14 +131,15 @@ def _dei_facts(root: etree._Element) -> tuple[dict[str, str], str | None]:
     facts: dict[str, str] = {}
     cover: str | None = None
     continuations: dict[str, etree._Element] | None = None
-    for element in root.iter("ix:nonnumeric"):
+    ix = _ix_prefixes(root)
+    for element in root.iter(*(f"{p}:nonnumeric" for p in ix)):
         name = (element.get("name") or "").lower()
         if not name.startswith("dei:") or name in facts:
             continue
         text = _shown(element)
         if element.get("continuedat"):
             if continuations is None:
-                continuations = {c.get("id", ""): c for c in root.iter("ix:continuation")}
+                continuations = {c.get("id", ""): c for c in root.iter(*(f"{p}:continuation" for p in ix))}
             text = " ".join([text, *_continued(element, continuations)])
         facts[name] = " ".join(text.split())
         if name in ("dei:documenttype", "dei:documentperiodenddate") and cover is None:

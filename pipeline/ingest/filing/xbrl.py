@@ -104,24 +104,76 @@ class Facts:
         )
 
 
+INSTANCE = "http://www.xbrl.org/2003/instance"
+DIMENSIONS = "http://xbrl.org/2006/xbrldi"
+INLINE = "http://www.xbrl.org/2013/inlineXBRL"
+US_GAAP = "http://fasb.org/us-gaap/"
+USD = "iso4217:USD"
+"""A unit of US dollars, as `facts` writes it whatever the filer's prefix."""
+"""Namespaces (us-gaap's, its yearly versions' common start). XBRL lets a filer bind any prefix
+to them (`xmlns:i=` for the instance): elements and concepts are matched by namespace."""
+
+
+def prefixes(root: etree._Element) -> dict[str, str]:
+    """The document's prefix -> namespace bindings (lxml's HTML parser keeps `xmlns:p` as
+    attributes, on the root as inline XBRL declares them, or on the element that uses them)."""
+    found: dict[str, str] = {}
+    for element in (root, *root.iter("ix:header", "html", "body")):
+        for name, value in element.attrib.items():
+            if str(name).startswith("xmlns:"):
+                found.setdefault(str(name)[6:].lower(), str(value))
+    return found
+
+
+def tags(bindings: dict[str, str], namespace: str, local: str, default: str) -> list[str]:
+    """The tag names (as the HTML parser writes them, `prefix:local`) of `local` in
+    `namespace`, under every prefix bound to it; `default:local` and `local` when none is."""
+    names = [f"{prefix}:{local}" for prefix, uri in bindings.items() if uri == namespace]
+    return names or [f"{default}:{local}", local]
+
+
 def facts(root: etree._Element) -> Facts:
     """The facts of an inline-XBRL document, as lxml's HTML parser gives it (lower-case tag and
-    attribute names)."""
-    contexts = {ctx.id: ctx for ctx in map(_context, root.iter("xbrli:context", "context")) if ctx.id}
-    units = {
-        unit.get("id", ""): " ".join(m.text or "" for m in unit.iter("xbrli:measure", "measure")).strip()
-        for unit in root.iter("xbrli:unit", "unit")
+    attribute names), concepts named `us-gaap:Local` whatever prefix the filer bound."""
+    bindings = prefixes(root)
+
+    def of(namespace: str, local: str, default: str) -> list[str]:
+        return tags(bindings, namespace, local, default)
+
+    contexts = {
+        c.id: c for c in (_context(e, bindings) for e in root.iter(*of(INSTANCE, "context", "xbrli"))) if c.id
     }
+    units = {}
+    for unit in root.iter(*of(INSTANCE, "unit", "xbrli")):
+        measure = " ".join(m.text or "" for m in unit.iter(*of(INSTANCE, "measure", "xbrli"))).strip()
+        units[unit.get("id", "")] = USD if _usd(measure, bindings) else measure
     numeric = [
         Fact(
-            concept=element.get("name", ""),
+            concept=_concept(element.get("name", ""), bindings),
             context=element.get("contextref", ""),
             unit=element.get("unitref"),
             value=_value(element),
         )
-        for element in root.iter("ix:nonfraction")
+        for element in root.iter(*of(INLINE, "nonfraction", "ix"))
     ]
     return Facts(contexts, units, numeric)
+
+
+def _concept(name: str, bindings: dict[str, str]) -> str:
+    """`name` with a us-gaap concept's prefix written `us-gaap` (a filer may bind another)."""
+    prefix, _, local = name.partition(":")
+    if local and bindings.get(prefix.lower(), "").startswith(US_GAAP):
+        return f"us-gaap:{local}"
+    return name
+
+
+def _usd(measure: str, bindings: dict[str, str]) -> bool:
+    """One measure, US dollars (ISO 4217), whatever the prefix of its namespace."""
+    prefix, _, code = measure.strip().rpartition(":")
+    uri = bindings.get(
+        prefix.lower(), "http://www.xbrl.org/2003/iso4217" if prefix.lower() == "iso4217" else ""
+    )
+    return code == "USD" and (uri == "http://www.xbrl.org/2003/iso4217" or not prefix)
 
 
 def revenue(root: etree._Element, document_context: str | None) -> Revenue:
@@ -132,7 +184,7 @@ def revenue(root: etree._Element, document_context: str | None) -> Revenue:
 
 def revenue_of(found: Facts, document_context: str | None) -> Revenue:
     """`revenue`, of facts already read (a document set's, merged)."""
-    contexts, units, numeric = found.contexts, found.units, found.numeric
+    contexts, numeric = found.contexts, found.numeric
     if not numeric and not contexts:
         return Revenue(why=NO_XBRL)
     own = contexts.get(document_context or "")
@@ -140,7 +192,7 @@ def revenue_of(found: Facts, document_context: str | None) -> Revenue:
         own = _fiscal_year_of(contexts)
         if own is None:
             return Revenue(why=NO_PERIOD)
-    usd = {uid for uid, measure in units.items() if measure.lower() in ("iso4217:usd", "usd")}
+    usd = {uid for uid, measure in found.units.items() if measure == USD}
     listed = [f for f in numeric if f.concept.lower() in _LISTED and f.value is not None]
     for concept in REVENUE_CONCEPTS:
         for fact in listed:
@@ -183,17 +235,24 @@ def _fiscal_year_of(contexts: dict[str, Context]) -> Context | None:
     return max(years, key=lambda c: c.end or date.min, default=None)
 
 
-def _context(element: etree._Element) -> Context:
-    def first(*names: str) -> str | None:
-        found = next(element.iter(*names), None)
+def _context(element: etree._Element, bindings: dict[str, str]) -> Context:
+    def first(local: str) -> str | None:
+        found = next(element.iter(*tags(bindings, INSTANCE, local, "xbrli")), None)
         return (found.text or "").strip() if found is not None else None
 
-    instant = first("xbrli:instant", "instant")
-    dimensions = sum(1 for _ in element.iter("xbrldi:explicitmember", "xbrldi:typedmember"))
+    instant = first("instant")
+    # A dimension is any member under the segment or scenario, whatever its prefix.
+    holders = tags(bindings, INSTANCE, "segment", "xbrli") + tags(bindings, INSTANCE, "scenario", "xbrli")
+    dimensions = sum(
+        1
+        for holder in element.iter(*holders)
+        for member in holder.iter()
+        if isinstance(member.tag, str) and member.tag.endswith(("explicitmember", "typedmember"))
+    )
     return Context(
         id=element.get("id", ""),
-        start=_date(first("xbrli:startdate", "startdate")),
-        end=_date(instant or first("xbrli:enddate", "enddate")),
+        start=_date(first("startdate")),
+        end=_date(instant or first("enddate")),
         instant=instant is not None,
         dimensions=dimensions,
     )
@@ -206,7 +265,62 @@ def _date(value: str | None) -> date | None:
         return None
 
 
-_ZERO_FORMATS = ("fixed-zero", "zerodash", "fixedzero", "numwordsen")
+_ZERO_FORMATS = ("fixed-zero", "zerodash", "fixedzero")
+_WORDS = {
+    word: n
+    for n, word in enumerate(
+        [
+            "zero",
+            "one",
+            "two",
+            "three",
+            "four",
+            "five",
+            "six",
+            "seven",
+            "eight",
+            "nine",
+            "ten",
+            "eleven",
+            "twelve",
+            "thirteen",
+            "fourteen",
+            "fifteen",
+            "sixteen",
+            "seventeen",
+            "eighteen",
+            "nineteen",
+        ]
+    )
+} | {
+    "twenty": 20,
+    "thirty": 30,
+    "forty": 40,
+    "fifty": 50,
+    "sixty": 60,
+    "seventy": 70,
+    "eighty": 80,
+    "ninety": 90,
+}
+_SCALES = {"hundred": 100, "thousand": 1_000, "million": 1_000_000, "billion": 1_000_000_000}
+
+
+def _number_words(shown: str) -> float | None:
+    """`ixt-sec:numwordsen`: a number written in English words ("three", "twenty-one", "no")."""
+    words = re.findall(r"[a-z]+", shown.lower())
+    if words in (["no"], ["none"]):
+        return 0.0
+    total, current = 0, 0
+    for word in words:
+        if word in _WORDS:
+            current += _WORDS[word]
+        elif word == "hundred":
+            current *= 100
+        elif word in _SCALES:
+            total, current = total + current * _SCALES[word], 0
+        elif word != "and":
+            return None
+    return float(total + current) if words else None
 
 
 def _value(element: etree._Element) -> float | None:
@@ -214,7 +328,14 @@ def _value(element: etree._Element) -> float | None:
     num-comma-decimal, fixed-zero...), times 10^scale, negated by sign="-"."""
     shown = "".join(str(piece) for piece in element.itertext()).strip()
     fmt = (element.get("format") or "").lower().split(":")[-1]
-    if any(name in fmt for name in _ZERO_FORMATS) or shown in ("-", "—", "–"):
+    if element.get("xsi:nil") == "true":
+        return None
+    if "numwordsen" in fmt:
+        words = _number_words(shown)
+        if words is None:
+            return None
+        number = words
+    elif any(name in fmt for name in _ZERO_FORMATS) or shown in ("-", "—", "–"):
         number = 0.0
     else:
         digits = shown.replace(" ", "").replace("\u00a0", "")
