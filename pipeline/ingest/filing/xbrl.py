@@ -49,7 +49,10 @@ END_TOLERANCE_DAYS = 7
 
 NO_XBRL = "no inline XBRL in the filing"
 NO_PERIOD = "the filing's own period (its dei: cover facts' context) is not a fiscal year's duration"
-NO_REVENUE = "no revenue fact"
+NO_REVENUE = (
+    "no revenue fact in the document (a 10-K that keeps its statements in its EX-13, as IBM's and "
+    "Wells Fargo's do, has them in the complete submission file, not in its HTML alone)"
+)
 
 
 @dataclass(frozen=True)
