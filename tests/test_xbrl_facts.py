@@ -156,3 +156,18 @@ def test_numbers_in_words_are_read_as_numbers(shown: str, value: float | None) -
     )
     (fact,) = xbrl.facts(root).numeric
     assert fact.value == value
+
+
+def test_a_cover_fact_continued_elsewhere_is_read_whole() -> None:
+    """Inline XBRL 1.1 4.1.1: a nonNumeric fact's text goes on in the ix:continuation its
+    continuedAt names, and that one's own continuedAt, in order."""
+    from pipeline.ingest.filing import html
+
+    body = (
+        '<p><ix:nonNumeric name="dei:EntityRegistrantName" contextRef="FY2024" continuedAt="c1">Harrow &amp;</ix:nonNumeric></p>'
+        '<p><ix:continuation id="c1" continuedAt="c2">Pike Instruments,</ix:continuation></p>'
+        '<p><ix:continuation id="c2">Inc.</ix:continuation></p>'
+    )
+    converted = html.convert(_document(body))
+    assert converted.dei["dei:entityregistrantname"] == "Harrow & Pike Instruments, Inc."
+    assert converted.cover_context == "FY2024"

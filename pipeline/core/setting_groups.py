@@ -14,8 +14,6 @@ from typing import ClassVar, Literal
 from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings
 
-from pipeline.core import constants as c
-
 
 class StorageSettings(BaseSettings):
     """Where state is kept: the database, the broker, local files."""
@@ -109,67 +107,6 @@ class LLMSettings(BaseSettings):
         description="USD per million input/output tokens, e.g. 'gpt-4o-mini:0.15/0.60,gpt-4o:2.50/10'; "
         "unset: the shipped list prices (pipeline/core/prices.py), which these override per model",
     )
-
-
-class InputSettings(BaseSettings):
-    """Reading filings: what a run takes, and how a filing is cut into chunks."""
-
-    heading: ClassVar[str] = "Input and chunks"
-
-    max_file_bytes: int = Field(
-        default=8 * 1024 * 1024,
-        ge=1,
-        description="a file whose text to send (after an HTML or EDGAR submission file is converted) is "
-        "larger is skipped with the reason",
-    )
-    max_source_bytes: int = Field(
-        default=1024 * 1024 * 1024,
-        ge=1,
-        description="a file larger than this on disk is skipped unread (a 10-K's complete submission "
-        "file is often 10-60 MB, of which the text sent is a fraction)",
-    )
-    exhibit_types: str = Field(
-        default="EX-13*,EX-99*",
-        description="exhibits of an EDGAR submission read with its primary document (patterns of "
-        "<TYPE>, comma-separated: EX-13 holds some 10-Ks' financial statements, EX-99 an 8-K's "
-        "release); every other part is left out and counted with its reason",
-    )
-    form_types: str = Field(
-        default="*",
-        description="forms a run reads (patterns of the form type, e.g. '10-K*,10-Q*,8-K*'): a filing "
-        "whose header or cover states another form is skipped with the reason",
-    )
-    max_document_tokens: int = Field(
-        default=0, ge=0, description="files estimated above this many tokens are skipped (0: no cap)"
-    )
-    max_run_tokens: int = Field(
-        default=0, ge=0, description="a run takes files until their estimated tokens reach this (0: no cap)"
-    )
-    follow_links: bool = Field(
-        default=False,
-        description="read a symbolic link under a submitted directory (submit, run, the nightly inbox) when "
-        "it resolves under that directory; off: every link is skipped with the reason",
-    )
-    early_documents: int = Field(
-        default=32,
-        ge=1,
-        le=10_000,
-        description="a larger run's first documents go to the workers while the rest is still being stored",
-    )
-    """A run's first documents sent while the rest is stored: their chunks (several each, answered
-    side by side) keep two workers of 32 threads busy for the seconds that storing hundreds of
-    filings takes, and storing fewer first starts the calls sooner."""
-
-    chunk_tokens: int = Field(default=6_000, ge=200, description="largest chunk, in estimated tokens")
-    model_context_tokens: int = Field(
-        default=128_000,
-        ge=1000,
-        description=f"the extraction model's context window: chunks are at most this less "
-        f"{c.EXTRACT_PROMPT_RESERVE_TOKENS} tokens of prompt and PIPELINE_EXTRACT_MAX_TOKENS, and at "
-        "most PIPELINE_CHUNK_TOKENS",
-    )
-    chunk_overlap_tokens: int = Field(default=200, ge=0, description="overlap between consecutive chunks")
-    extract_max_tokens: int = Field(default=1_500, ge=64, description="`max_tokens` of an extraction answer")
 
 
 class LimitSettings(BaseSettings):

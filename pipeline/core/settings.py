@@ -22,7 +22,6 @@ from pipeline.core.prices import list_prices
 from pipeline.core.setting_groups import (
     BatchSettings,
     FlowerSettings,
-    InputSettings,
     LimitSettings,
     LLMSettings,
     NightlySettings,
@@ -30,6 +29,7 @@ from pipeline.core.setting_groups import (
     StorageSettings,
     WorkerSettings,
 )
+from pipeline.core.setting_input import InputSettings
 from pipeline.core.setting_trust import TrustSettings
 
 

@@ -71,11 +71,10 @@ def extract_document(
     same text, are not sent again; once `failed_attempts` reach the configured threshold,
     calls go to the fallback model. Raises RetryableError for transient failures (Deferred
     when the document is handed back to the queue on purpose), PermanentError when the
-    document cannot be extracted (recorded as its failure while the lease holds), and LeaseLost when
-    another worker took the document over (nothing more is written). Raises UnknownToDatabase
-    when this database has no such document (it is another database than the producer's).
-    A document of a cancelled run (`pipeline cancel`) makes no call from then on and ends
-    `cancelled` (the check before each call: `pipeline.llm.stops`).
+    document cannot be extracted (recorded as its failure while the lease holds), LeaseLost when
+    another worker took the document over (nothing more is written), UnknownToDatabase when
+    this database has no such document. A document of a cancelled run makes no call from then
+    on and ends `cancelled` (the check before each call: `pipeline.llm.stops`).
 
     `summarize` (the task layer compresses there) gets the grounded result in memory; the
     extraction, its risk factors, its summary, the summary's calls and the document's status
@@ -228,9 +227,8 @@ class _Work:
     """...until then (epoch seconds), when only the standard tier still makes the deadline."""
     failed_attempts: int
     fence: int
-    xbrl_revenue: tuple[float, str] | None
-    """The filing's own total-revenue fact (value, concept): the model's answer is checked against it."""
     """This attempt's lease: every write it makes is refused once the fence moved on."""
+    xbrl_revenue: tuple[float, str] | None  # the filing's own revenue fact (value, concept)
     verified_at: float = field(default_factory=time.monotonic)
     """When a write last proved the lease (monotonic seconds)."""
 
