@@ -55,6 +55,8 @@ PRELOAD = (
     "rich.console",
     "sqlalchemy.dialects.postgresql.psycopg",
     "sqlalchemy.orm",
+    "lxml.html",
+    "tiktoken",
     # The CLI's own modules read no setting when imported (test_cli_fork checks a fork's
     # settings come from its environment); `workers` is never imported here.
     "pipeline.cli",
@@ -111,6 +113,9 @@ def serve(requests: IO[str], answers: IO[str]) -> None:
     for name in PRELOAD:
         importlib.import_module(name)
     from pipeline.core.settings import get_settings
+    from pipeline.llm.tokens import FALLBACK_ENCODING, encoding
+
+    encoding(FALLBACK_ENCODING)  # the rank file, decoded once (0.4 s a submit or plan otherwise)
 
     # What a fork must not inherit: the broker URL bound by `workers.app`, settings read here.
     assert not [m for m in sys.modules if m.split(".")[0] == "workers"], "the zygote imported workers"
