@@ -208,3 +208,26 @@ def test_a_compress_that_gave_up_stores_its_fallback_so_no_finalize_pays_for_it_
         waiting = run_state.extracted_ids(session, plan.run_id, without_summary=True)
     assert document_id not in waiting, "a finalize sent again would compress it again"
     assert summary and "fiscal" in summary
+
+
+def test_the_escalation_endpoint_is_paced_and_guarded_as_the_main_one(
+    pipeline_env: dict[str, str], sim_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 47, defect 6: with PIPELINE_ESCALATE_BASE_URL, the escalation client had no limiter
+    (its spend went uncounted until the 60 s reconcile, and a $0.05 budget spent $0.23) and no
+    circuit breaker. It has both now, on the limiter's Redis, scoped to its own endpoint."""
+    from pipeline.core.settings import get_settings
+    from workers import context
+
+    monkeypatch.setenv("PIPELINE_ESCALATE_MODEL", "strong-1")
+    monkeypatch.setenv("PIPELINE_ESCALATE_BASE_URL", sim_url)
+    get_settings.cache_clear()
+    context._reset_after_fork()
+    try:
+        ctx = context.worker_context()
+        assert ctx.escalation is not None and ctx.escalation.limiter is not None
+        assert ctx.escalation.circuit is not None and ctx.llm.circuit is not None
+    finally:
+        monkeypatch.undo()
+        get_settings.cache_clear()
+        context._reset_after_fork()

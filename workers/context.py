@@ -50,7 +50,15 @@ def worker_context() -> Context:
                     if pool > 1
                     else None
                 ),
-                escalation=LLMClient(escalation, pool_size=calls) if escalation else None,
+                # Its own endpoint is paced, its spend counted in the run's budget and its outages
+                # held by a circuit of its own, as the main one's are (#47: it had none of them).
+                escalation=(
+                    LLMClient(
+                        escalation, pool_size=calls, limiter=RedisLimiter.from_settings(escalation, calls)
+                    )
+                    if escalation
+                    else None
+                ),
             )
         return _context
 
