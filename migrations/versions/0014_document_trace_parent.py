@@ -11,6 +11,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from migrations import kept
+
 revision: str = "0014"
 down_revision: str | None = "0013"
 branch_labels: str | Sequence[str] | None = None
@@ -20,8 +22,11 @@ depends_on: str | Sequence[str] | None = None
 def upgrade() -> None:
     with op.batch_alter_table("documents") as batch:
         batch.add_column(sa.Column("trace_parent", sa.String(64), nullable=True))
+    # After a downgrade (migrations/kept.py): a document's later deliveries open under its trace.
+    kept.put_back(revision, "documents", "id", ["trace_parent"])
 
 
 def downgrade() -> None:
+    kept.keep(revision, "documents", "id", ["trace_parent"], where="trace_parent IS NOT NULL")
     with op.batch_alter_table("documents") as batch:
         batch.drop_column("trace_parent")
