@@ -54,8 +54,6 @@ class SubmitPlan:
     earlier run answered the same text, `pipeline plan` counts no call."""
     files: list[dict[str, Any]] = field(default_factory=list)
     """`survey` only: what was read of each file (`file_view`), for `pipeline plan`."""
-    found: dict[str, sections.Found] = field(default_factory=dict)
-    """Each usable file's sections (by content hash), for its document row."""
     reused_chunks: int = 0
     """Of the chunks, those an earlier run answered (set by `pipeline.runs.estimate.reusing`)."""
     created: bool = True
@@ -113,6 +111,7 @@ def prepare_run(
             schema=schema,
         )
     first_path_of: dict[str, str] = {}
+    reading = inputs.reading(settings)
     candidates = inputs.expand(paths, follow_links=settings.follow_links)
     first = settings.early_documents if on_early else COMMIT_EVERY_DOCUMENTS
     for number, batch in enumerate(_batches(candidates, COMMIT_EVERY_DOCUMENTS, first=first)):
@@ -122,7 +121,7 @@ def prepare_run(
             for candidate in batch:
                 if only_new and candidate.problem in inputs.NOTHING_THERE:
                     continue  # an empty inbox tonight is not a run
-                loaded = inputs.load(candidate, settings.max_file_bytes, inputs.reading(settings))
+                loaded = inputs.load(candidate, settings.max_file_bytes, reading)
                 if on_file:
                     on_file(loaded)
                 if only_new and loaded.sha256 and intake.content_extracted(session, loaded.sha256):
@@ -229,7 +228,7 @@ def _add_traced_file(
     first_path_of: dict[str, str],
     current: Span,
 ) -> None:
-    spans, tokens, problem = _chunk(settings, plan, loaded, first_path_of)
+    spans, tokens, problem, found = _chunk(settings, plan, loaded, first_path_of)
     stored = inputs.stored_path(loaded.path)  # what is shown (plan.rejected) stays as typed
     if problem or loaded.text is None or loaded.sha256 is None:
         reason = problem or "unusable"
@@ -262,7 +261,7 @@ def _add_traced_file(
         spans=spans,
         injection_excerpt=finding.excerpt if finding else None,
         trace_parent=tracing.traceparent(current),
-        read=_read_of(loaded, plan.found.get(loaded.sha256)),
+        read=_read_of(loaded, found),
     )
     current.set_attributes({"document.id": document_id, "document.chunks": len(spans)})
     plan.document_ids.append(document_id)
@@ -272,17 +271,15 @@ def _add_traced_file(
 
 def _chunk(
     settings: Settings, plan: SubmitPlan, loaded: inputs.LoadedFile, first_path_of: dict[str, str]
-) -> tuple[list[chunking.ChunkSpan], int, str | None]:
-    """The file's chunks and their estimated tokens, or why it is not taken."""
+) -> tuple[list[chunking.ChunkSpan], int, str | None, sections.Found | None]:
+    """The file's chunks, their estimated tokens and its sections, or why it is not taken."""
     problem = loaded.problem
     if loaded.sha256 and loaded.sha256 in first_path_of:
         problem = f"duplicate of {first_path_of[loaded.sha256]} in this batch"
     if problem or loaded.text is None:
-        return [], 0, problem
+        return [], 0, problem, None
     form = loaded.intake.meta.form if loaded.intake else None
     found = sections.locate(loaded.text, form)
-    if loaded.sha256:
-        plan.found[loaded.sha256] = found
     spans = sections.split_by_section(
         loaded.text,
         settings.chunk_budget_tokens(),
@@ -291,7 +288,7 @@ def _chunk(
         counter_for(settings.llm_model),
     )
     tokens = sum(s.token_estimate for s in spans)
-    return spans, tokens, _over_token_caps(settings, plan, tokens)
+    return spans, tokens, _over_token_caps(settings, plan, tokens), found
 
 
 def _read_of(loaded: inputs.LoadedFile, found: sections.Found | None = None) -> intake.Read | None:
@@ -330,10 +327,11 @@ def survey(settings: Settings, paths: Sequence[str]) -> SubmitPlan:
     inputs.check_bases(paths)
     plan = SubmitPlan(run_id="")
     first_path_of: dict[str, str] = {}
+    reading = inputs.reading(settings)
     for candidate in inputs.expand(paths, follow_links=settings.follow_links):
-        loaded = inputs.load(candidate, settings.max_file_bytes, inputs.reading(settings))
-        spans, tokens, problem = _chunk(settings, plan, loaded, first_path_of)
-        plan.files.append(file_view(loaded, plan.found.get(loaded.sha256 or ""), tokens, problem))
+        loaded = inputs.load(candidate, settings.max_file_bytes, reading)
+        spans, tokens, problem, found = _chunk(settings, plan, loaded, first_path_of)
+        plan.files.append(file_view(loaded, found, tokens, problem))
         if problem or loaded.sha256 is None:
             plan.rejected.append((loaded.path, problem or "unusable"))
             continue

@@ -97,12 +97,14 @@ def convert(data: bytes, *, base: int = 0) -> Converted:
         return Converted("")
     if any("Excessive depth" in str(error.message) for error in reader.error_log):
         return Converted("", problem=TOO_DEEP)
-    dei, cover = _dei_facts(root)
+    bindings = xbrl.prefixes(root)  # read once: each look walks the whole tree
+    ix = [p for p, uri in bindings.items() if uri == xbrl.INLINE] or ["ix"]
+    dei, cover = _dei_facts(root, ix)
     lines = list(_Walk(root, data, base).lines(root))
     kept = furniture.drop(lines)
     text, offsets = _join(kept)
-    inline = bool(dei) or _has_ix(root)
-    found = xbrl.facts(root) if inline else xbrl.Facts()
+    inline = bool(dei) or _has_ix(root, ix)
+    found = xbrl.facts(root, bindings) if inline else xbrl.Facts()
     return Converted(text, offsets, dei, inline_xbrl=inline, facts=found, cover_context=cover)
 
 
@@ -114,24 +116,18 @@ def _encoding(data: bytes) -> str:
     return "utf-8"
 
 
-def _has_ix(root: etree._Element) -> bool:
-    names = [f"{p}:{local}" for p in _ix_prefixes(root) for local in ("nonfraction", "nonnumeric", "header")]
+def _has_ix(root: etree._Element, ix: list[str]) -> bool:
+    """Whether the document holds inline XBRL (`ix`: the prefixes bound to its namespace)."""
+    names = [f"{p}:{local}" for p in ix for local in ("nonfraction", "nonnumeric", "header")]
     return next(root.iter(*names), None) is not None
 
 
-def _ix_prefixes(root: etree._Element) -> list[str]:
-    """The prefixes bound to the inline-XBRL namespace ("ix" as a rule, and by default)."""
-    bound = [p for p, uri in xbrl.prefixes(root).items() if uri == xbrl.INLINE]
-    return bound or ["ix"]
-
-
-def _dei_facts(root: etree._Element) -> tuple[dict[str, str], str | None]:
+def _dei_facts(root: etree._Element, ix: list[str]) -> tuple[dict[str, str], str | None]:
     """The `dei:` cover facts (lower-case name -> text shown, continuations joined), and the
     context they are stated in: the document's own period (`xbrl.revenue` takes its year)."""
     facts: dict[str, str] = {}
     cover: str | None = None
     continuations: dict[str, etree._Element] | None = None
-    ix = _ix_prefixes(root)
     for element in root.iter(*(f"{p}:nonnumeric" for p in ix)):
         name = (element.get("name") or "").lower()
         if not name.startswith("dei:") or name in facts:

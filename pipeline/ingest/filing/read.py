@@ -142,7 +142,8 @@ def _submission(data: sgml.Buffer, exhibit_types: list[str]) -> Intake:
     facts = xbrl.Facts()
     cover: str | None = None
     for part in [chosen.primary, *chosen.exhibits]:
-        converted = _convert_part(data, part)
+        kind = _part_format(data, part)
+        converted = _convert_part(data, part, kind)
         if converted is None:
             _leave_out(intake, part, choose.PDF_COPY if part.wrapper == "PDF" else "over the size limit")
             continue
@@ -170,7 +171,7 @@ def _submission(data: sgml.Buffer, exhibit_types: list[str]) -> Intake:
             {
                 "type": part.type,
                 "filename": part.filename,
-                "format": _part_format(data, part),
+                "format": kind,
                 "chars": len(converted.text),
             }
         )
@@ -198,11 +199,11 @@ def _part_format(data: sgml.Buffer, part: sgml.Part) -> str:
     return TEXT
 
 
-def _convert_part(data: sgml.Buffer, part: sgml.Part) -> Converted | None:
+def _convert_part(data: sgml.Buffer, part: sgml.Part, kind: str) -> Converted | None:
+    """The part's text, read as `kind` (`_part_format`); None when it is not read (too large, a PDF)."""
     if part.size > MAX_PART_BYTES or part.wrapper == "PDF":
         return None
     raw = bytes(data[part.start : part.end])
-    kind = _part_format(data, part)
     if kind in (HTML, XML):
         return _convert(raw, kind, base=part.start)
     return Converted(_plain_text(raw), [(0, part.start)])

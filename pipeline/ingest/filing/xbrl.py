@@ -72,7 +72,8 @@ class Context:
 @dataclass(frozen=True)
 class Fact:
     concept: str
-    """As written, with its prefix ("us-gaap:Revenues"); the parser lower-cases nothing of it."""
+    """Its name as written ("us-gaap:Revenues"), a us-gaap concept's prefix written `us-gaap`
+    whatever the filer bound (`facts`)."""
     context: str
     unit: str | None
     value: float | None
@@ -135,10 +136,11 @@ def tags(bindings: dict[str, str], namespace: str, local: str, default: str) -> 
     return names or [f"{default}:{local}", local]
 
 
-def facts(root: etree._Element) -> Facts:
+def facts(root: etree._Element, bindings: dict[str, str] | None = None) -> Facts:
     """The facts of an inline-XBRL document, as lxml's HTML parser gives it (lower-case tag and
-    attribute names), concepts named `us-gaap:Local` whatever prefix the filer bound."""
-    bindings = prefixes(root)
+    attribute names), concepts named `us-gaap:Local` whatever prefix the filer bound
+    (`bindings`: the document's `prefixes`, when the caller has read them)."""
+    bindings = prefixes(root) if bindings is None else bindings
 
     def of(namespace: str, local: str, default: str) -> list[str]:
         return tags(bindings, namespace, local, default)
