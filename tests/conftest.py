@@ -123,15 +123,20 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 SLOW_FILES_FIRST = (
-    "test_real_model.py",
-    "test_outage.py",
-    "test_clock_skew.py",
-    "test_limits_integration.py",
-    "test_round_trips.py",
+    "test_local_run_stop.py",
     "test_chaos.py",
+    "test_redaction.py",
+    "test_real_model.py",
+    "test_local_run.py",
+    "test_readme_sql.py",
+    "test_clock_skew.py",
+    "test_round_trips.py",
+    "test_outage.py",
+    "test_escalation.py",
     "test_batch.py",
+    "test_limits_integration.py",
 )
-"""Files of half a minute or more (a clean CI run's `--durations`, 2026-12-03), longest first.
+"""Files of 20 s or more (a clean CI run's `--durations`, 2026-12-06), longest first.
 xdist hands files out in the order of this list, then in collection order (see
 `pytest_configure`): the longest start first, on different processes, and the many short files
 fill in behind them. Handed out last, one long file alone keeps the suite waiting for it."""
@@ -161,6 +166,7 @@ SLOW_FILES = frozenset(
         "test_flower.py",
         "test_liveness.py",
         "test_local_run.py",
+        "test_local_run_stop.py",
         "test_lose_nothing.py",
         "test_outage.py",
         "test_plan.py",

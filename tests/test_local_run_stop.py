@@ -1,0 +1,64 @@
+"""`pipeline run` stopped by SIGTERM: what it started ends, and its run says why. A file of its
+own: the test takes a minute, and pytest-xdist (--dist loadfile) then runs it beside the quick
+start's, not after it."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.test_local_run import ROOT, _quick_start_env
+
+
+def test_sigterm_ends_what_pipeline_run_started_and_marks_its_run(tmp_path: Path) -> None:
+    import psutil
+    from sqlalchemy import create_engine, text
+
+    from tests.conftest import eventually, running_simulator
+
+    err = tmp_path / "stderr.txt"
+    with running_simulator(tmp_path, "--p50", "5", "--p95", "6") as slow:  # the run is still going
+        with err.open("w") as stderr:
+            command = subprocess.Popen(
+                [sys.executable, "-m", "pipeline", "run", str(ROOT / "examples" / "filings")],
+                cwd=tmp_path,
+                env=_quick_start_env(PIPELINE_LLM_BASE_URL=slow),
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+            )
+            try:
+                eventually(
+                    "the run submitted",
+                    lambda: "submitted" in err.read_text() or command.poll() is not None,
+                    120,
+                )
+                started = psutil.Process(command.pid).children(recursive=True)
+                assert len(started) >= 3, err.read_text()  # redis-server and two workers
+                command.send_signal(signal.SIGTERM)
+                command.wait(timeout=120)
+            finally:
+                if command.poll() is None:
+                    command.kill()
+    said = err.read_text()
+    assert command.returncode == 130, said
+    assert "cancelled: pipeline run was stopped by SIGTERM with " in said, said
+    for child in started:  # each was stopped and waited for: none runs on
+        assert _gone(child), (child, said)
+    engine = create_engine(f"sqlite:///{tmp_path / '.pipeline' / 'pipeline.db'}")
+    with engine.connect() as conn:
+        status, error = conn.execute(text("select status, error from runs")).one()
+    engine.dispose()
+    assert status == "cancelled" and "stopped by SIGTERM" in error, said
+
+
+def _gone(process: Any) -> bool:
+    import psutil
+
+    try:
+        return bool(process.status() == psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return True
