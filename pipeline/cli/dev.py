@@ -186,6 +186,24 @@ from pipeline.core.settings import get_settings
     show_default=True,
     help='Share of flex requests refused with 429 "Resource Unavailable" (not charged).',
 )
+@click.option(
+    "--prompt-cache-ttl",
+    "prompt_cache_ttl_s",
+    default=300.0,
+    show_default=True,
+    help="Seconds a cached prompt prefix stays after its last use (0: no prompt caching).",
+)
+@click.option(
+    "--reject-prompt-cache-key",
+    is_flag=True,
+    help="Refuse requests with prompt_cache_key (400), as servers that check parameters strictly do.",
+)
+@click.option(
+    "--prices",
+    "sim_prices",
+    default="",
+    help="model:input/output[/cached],... USD per million tokens: what GET /sim/bill prices usage at.",
+)
 def sim(
     host: str,
     port: int,
@@ -224,6 +242,9 @@ def sim(
     outage_kind: str,
     flex_slowdown: float,
     flex_unavailable_rate: float,
+    prompt_cache_ttl_s: float,
+    reject_prompt_cache_key: bool,
+    sim_prices: str,
 ) -> None:
     """Run the OpenAI-compatible LLM simulator.
 
@@ -231,43 +252,49 @@ def sim(
     latency, provider-style limits and the faults asked for."""
     from pipeline_dev.sim import SimConfig, serve
 
-    config = SimConfig(
-        p50_s=p50,
-        p95_s=p95,
-        seed=seed,
-        rpm=rpm,
-        tpm=tpm,
-        window_s=window_s,
-        quantize=quantize,
-        error_rate=error_rate,
-        drop_rate=drop_rate,
-        hang_rate=hang_rate,
-        bad_json_rate=bad_json_rate,
-        truncate_rate=truncate_rate,
-        ungrounded_rate=ungrounded_rate,
-        wrong_figure_rate=wrong_figure_rate,
-        made_up_rate=made_up_rate,
-        faithful_models=faithful_models,
-        cache_answers=cache_answers,
-        record_path=record_path,
-        rejected_shapes=rejected_shapes,
-        rejected_status=reject_status,
-        api_key=sim_api_key,
-        echo_key=echo_key,
-        served_models=served_models,
-        context_tokens=context_tokens,
-        unsupported_params=unsupported_params,
-        batch_duration_s=batch_duration_s,
-        batch_validate_s=batch_validate_s,
-        batch_fail_rate=batch_fail_rate,
-        batch_expire_after_s=batch_expire_after_s,
-        batch_enqueued_tokens=batch_enqueued_tokens,
-        outage_after_s=outage_after_s,
-        outage_for_s=outage_for_s,
-        outage_kind=outage_kind,
-        flex_slowdown=flex_slowdown,
-        flex_unavailable_rate=flex_unavailable_rate,
-    )
+    try:
+        config = SimConfig(
+            p50_s=p50,
+            p95_s=p95,
+            seed=seed,
+            rpm=rpm,
+            tpm=tpm,
+            window_s=window_s,
+            quantize=quantize,
+            error_rate=error_rate,
+            drop_rate=drop_rate,
+            hang_rate=hang_rate,
+            bad_json_rate=bad_json_rate,
+            truncate_rate=truncate_rate,
+            ungrounded_rate=ungrounded_rate,
+            wrong_figure_rate=wrong_figure_rate,
+            made_up_rate=made_up_rate,
+            faithful_models=faithful_models,
+            cache_answers=cache_answers,
+            record_path=record_path,
+            rejected_shapes=rejected_shapes,
+            rejected_status=reject_status,
+            api_key=sim_api_key,
+            echo_key=echo_key,
+            served_models=served_models,
+            context_tokens=context_tokens,
+            unsupported_params=unsupported_params,
+            batch_duration_s=batch_duration_s,
+            batch_validate_s=batch_validate_s,
+            batch_fail_rate=batch_fail_rate,
+            batch_expire_after_s=batch_expire_after_s,
+            batch_enqueued_tokens=batch_enqueued_tokens,
+            outage_after_s=outage_after_s,
+            outage_for_s=outage_for_s,
+            outage_kind=outage_kind,
+            flex_slowdown=flex_slowdown,
+            flex_unavailable_rate=flex_unavailable_rate,
+            prompt_cache_ttl_s=prompt_cache_ttl_s,
+            reject_prompt_cache_key=reject_prompt_cache_key,
+            prices=sim_prices,
+        )
+    except ValueError as exc:  # a knob out of range, a bad --prices entry
+        fail(f"pipeline sim: {exc}")
     serve(host, port, config)
 
 

@@ -233,6 +233,7 @@ class Batch:
     outputs: list[dict[str, Any]] = field(default_factory=list)
     failures: list[dict[str, Any]] = field(default_factory=list)
     input_tokens: int = 0
+    cached_tokens: int = 0  # of the input tokens, served from the prompt cache
     output_tokens: int = 0
     output_file_id: str | None = None
     error_file_id: str | None = None
@@ -264,7 +265,7 @@ class Batch:
             "request_counts": {"total": self.total, "completed": self.completed, "failed": self.failed},
             "usage": {
                 "input_tokens": self.input_tokens,
-                "input_tokens_details": {"cached_tokens": 0},
+                "input_tokens_details": {"cached_tokens": self.cached_tokens},
                 "output_tokens": self.output_tokens,
                 "output_tokens_details": {"reasoning_tokens": 0},
                 "total_tokens": self.input_tokens + self.output_tokens,
@@ -280,9 +281,11 @@ class Answer:
     line: dict[str, Any]
     ok: bool
     prompt_tokens: int = 0
+    cached_tokens: int = 0
     completion_tokens: int = 0
     quotes: int = 0
     invented: tuple[str, ...] = ()
+    model: str = ""
 
 
 class BatchService:
@@ -490,18 +493,21 @@ class BatchService:
         if failing or "error" in chat.hooks:
             return self._failed(line, 500, error_body(SERVER_ERROR, "server_error"))
         loop = asyncio.get_running_loop()
+        cached = self.state.serve_prompt(chat, time.monotonic())
         ungrounded, misread, made_up = config.adversarial(chat.model)
         composed: Composed = await loop.run_in_executor(
             None, compose, chat, ungrounded, config.seed, misread, made_up
         )
         self.state.next_id += 1
-        body = finish(chat, composed, draw, self.state.next_id)
+        body = finish(chat, composed, draw, self.state.next_id, cached)
         intact = not body.bad_json and not body.truncated  # the quotes reach the client intact
         return Answer(
             line=response_line(line.custom_id, 200, body.payload),
             ok=True,
             prompt_tokens=chat.prompt_tokens,
+            cached_tokens=cached,
             completion_tokens=body.completion_tokens,
+            model=chat.model,
             quotes=composed.quotes if intact else 0,
             invented=composed.invented if intact else (),
         )
@@ -520,9 +526,14 @@ class BatchService:
         batch.outputs.append(answer.line)
         batch.completed += 1
         batch.input_tokens += answer.prompt_tokens
+        batch.cached_tokens += answer.cached_tokens
         batch.output_tokens += answer.completion_tokens
         counters.batch_lines_answered += 1
         counters.batch_prompt_tokens += answer.prompt_tokens
+        counters.batch_cached_tokens += answer.cached_tokens
+        self.state.bill.add(
+            answer.model, "batch", answer.prompt_tokens, answer.cached_tokens, answer.completion_tokens
+        )
         counters.batch_completion_tokens += answer.completion_tokens
         counters.batch_quotes += answer.quotes
         counters.batch_ungrounded_quotes += len(answer.invented)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pipeline_dev.sim.bill import parse_prices
 from pipeline_dev.sim.outage import kind_of
 
 
@@ -84,6 +85,16 @@ class SimConfig:
     flex_unavailable_rate: float = 0.0
     """Share of flex requests refused with 429 "Resource Unavailable" (not charged, nothing
     counted against the quota), as the guide says flex does when capacity is short."""
+    prompt_cache_ttl_s: float = 300.0
+    """How long a cached prompt prefix stays after its last use (OpenAI's prompt-caching guide:
+    5 to 10 minutes of inactivity); 0: nothing is cached (`pipeline_dev.sim.prompt_cache`)."""
+    reject_prompt_cache_key: bool = False
+    """A request with `prompt_cache_key` is refused with 400 "Unrecognized request argument
+    supplied", as servers that check their parameters strictly (Azure OpenAI) answer one they do
+    not know; by default it is accepted (and, as at OpenAI, only steers routing)."""
+    prices: str = ""
+    """`model:input/output[/cached],…` in USD per million tokens (PIPELINE_LLM_PRICES's form):
+    what GET /sim/bill prices the usage it served with (`pipeline_dev.sim.bill`)."""
 
     def adversarial(self, model: str) -> tuple[float, float, float]:
         """(ungrounded_rate, wrong_figure_rate, made_up_rate) for an answer of `model`."""
@@ -105,6 +116,9 @@ class SimConfig:
         if self.outage_after_s < 0 or self.outage_for_s < 0:
             raise ValueError("outage_after_s and outage_for_s must be >= 0")
         kind_of(self.outage_kind)
+        parse_prices(self.prices)
+        if self.prompt_cache_ttl_s < 0:
+            raise ValueError("prompt_cache_ttl_s must be >= 0 (0 = no caching)")
         if self.flex_slowdown < 1:
             raise ValueError(f"flex_slowdown must be >= 1, got {self.flex_slowdown}")
         if self.batch_enqueued_tokens < 0:

@@ -163,6 +163,9 @@ def request_refusal(chat: ChatRequest, config: SimConfig) -> Refusal | None:
     if config.served_models and chat.model not in config.served_models:
         message = f"The model `{chat.model}` does not exist or you do not have access to it."
         return Refusal(404, error_body(message, "invalid_request_error", "model_not_found"))
+    if config.reject_prompt_cache_key and "prompt_cache_key" in chat.params:
+        message = "Unrecognized request argument supplied: prompt_cache_key"
+        return Refusal(400, error_body(message, "invalid_request_error", None, "prompt_cache_key"))
     for param in config.unsupported_params:
         if param in chat.params:
             message = f"Unsupported parameter: '{param}' is not supported with this model."

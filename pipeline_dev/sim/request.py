@@ -64,6 +64,8 @@ class ChatRequest:
     service_tier: str = "default"  # what the request asked for: auto, default, flex or priority
     logprobs: bool = False  # `logprobs: true`: each answer token's log-probability is returned
     temperature: float = 0.0  # above 0 a sample: the adversarial faults are drawn afresh
+    cache_scope: str = ""  # what precedes the messages in a cached prefix: the response_format
+    prompt_cache_key: str | None = None  # accepted; only steers routing at OpenAI
 
 
 @dataclass(frozen=True)
@@ -234,7 +236,24 @@ def parse(body: Any) -> ChatRequest:
         service_tier=_service_tier(body),
         logprobs=body.get("logprobs") is True,
         temperature=float(body.get("temperature") or 0.0),
+        cache_scope=_cache_scope(fmt),
+        prompt_cache_key=_prompt_cache_key(body),
     )
+
+
+def _cache_scope(fmt: Any) -> str:
+    """The response_format as a cache keys it: a structured-output schema is part of the prefix
+    (OpenAI's prompt-caching guide), so another schema is another cache."""
+    if fmt is None:
+        return ""
+    return hashlib.sha1(json.dumps(fmt, sort_keys=True).encode()).hexdigest()
+
+
+def _prompt_cache_key(body: dict[str, Any]) -> str | None:
+    key = body.get("prompt_cache_key")
+    if key is not None and not isinstance(key, str):
+        raise RequestError("Invalid type for 'prompt_cache_key': expected a string.")
+    return key
 
 
 SERVICE_TIERS = ("auto", "default", "flex", "priority")
@@ -385,8 +404,11 @@ def token_logprobs(content: str, doubtful: tuple[str, ...]) -> list[dict[str, An
     return tokens
 
 
-def finish(chat: ChatRequest, composed: Composed, draw: Draw, number: int) -> Finished:
-    """The OpenAI chat.completion body, after bad-JSON, truncation and max_tokens cuts."""
+def finish(
+    chat: ChatRequest, composed: Composed, draw: Draw, number: int, cached_tokens: int = 0
+) -> Finished:
+    """The OpenAI chat.completion body, after bad-JSON, truncation and max_tokens cuts;
+    `cached_tokens` of its prompt were served from the prompt cache."""
     content = composed.content
     bad_json = composed.is_json and (draw.bad_json or "badjson" in chat.hooks)
     if bad_json:
@@ -421,6 +443,8 @@ def finish(chat: ChatRequest, composed: Composed, draw: Draw, number: int) -> Fi
             "prompt_tokens": chat.prompt_tokens,
             "completion_tokens": completion_tokens,
             "total_tokens": chat.prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached_tokens, "audio_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0},
         },
     }
     return Finished(payload, completion_tokens, bad_json, truncated)

@@ -191,6 +191,7 @@ async def _chat(request: web.Request, state: SimState) -> web.StreamResponse:
         state.record(chat.model, chat.messages, chat.format_type, 429)
         return _rate_limited(decision, chat.model, charge)
     state.admissions.append((now, charge))
+    cached = state.serve_prompt(chat, now)  # the provider reads the prompt once it admits it
     draw = faults.draw(state.rng, state.config)
     outcome = "error" if "error" in chat.hooks else draw.outcome
     status = draw.error_status if "error" not in chat.hooks else 500
@@ -212,12 +213,15 @@ async def _chat(request: web.Request, state: SimState) -> web.StreamResponse:
         state.counters.errors_5xx += 1
         message = "The server had an error while processing your request. Sorry about that!"
         return error_response(status, message, "server_error", None, headers)
-    body = finish(chat, composed, draw, _next_id(state))
+    body = finish(chat, composed, draw, _next_id(state), cached)
     counters = state.counters
     counters.admitted += 1
     counters.bad_json += body.bad_json
     counters.truncated += body.truncated
     counters.prompt_tokens += chat.prompt_tokens
+    counters.cached_tokens += cached
+    tier = "flex" if chat.service_tier == "flex" else "default"
+    state.bill.add(chat.model, tier, chat.prompt_tokens, cached, body.completion_tokens)
     counters.completion_tokens += body.completion_tokens
     if not body.bad_json and not body.truncated:  # the quotes reached the client intact
         counters.quotes += composed.quotes
@@ -308,6 +312,12 @@ async def stats(request: web.Request) -> web.Response:
     return web.json_response(request.app[STATE].stats())
 
 
+async def bill(request: web.Request) -> web.Response:
+    """GET /sim/bill: the usage of every answer served (chat completions, batch output lines) by
+    model and tier, priced with the configured prices (`pipeline_dev.sim.bill`)."""
+    return web.json_response(request.app[STATE].invoice())
+
+
 async def invented(request: web.Request) -> web.Response:
     """GET /sim/invented: every quote the simulator replaced by text not in its document."""
     return web.json_response({"quotes": request.app[STATE].invented_quotes})
@@ -349,11 +359,16 @@ CONFIGURABLE: dict[str, Callable[[Any], Any]] = {
     "flex_unavailable_rate": float,
     "api_key": str,
     "echo_key": _boolean,
+    "prompt_cache_ttl_s": float,
+    "reject_prompt_cache_key": _boolean,
+    "prices": str,
 }
 """What POST /sim/config may change while the simulator runs: a request takes the knobs in force
 when it arrives (its latency among them), a batch those at its creation. `api_key`: from now on
 only this key is taken (a key revoked, then put back); `echo_key`: errors quote the request's key
-from now on (true or false)."""
+from now on (true or false); `reject_prompt_cache_key`: a request with `prompt_cache_key` is
+refused with 400 from now on (true) or accepted again (false); `prices`: what GET /sim/bill
+prices the usage with."""
 
 
 async def configure(request: web.Request) -> web.Response:
@@ -411,6 +426,7 @@ def build_app(config: SimConfig) -> web.Application:
     app.router.add_get("/v1/models", models)
     app.router.add_get("/sim/stats", stats)
     app.router.add_get("/sim/invented", invented)
+    app.router.add_get("/sim/bill", bill)
     app.router.add_post("/sim/reset", reset)
     app.router.add_post("/sim/config", configure)
     app.router.add_post("/sim/outage", start_outage)

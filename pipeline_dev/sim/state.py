@@ -16,10 +16,12 @@ from typing import Any
 from aiohttp import web
 
 from pipeline.core.settings import default
+from pipeline_dev.sim.bill import Bill
 from pipeline_dev.sim.config import SimConfig
 from pipeline_dev.sim.limits import SlidingWindowLimiter
 from pipeline_dev.sim.outage import Outages, kind_of
-from pipeline_dev.sim.request import Composed
+from pipeline_dev.sim.prompt_cache import PromptCache
+from pipeline_dev.sim.request import ChatRequest, Composed
 
 BUSY_SHARE = 0.9
 
@@ -46,6 +48,7 @@ class Counters(_Zeroed):
     bad_json: int = 0
     truncated: int = 0
     prompt_tokens: int = 0  # of the 200 answers
+    cached_tokens: int = 0  # of those prompt tokens, served from the prompt cache
     completion_tokens: int = 0
     quotes: int = 0  # quote fields in intact JSON answers
     ungrounded_quotes: int = 0  # of those, replaced by text not in the document (--ungrounded-rate)
@@ -68,6 +71,7 @@ class BatchCounters(_Zeroed):
     batch_lines_expired: int = 0  # not answered before the batch expired (batch_expired)
     batch_lines_cancelled: int = 0  # not answered before the batch was cancelled (batch_cancelled)
     batch_prompt_tokens: int = 0  # of the lines answered 200
+    batch_cached_tokens: int = 0  # of those prompt tokens, served from the prompt cache
     batch_completion_tokens: int = 0
     batch_quotes: int = 0  # quote fields in intact JSON answers
     batch_ungrounded_quotes: int = 0
@@ -135,6 +139,9 @@ class SimState:
         """Statuses the next Files and Batches API requests are answered with (POST /sim/batch-api-errors)."""
         self.answers: dict[bytes, Composed] = {}  # --cache-answers: composed answers by request
         self.copies_seen: set[bytes] = set()  # `[[sim:slowcopy]]` requests had, by model and messages
+        self.prompt_cache = PromptCache(config.prompt_cache_ttl_s)
+        self.bill = Bill()
+        """Usage served, by model and tier (GET /sim/bill prices it)."""
         self.outages = Outages()
         if config.outage_for_s > 0:
             self.outages.schedule(config.outage_after_s, config.outage_for_s, kind_of(config.outage_kind))
@@ -221,8 +228,20 @@ class SimState:
             "busy_charged_tokens": sum(tokens for _, tokens in busy[1:]),
         }
 
+    def serve_prompt(self, chat: ChatRequest, now: float) -> int:
+        """The request's prompt tokens served from the prompt cache (its prefix then cached)."""
+        self.prompt_cache.ttl_s = self.config.prompt_cache_ttl_s  # POST /sim/config may change it
+        return self.prompt_cache.serve(chat.model, chat.cache_scope, chat.prompt, now)
+
+    def invoice(self) -> dict[str, Any]:
+        """GET /sim/bill: the usage served, priced with `config.prices`."""
+        return self.bill.invoice(self.config.prices)
+
     def reset(self) -> None:
-        """Zero the counters and forget the limiter's window (the RNG runs on)."""
+        """Zero the counters and the bill, forget the limiter's window and the prompt cache (the
+        RNG runs on)."""
+        self.prompt_cache.clear()
+        self.bill.clear()
         self.admissions.clear()
         self.refusals.clear()
         self.counters.reset()
