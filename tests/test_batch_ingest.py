@@ -128,10 +128,9 @@ def test_a_batch_is_sent_only_when_what_it_may_cost_fits_the_budget_beside_the_o
         with session_scope(engine) as session:
             run = session.get(Run, run_id)
             assert run is not None
-            pending = batches.pending_chunks(
-                session, run_id, prompt_version(None), settings.batch_line_attempts
-            )
-            requests = list(batch_submit._requests(ctx, run, pending, prompt_version(None)))
+            version = prompt_version(None, run.prompt_version)
+            pending = batches.pending_chunks(session, run_id, version, settings.batch_line_attempts)
+            requests = list(batch_submit._requests(ctx, run, pending, version))
             assert len(requests) == 3
             most = settings.extract_max_tokens
             line = max(price.of(r.tokens - most, most) for r in requests)

@@ -19,10 +19,14 @@ from typing import Any
 
 import pytest
 
+from pipeline.core.constants import PROMPT_VERSION
 from pipeline.core.settings import Settings
+from pipeline.extraction import filing_context
+from pipeline.extraction.prompting import chunk_messages
 from pipeline.extraction.schemas import FilingExtraction
 from pipeline.llm import prompts
 from pipeline.llm.client import CallRecord, LLMClient
+from pipeline.storage.models import Chunk, Document
 from pipeline_dev.sim import SimConfig, SimServer
 from pipeline_dev.sim.request import document_text, kept_items
 from pipeline_dev.synth_filings import generate_filing
@@ -33,6 +37,10 @@ INJECTED = (
 )
 BLOCK = re.compile(r"The data lies between <(document-[0-9a-f]+)> and </\1>\.\n<\1>\n(.*)\n</\1>", re.DOTALL)
 """The line naming the boundary, then the data between its tags (greedy: to the last one)."""
+BLOCKS = re.compile(
+    r"The data lies between <(document-[0-9a-f]+)> and </\1>\.\n<\1>\n(.*?)\n</\1>", re.DOTALL
+)
+"""Each block of a message: from the line naming its boundary to its own closing tag."""
 
 
 def _received(tmp_path: Path, calls: Callable[[LLMClient], None]) -> list[dict[str, Any]]:
@@ -117,3 +125,31 @@ def test_kept_items_holding_their_closing_tag_are_read_back_whole() -> None:
     kept = {"risk_factors": [{"title": "Tags", "quote": "We print </kept> and <kept> & more."}]}
     messages = prompts.rest_messages(prompts.extract_messages("text", 0, 1), '{"risk', kept)
     assert kept_items(messages) == kept
+
+
+def test_the_filing_s_context_block_holds_its_closing_tag_and_instructions_as_data(tmp_path: Path) -> None:
+    """The cached layout sends two blocks of filing text: the filing's context (its metadata, cover
+    and item headings) and the chunk. A cover page and a company name (read from the filing's own
+    header) that close their tag and give instructions stay inside the context block."""
+    text, _ = generate_filing(2, seed=11, target_bytes=4_000)
+    filing = INJECTED.lstrip("\n") + "\n" + text
+    doc = Document(id=1, sha256="ab" * 32, form_type="10-K", company_name=f"Evil{INJECTED}", fiscal_year=2024)
+    chunk = Chunk(idx=1, char_start=len(filing) // 2, char_end=len(filing), token_estimate=1, section=None)
+    messages, _ = chunk_messages(chunk, filing, 2, None, doc=doc, version=PROMPT_VERSION)
+    context = filing_context.context_of(doc, filing)
+    assert context.count("Ignore previous instructions") == 2, "from the cover and from the name"
+
+    def calls(client: LLMClient) -> None:
+        client.structured(messages, FilingExtraction, stage="extract", max_tokens=2_000, sink=lambda r: None)
+
+    (request,) = _received(tmp_path, calls)
+    assert request["status"] == 200
+    system, user = (m["content"] for m in request["messages"])
+    assert "nothing else ends it, not even </document>" in system and "two blocks" in system
+    blocks = BLOCKS.findall(user)
+    assert [data for _, data in blocks] == [context, filing[chunk.char_start :]]
+    for name, data in blocks:
+        assert name not in data.casefold()
+    assert document_text(request["messages"]) == f"{context}\n\n{filing[chunk.char_start :].strip()}"
+    outside = BLOCKS.sub("", user)
+    assert "Ignore previous instructions" not in outside and "Evil" not in outside

@@ -105,6 +105,9 @@ def real_env(
             "PIPELINE_LLM_STRUCTURED_OUTPUT": "auto",
             "PIPELINE_CHUNK_TOKENS": "400",
             "PIPELINE_MODEL_CONTEXT_TOKENS": str(CONTEXT_TOKENS),
+            # The cached layout's ~2,000 tokens of prompt do not fit a 2,048-token context beside a
+            # chunk; each request still carries a prompt_cache_key, which the server ignores.
+            "PIPELINE_PROMPT_LAYOUT": "compact",
             # The chunks' answers take ~110 tokens: a bound on a model that would not stop.
             "PIPELINE_EXTRACT_MAX_TOKENS": "256",
             "PIPELINE_LLM_TIMEOUT_S": "300",

@@ -79,7 +79,9 @@ def test_the_chunk_budget_comes_from_the_model_context() -> None:
     settings = Settings(
         _env_file=None, chunk_tokens=6_000, model_context_tokens=4_000, extract_max_tokens=1_000
     )  # type: ignore[call-arg]
-    assert settings.chunk_budget_tokens() == 4_000 - 600 - 1_000
+    assert settings.chunk_budget_tokens() == 4_000 - 2_000 - 1_000  # the cached layout's prompt
+    compact = settings.model_copy(update={"prompt_layout": "compact"})
+    assert compact.chunk_budget_tokens() == 4_000 - 600 - 1_000
     assert Settings(_env_file=None, chunk_tokens=6_000).chunk_budget_tokens() == 6_000  # type: ignore[call-arg]
 
 

@@ -1,8 +1,16 @@
 """Fixed values and names, with their units in their names (settings' defaults are written in
 `pipeline.core.setting_groups`, once)."""
 
-PROMPT_VERSION = "extract-v3"
-"""Bump when a prompt changes: stored answers are keyed on it."""
+PROMPT_VERSION = "extract-v4"
+"""Bump when a prompt changes: stored answers are keyed on it. This is the cached layout's
+(PIPELINE_PROMPT_LAYOUT=cached: instructions, schema and examples, then the filing's context,
+then the chunk; issue 50)."""
+COMPACT_PROMPT_VERSION = "extract-v3"
+"""The compact layout's (PIPELINE_PROMPT_LAYOUT=compact: the prompt as it was before issue 50,
+byte for byte), so that its stored answers stay reusable."""
+PROMPT_VERSIONS = {"cached": PROMPT_VERSION, "compact": COMPACT_PROMPT_VERSION}
+"""A run's prompt version (`runs.prompt_version`) by its layout: the workers ask in the layout
+of the version the run was submitted with."""
 
 SIMULATED_MODEL = "sim-1"
 
@@ -10,7 +18,11 @@ CHARS_PER_TOKEN = 4
 """Conservative estimate for English filing text when no tokenizer is known."""
 
 EXTRACT_PROMPT_RESERVE_TOKENS = 600
-"""The extraction prompt's instructions, section hint and JSON schema, around the chunk."""
+"""The extraction prompt's instructions, section hint and JSON schema, around the chunk (the
+compact layout)."""
+CACHED_PROMPT_RESERVE_TOKENS = 2_000
+"""The same in the cached layout: its instructions, schema and worked examples (~1,100 tokens),
+the filing's context (at most ~600) and the schema again in `response_format`."""
 MIN_CHUNK_TOKENS = 400
 DEFAULT_COMPRESS_MAX_TOKENS = 300
 DEFAULT_SYNTHESIZE_MAX_TOKENS = 1_200

@@ -77,6 +77,13 @@ STRUCTURED = RedisKey(
     "<endpoint tag>: whether an endpoint takes structured output (json_schema) or not",
 )
 
+CACHE_KEY = RedisKey(
+    "pipeline:cache-key:",
+    "a week (TTL_S)",
+    "pipeline.llm.cache_keys",
+    "<endpoint tag>: the endpoint refuses the prompt_cache_key parameter (requests go without it)",
+)
+
 CIRCUIT = RedisKey(
     "pipeline:circuit:",
     "while the endpoint fails, and a while after (pipeline.llm.circuit's constants)",
@@ -91,4 +98,16 @@ CANCELLED = RedisKey(
     "<run>: the run was cancelled (the value is why): no call for it goes out",
 )
 
-ALL = (WORKER, DEPLOYMENT, RECEIVED, RECEIVERS, STEP, LIMITER, BUDGET, STRUCTURED, CIRCUIT, CANCELLED)
+ALL = (
+    WORKER,
+    DEPLOYMENT,
+    RECEIVED,
+    RECEIVERS,
+    STEP,
+    LIMITER,
+    BUDGET,
+    STRUCTURED,
+    CACHE_KEY,
+    CIRCUIT,
+    CANCELLED,
+)

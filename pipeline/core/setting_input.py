@@ -3,7 +3,7 @@ what a run takes, how EDGAR submissions are read, how a filing is cut into chunk
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings
@@ -64,9 +64,17 @@ class InputSettings(BaseSettings):
     model_context_tokens: int = Field(
         default=128_000,
         ge=1000,
-        description=f"the extraction model's context window: chunks are at most this less "
-        f"{c.EXTRACT_PROMPT_RESERVE_TOKENS} tokens of prompt and PIPELINE_EXTRACT_MAX_TOKENS, and at "
-        "most PIPELINE_CHUNK_TOKENS",
+        description=f"the extraction model's context window: chunks are at most this less the prompt "
+        f"({c.CACHED_PROMPT_RESERVE_TOKENS:,} tokens in the cached layout, {c.EXTRACT_PROMPT_RESERVE_TOKENS} "
+        "in the compact one) and PIPELINE_EXTRACT_MAX_TOKENS, and at most PIPELINE_CHUNK_TOKENS",
+    )
+    prompt_layout: Literal["cached", "compact"] = Field(
+        default="cached",
+        description="how an extraction prompt is laid out; cached: instructions, schema and worked "
+        "examples (over 1,024 tokens, the same for every call), then the filing's metadata, cover and "
+        "contents (the same for its chunks), then the chunk, so that a provider's prompt cache serves "
+        "what repeats; compact: the layout before issue 50 (~400 tokens around the chunk, nothing "
+        "cached), for a model with a small context",
     )
     chunk_overlap_tokens: int = Field(default=200, ge=0, description="overlap between consecutive chunks")
     extract_max_tokens: int = Field(default=1_500, ge=64, description="`max_tokens` of an extraction answer")

@@ -161,9 +161,24 @@ class Settings(
         return value
 
     def chunk_budget_tokens(self) -> int:
-        """Chunk size: the model's context less the prompt and answer, at most chunk_tokens."""
-        room = self.model_context_tokens - c.EXTRACT_PROMPT_RESERVE_TOKENS - self.extract_max_tokens
+        """Chunk size: the model's context less the prompt (of the layout) and answer, at most
+        chunk_tokens. Raises ConfigError when the cached layout leaves no room for a chunk."""
+        cached = self.prompt_layout == "cached"
+        reserve = c.CACHED_PROMPT_RESERVE_TOKENS if cached else c.EXTRACT_PROMPT_RESERVE_TOKENS
+        room = self.model_context_tokens - reserve - self.extract_max_tokens
+        if cached and room < c.MIN_CHUNK_TOKENS:
+            from pipeline.core.errors import ConfigError  # errors reads the settings (redaction)
+
+            raise ConfigError(
+                f"PIPELINE_MODEL_CONTEXT_TOKENS={self.model_context_tokens} leaves {room} tokens for a "
+                f"chunk beside the cached layout's prompt (~{c.CACHED_PROMPT_RESERVE_TOKENS:,}) and "
+                "PIPELINE_EXTRACT_MAX_TOKENS: set PIPELINE_PROMPT_LAYOUT=compact for a small context"
+            )
         return max(c.MIN_CHUNK_TOKENS, min(self.chunk_tokens, room))
+
+    def prompt_version(self) -> str:
+        """The prompt version a run submitted now is asked in (its layout's)."""
+        return c.PROMPT_VERSIONS[self.prompt_layout]
 
     @property
     def resolved_database_url(self) -> str:

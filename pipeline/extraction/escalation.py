@@ -23,7 +23,7 @@ from pipeline.core import errors
 from pipeline.extraction import filed
 from pipeline.extraction.confidence import SCALAR_FIELDS, Assessed, Assessor
 from pipeline.extraction.grounding import Source
-from pipeline.extraction.prompting import chunk_messages
+from pipeline.extraction.prompting import cache_key, chunk_messages
 from pipeline.extraction.schemas import FilingExtraction
 from pipeline.llm.client import CallRecord
 from pipeline.storage import llm_calls
@@ -46,6 +46,8 @@ class Started(Protocol):
     doc: Document
     text: str
     chunks: list[Chunk]
+    version: str
+    """The prompt version the chunks were asked in (the run's): second answers are asked alike."""
     capped: bool
     xbrl_revenue: tuple[float, str] | None
 
@@ -131,7 +133,9 @@ def _ask(
             except errors.BudgetSpent:
                 log.info("document %s: the budget is spent; no more %s answers", work.doc.id, stage)
                 break
-        messages, _ = chunk_messages(chunk, work.text, len(work.chunks), None)
+        messages, _ = chunk_messages(
+            chunk, work.text, len(work.chunks), None, doc=work.doc, version=work.version
+        )
         calls: list[CallRecord] = []
         sink = llm.spending(work.doc.run_id, calls.append) if work.capped else calls.append
         try:
@@ -143,6 +147,7 @@ def _ask(
                 sink=sink,
                 model=model,
                 temperature=temperature,
+                cache_key=cache_key(work.doc, work.version),
             )
             answers[position] = FilingExtraction.model_validate(answer.model_dump())
         except errors.RunCancelled:

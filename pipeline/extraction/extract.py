@@ -15,12 +15,11 @@ from pydantic import BaseModel
 
 from pipeline.context import Context, check_spend, database_url, deadline_of, stop_check
 from pipeline.core import errors, logs, tracing
-from pipeline.core.constants import PROMPT_VERSION
 from pipeline.extraction import custom
 from pipeline.extraction.confidence import Assessed
 from pipeline.extraction.escalation import assess_document
 from pipeline.extraction.grounding import GroundedExtraction, Source
-from pipeline.extraction.prompting import chunk_messages, prompt_version
+from pipeline.extraction.prompting import cache_key, chunk_messages, prompt_version
 from pipeline.extraction.schemas import FilingExtraction
 from pipeline.extraction.signals import TokenProbabilities
 from pipeline.llm import stops
@@ -216,6 +215,8 @@ class _Work:
     text: str
     chunks: list[Chunk]
     schema: str | None
+    version: str
+    """The prompt version its answers are asked and stored in (the run's, its schema's)."""
     query: str
     """The run's question (what the summary is written for)."""
     capped: bool
@@ -252,12 +253,13 @@ def _start(ctx: Context, document_id: int, failed_attempts: int) -> _Work | None
         text, run = documents.text_and_run(session, doc)
         chunks = documents.chunks_of(session, document_id)
         if run.reuse_answers and not run.schema:
-            documents.reuse_answers(session, doc, chunks, ctx.llm.extract_model_names())
+            documents.reuse_answers(session, doc, chunks, ctx.llm.extract_model_names(), run.prompt_version)
         return _Work(
             doc=doc,
             text=text,
             chunks=chunks,
             schema=run.schema,
+            version=prompt_version(run.schema, run.prompt_version),
             query=run.query,
             capped=run.budget_usd is not None,
             service_tier="flex" if run.extract_tier == "flex" else None,
@@ -288,24 +290,13 @@ def _answer_chunks(ctx: Context, work: _Work, started: float) -> list[tuple[Base
             # before paying for a call whose answer would be refused.
             with session_scope(ctx.engine) as session:
                 document_leases.hold(session, work.doc.id, work.fence)
-        result = _chunk_result(
-            ctx,
-            work.doc,
-            chunk,
-            work.text,
-            len(work.chunks),
-            work.failed_attempts,
-            work.capped,
-            work.schema,
-            work.fence,
-            (work.service_tier, work.standard_from),
-        )
-        if not _answered(chunk, work.schema):
+        result = _chunk_result(ctx, work, chunk)
+        if not _answered(chunk, work.version):
             work.verified_at = time.monotonic()  # its answer was stored under the lease
         return result
 
     try:
-        pending = [c for c in work.chunks if not _answered(c, work.schema)]
+        pending = [c for c in work.chunks if not _answered(c, work.version)]
         if ctx.chunk_pool is None or len(pending) < 2:
             return [answer(chunk) for chunk in work.chunks]
         futures = {
@@ -356,36 +347,26 @@ def _save(
             quotes_total=result.quotes_total,
             quotes_grounded=result.quotes_grounded,
             model=model,
-            prompt_version=prompt_version(work.schema),
+            prompt_version=work.version,
             summary=summary,
         )
     else:
         documents.save_extraction(
-            session, work.doc, result, model=model, prompt_version=PROMPT_VERSION, summary=summary
+            session, work.doc, result, model=model, prompt_version=work.version, summary=summary
         )
 
 
-def _chunk_result(
-    ctx: Context,
-    doc: Document,
-    chunk: Chunk,
-    text: str,
-    count: int,
-    failed_attempts: int,
-    capped: bool,
-    schema: str | None,
-    fence: int,
-    tier: tuple[str | None, float | None] = (None, None),
-) -> tuple[BaseModel, str]:
+def _chunk_result(ctx: Context, work: _Work, chunk: Chunk) -> tuple[BaseModel, str]:
     """The chunk's answer and the model that gave it: stored, or asked for now."""
-    version = prompt_version(schema)
-    if _answered(chunk, schema):
+    doc, schema = work.doc, work.schema
+    if _answered(chunk, work.version):
         answer_model = custom.load_schema(schema) if schema else FilingExtraction
         return answer_model.model_validate(chunk.result), chunk.model or ctx.llm.model
-    if capped:
+    if work.capped:
         check_spend(ctx, doc.run_id)
-    model = ctx.llm.pick_model("extract", failed_attempts)
-    messages, answer_model = chunk_messages(chunk, text, count, schema)
+    model = ctx.llm.pick_model("extract", work.failed_attempts)
+    count = len(work.chunks)
+    messages, answer_model = chunk_messages(chunk, work.text, count, schema, doc=doc, version=work.version)
     calls: list[CallRecord] = []
     token_p = TokenProbabilities()
     try:
@@ -394,11 +375,12 @@ def _chunk_result(
             answer_model,
             stage="extract",
             max_tokens=ctx.settings.extract_max_tokens,
-            sink=ctx.llm.spending(doc.run_id, calls.append) if capped else calls.append,
+            sink=ctx.llm.spending(doc.run_id, calls.append) if work.capped else calls.append,
             model=model,
-            service_tier=tier[0],
-            standard_from=tier[1],
+            service_tier=work.service_tier,
+            standard_from=work.standard_from,
             on_logprobs=token_p.read if ctx.settings.llm_logprobs and not schema else None,
+            cache_key=cache_key(doc, work.version),
         )
     except errors.PipelineError:
         with session_scope(ctx.engine) as session:
@@ -408,7 +390,13 @@ def _chunk_result(
         with session_scope(ctx.engine) as session:
             llm_calls.record_calls(session, doc.run_id, doc.id, chunk.idx, calls)
             documents.save_chunk_result(
-                session, chunk, fence, result, model=model, prompt_version=version, token_p=token_p.found
+                session,
+                chunk,
+                work.fence,
+                result,
+                model=model,
+                prompt_version=work.version,
+                token_p=token_p.found,
             )
         chunk.token_p = token_p.found  # the detached row the document's assessment reads
     except errors.LeaseLost:
@@ -418,9 +406,9 @@ def _chunk_result(
     return result, model
 
 
-def _answered(chunk: Chunk, schema: str | None) -> bool:
+def _answered(chunk: Chunk, version: str) -> bool:
     """Whether the chunk holds an answer to this prompt (from an earlier attempt or run)."""
-    return chunk.result is not None and chunk.prompt_version == prompt_version(schema)
+    return chunk.result is not None and chunk.prompt_version == version
 
 
 def note_retry(ctx: Context, document_id: int, reason: str) -> None:

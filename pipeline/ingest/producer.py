@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from opentelemetry.trace import Span
 
 from pipeline.core import tracing
-from pipeline.core.constants import PROMPT_VERSION
 from pipeline.core.settings import Settings
 from pipeline.ingest import chunking, injection, inputs, sections
 from pipeline.llm.tokens import counter_for
@@ -104,7 +103,7 @@ def prepare_run(
             name=name,
             query=query or DEFAULT_QUERY,
             model=settings.llm_model,
-            prompt_version=PROMPT_VERSION,
+            prompt_version=settings.prompt_version(),
             simulated=simulated,
             reuse_answers=reuse_answers,
             budget_usd=settings.run_budget_usd,

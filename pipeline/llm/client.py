@@ -35,6 +35,7 @@ from pipeline.core.settings import Settings
 from pipeline.llm import circuit, prompts, stops
 from pipeline.llm.admission import CircuitPass
 from pipeline.llm.answers import StructuredAnswers
+from pipeline.llm.cache_keys import CacheKeys
 from pipeline.llm.failures import STATUS_OF, Failure, circuit_outcome, map_error
 from pipeline.llm.pacing import Pacing
 from pipeline.llm.ratelimit import Permit, RedisLimiter, Scope, SpendMeter
@@ -84,6 +85,8 @@ class LLMClient:
         self._retry = RetryPolicy(limiter_paces=limiter is not None)
         self._modes = ModeStore(settings.llm_structured_output, limiter.client if limiter else None)
         self._answers = StructuredAnswers(self._complete, self._modes, self.endpoint)
+        self.cache_keys = CacheKeys(self.endpoint, limiter.client if limiter else None)
+        """Whether the endpoint takes `prompt_cache_key` (sent until it refuses it)."""
         self.spend = SpendMeter(limiter.client if limiter else None)
         """Capped runs' spend in Redis: `spend.check` before a call, `spending` counts its cost."""
         if breaker is None and limiter is not None:
@@ -182,11 +185,13 @@ class LLMClient:
         standard_from: float | None = None,
         on_logprobs: Callable[[str, list[tuple[str, float]]], None] | None = None,
         temperature: float = 0.0,
+        cache_key: str | None = None,
     ) -> M:
         """An answer validated against `schema`, repaired once with the validation error;
         `service_tier="flex"` asks at flex processing's tier (a flex run's extractions), until
         `standard_from` (epoch seconds), when the deadline needs the standard tier. With
-        `on_logprobs`, token log-probabilities are asked for and each answer's go there.
+        `on_logprobs`, token log-probabilities are asked for and each answer's go there;
+        `cache_key` is sent as `prompt_cache_key` where the endpoint takes it.
 
         Raises SchemaViolation when the repaired answer does not validate either.
         """
@@ -201,6 +206,7 @@ class LLMClient:
             standard_from=standard_from,
             on_logprobs=on_logprobs,
             temperature=temperature,
+            cache_key=cache_key,
         )
         return cast(M, self._answers.ask(request))
 
@@ -213,10 +219,12 @@ class LLMClient:
         max_tokens: int,
         sink: CallSink = lambda record: None,
         stage: str = "extract",
+        cache_key: str | None = None,
     ) -> LLMRequest:
         """The request for `schema`'s JSON in the structured-output mode the endpoint takes, as
         the synchronous call would ask (a Batch API line's request: `body()` is its body)."""
-        return self._answers.in_current_mode(LLMRequest(messages, stage, model, max_tokens, sink, schema))
+        request = LLMRequest(messages, stage, model, max_tokens, sink, schema, cache_key=cache_key)
+        return self.cache_keys.fit(self._answers.in_current_mode(request))
 
     def finish_structured(self, done: Completion, asked: LLMRequest) -> BaseModel:
         """The answer `done` to `asked`, validated; repaired once, and the rest of a cut-off
@@ -224,11 +232,18 @@ class LLMClient:
         return self._answers.finish(done, asked)
 
     def batch_body(
-        self, messages: list[prompts.Message], schema: type[BaseModel], model: str, max_tokens: int
+        self,
+        messages: list[prompts.Message],
+        schema: type[BaseModel],
+        model: str,
+        max_tokens: int,
+        cache_key: str | None = None,
     ) -> tuple[dict[str, Any], list[prompts.Message]]:
         """The body a Batch API line sends for a structured answer, in the structured-output
         mode the endpoint takes (as the synchronous call would ask), and its messages."""
-        request = self.structured_request(messages, schema, model=model, max_tokens=max_tokens)
+        request = self.structured_request(
+            messages, schema, model=model, max_tokens=max_tokens, cache_key=cache_key
+        )
         return request.body(), request.messages
 
     def _calibrated(self, model: str, estimate: int) -> int:
@@ -321,10 +336,16 @@ class LLMClient:
         timeout_s = self.settings.llm_timeout_s
         if request.service_tier == "flex":
             timeout_s = max(timeout_s, FLEX_TIMEOUT_S)
+        create = self._clients[permit.scope.key_slot].chat.completions.with_raw_response.create
+        asked = self.cache_keys.fit(request)
         with progress.blocking(timeout_s):
-            raw = self._clients[permit.scope.key_slot].chat.completions.with_raw_response.create(
-                **request.body(), timeout=timeout_s
-            )
+            try:
+                raw = create(**asked.body(), timeout=timeout_s)
+            except openai.APIStatusError as exc:
+                # An endpoint that refuses prompt_cache_key: asked again at once without it.
+                if not asked.cache_key or not self.cache_keys.refuses(exc):
+                    raise
+                raw = create(**replace(asked, cache_key=None).body(), timeout=timeout_s)
         return provider_limits(raw.headers), raw.parse()
 
     def _failure(self, exc: openai.APIError, permit: Permit, record: CallRecord, started: float) -> Failure:

@@ -188,11 +188,17 @@ def structured_request(
     return asked, response_format(model, mode)
 
 
+SCHEMA_RULE = "Answer with one JSON object, and nothing else, that validates against this JSON schema:"
+
+
 def with_schema(messages: list[Message], model: type[BaseModel]) -> list[Message]:
     """`messages` with `model`'s JSON schema stated in the system message, for the modes whose
-    request does not carry it."""
+    request does not carry it; as they are when their system message states it already (the
+    cached layout's does in every mode)."""
     schema = json_data(model.model_json_schema())
-    rule = f"\n\nAnswer with one JSON object, and nothing else, that validates against this JSON schema:\n<schema>\n{schema}\n</schema>"
+    rule = f"\n\n{SCHEMA_RULE}\n<schema>\n{schema}\n</schema>"
+    if messages and messages[0]["role"] == "system" and rule.strip() in messages[0]["content"]:
+        return messages
     if messages and messages[0]["role"] == "system":
         return [{"role": "system", "content": f"{messages[0]['content']}{rule}"}, *messages[1:]]
     return [{"role": "system", "content": rule.strip()}, *messages]

@@ -76,6 +76,9 @@ class LLMRequest:
     """Asks for token log-probabilities; each answered completion's content and tokens go here."""
     temperature: float = 0.0
     """0: the most likely answer; above, a sample (a verification's second answer by the same model)."""
+    cache_key: str | None = None
+    """Sent as `prompt_cache_key` (a filing's requests share one: a provider routes them to one
+    prompt cache); dropped for an endpoint that refuses it (`pipeline.llm.cache_keys`)."""
 
     def asking(self, messages: list[prompts.Message], stage: str | None = None) -> LLMRequest:
         """The same request with other messages (a repair, the rest of a cut-off answer)."""
@@ -97,6 +100,8 @@ class LLMRequest:
             body["response_format"] = self.response_format
         if self.service_tier:
             body["service_tier"] = self.service_tier
+        if self.cache_key:
+            body["prompt_cache_key"] = self.cache_key
         if self.on_logprobs is not None:
             # top_logprobs 0: the chosen tokens' own only; llama-cpp-python returns none without it.
             body.update(logprobs=True, top_logprobs=0)

@@ -5,6 +5,7 @@ where it stopped and no line is stored, or paid for, twice."""
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -50,6 +51,8 @@ def ingest(ctx: Context, api: BatchAPI, run: Run, row: LLMBatch, state: BatchSta
             if position <= skip:
                 continue
             read = Line.of(line, schema)
+            if not line.answered:  # a line refused for its prompt_cache_key: later files go without
+                ctx.llm.cache_keys.heard(line.status_code, line.error or json.dumps(line.body))
             if read.plain:
                 group.append(read)
                 if len(group) >= LINES_PER_TRANSACTION:

@@ -33,7 +33,9 @@ def settle_input(
     if target is None:
         return None
     text = documents.document_text(session, target.document)
-    messages, _ = chunk_messages(target.chunk, text, target.document.chunk_count, run.schema)
+    messages, _ = chunk_messages(
+        target.chunk, text, target.document.chunk_count, run.schema, doc=target.document, version=version
+    )
     return target, messages
 
 

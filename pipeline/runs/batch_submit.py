@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from pipeline.context import Context
 from pipeline.core import constants as c
 from pipeline.core.cost import price_of
-from pipeline.extraction.prompting import chunk_messages
+from pipeline.extraction.prompting import cache_key, chunk_messages
 from pipeline.llm.batch import BatchAPI, FileLimits, InputFile, Request, custom_id, pack
 from pipeline.llm.tokens import estimate_prompt
 from pipeline.storage import batches as repo
@@ -28,9 +28,12 @@ log = logging.getLogger(__name__)
 
 def _requests(ctx: Context, run: Run, pending: Iterator[repo.Pending], version: str) -> Iterator[Request]:
     for item in pending:
-        messages, answer_model = chunk_messages(item.chunk, item.text, item.document.chunk_count, run.schema)
+        messages, answer_model = chunk_messages(
+            item.chunk, item.text, item.document.chunk_count, run.schema, doc=item.document, version=version
+        )
         model = ctx.llm.pick_model("extract", 0)
-        body, asked = ctx.llm.batch_body(messages, answer_model, model, ctx.settings.extract_max_tokens)
+        key = cache_key(item.document, version)
+        body, asked = ctx.llm.batch_body(messages, answer_model, model, ctx.settings.extract_max_tokens, key)
         tokens = estimate_prompt(model, asked) + ctx.settings.extract_max_tokens
         yield Request(item.chunk.id, custom_id(item.chunk.id, version, model), body, tokens)
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from pipeline.context import Context, stop_check
 from pipeline.core import errors
+from pipeline.core.constants import PROMPT_VERSION
 from pipeline.core.deadline import format_time
 from pipeline.extraction.prompting import prompt_version
 from pipeline.llm import stops
@@ -65,7 +66,7 @@ def remaining_estimate_s(ctx: Context, run_id: str) -> float:
     """The synchronous path's time for what the run has not answered yet, and its report."""
     with session_scope(ctx.engine) as session:
         run = runs.get_run(session, run_id)
-        version = prompt_version(run.schema if run else None)
+        version = prompt_version(run.schema, run.prompt_version) if run else PROMPT_VERSION
         chunks, tokens, documents = repo.remaining_work(session, run_id, version)
     calls, total = work_estimate(ctx.settings, chunks, tokens, documents)
     return sync_estimate_s(calls, total, *limits_in_force(ctx), ctx.settings.rate_limit_window_s)
@@ -142,7 +143,7 @@ def _wind_down(ctx: Context, api: BatchAPI, run: Run) -> Tick:
     paid for (a retry reuses them; a line that needs a repair call is left unanswered). Done
     once none is open."""
     cancel_open_batches(ctx.engine, api, run.id, "run cancelled")
-    outcome = Tick(ingested=_advance_rows(ctx, api, run, prompt_version(run.schema)))
+    outcome = Tick(ingested=_advance_rows(ctx, api, run, prompt_version(run.schema, run.prompt_version)))
     with session_scope(ctx.engine) as session:
         outcome.done = not repo.open_batches(session, run.id)
     return outcome
@@ -171,7 +172,7 @@ def _tick(ctx: Context, api: BatchAPI, run: Run) -> Tick:
     """`tick` for a run on the batch path."""
     run_id = run.id
     outcome = Tick()
-    version = prompt_version(run.schema)
+    version = prompt_version(run.schema, run.prompt_version)
     outcome.ingested = _advance_rows(ctx, api, run, version)
     # Once begun, the cutover goes on: what it ingests shortens the estimate, which must not
     # send the rest in a new batch.

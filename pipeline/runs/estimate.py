@@ -150,12 +150,13 @@ def reusing(engine: Engine, settings: Settings, survey: SubmitPlan) -> SubmitPla
     """The survey without the chunks an earlier run answered for the same text (same span,
     prompt version and a model still in use): a run that reuses answers (not `--fresh`, the
     filing schema) asks no call for them. Their count is kept in `reused_chunks`."""
-    from pipeline.core.constants import PROMPT_VERSION
     from pipeline.storage.usage import answered_spans
 
     models = [settings.llm_model] + ([settings.llm_fallback_model] if settings.llm_fallback_model else [])
     with session_scope(engine) as session:
-        answered = answered_spans(session, [sha for sha, _ in survey.spans.values()], models, PROMPT_VERSION)
+        answered = answered_spans(
+            session, [sha for sha, _ in survey.spans.values()], models, settings.prompt_version()
+        )
     if not answered:
         return survey
     counts, tokens, reused = dict(survey.chunk_counts), survey.tokens, 0

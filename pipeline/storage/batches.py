@@ -98,7 +98,7 @@ def pending_chunks(
         for doc in docs:
             mine = by_doc.get(doc.id, [])
             if reuse_models is not None and mine:
-                documents.reuse_answers(session, doc, mine, reuse_models)
+                documents.reuse_answers(session, doc, mine, reuse_models, version)
             for chunk in mine:
                 if chunk.result is None or chunk.prompt_version != version:  # not reused just now
                     yield Pending(chunk, doc, texts[doc.sha256 or ""])

@@ -51,6 +51,8 @@ class RunOfDocument:
     """flex: its extract calls go at flex processing's tier (`runs.extract_tier`)."""
     standard_from: datetime | None = None
     """From when they go at the standard tier instead (`runs.standard_from`)."""
+    prompt_version: str = PROMPT_VERSION
+    """The run's prompt version, which names its layout (`runs.prompt_version`)."""
 
 
 def xbrl_revenue(session: Session, document_id: int) -> tuple[float, str] | None:
@@ -76,6 +78,7 @@ def text_and_run(session: Session, doc: Document) -> tuple[str, RunOfDocument]:
             Run.extract_tier,
             Run.standard_from,
             Run.id,
+            Run.prompt_version,
         )
         .select_from(Content)
         .outerjoin(Run, Run.id == doc.run_id)
@@ -93,6 +96,7 @@ def text_and_run(session: Session, doc: Document) -> tuple[str, RunOfDocument]:
         found.mode,
         found.extract_tier,
         aware(found.standard_from) if found.standard_from else None,
+        found.prompt_version or PROMPT_VERSION,
     )
 
 
@@ -118,11 +122,14 @@ def reusable(models: Sequence[str], version: str) -> tuple[ColumnElement[bool], 
     return (Chunk.completed_at.is_not(None), Chunk.prompt_version == version, Chunk.model.in_(list(models)))
 
 
-def reuse_answers(session: Session, doc: Document, chunks: Sequence[Chunk], models: Sequence[str]) -> int:
+def reuse_answers(
+    session: Session, doc: Document, chunks: Sequence[Chunk], models: Sequence[str], version: str
+) -> int:
     """Fill unanswered chunks with answers stored for the same text by an earlier run.
 
-    Same content (sha256), same character span, same prompt version, a model still in use:
-    the answer would be the same question to the same model. Returns how many were reused.
+    Same content (sha256), same character span, same prompt version (`version`, the run's), a
+    model still in use: the answer would be the same question to the same model. Returns how
+    many were reused.
     """
     wanted = {(c.char_start, c.char_end): c for c in chunks if c.completed_at is None}
     if not wanted or doc.sha256 is None:
@@ -130,7 +137,7 @@ def reuse_answers(session: Session, doc: Document, chunks: Sequence[Chunk], mode
     earlier = session.execute(
         select(Chunk)
         .join(Document, Document.id == Chunk.document_id)
-        .where(Document.sha256 == doc.sha256, Document.id != doc.id, *reusable(models, PROMPT_VERSION))
+        .where(Document.sha256 == doc.sha256, Document.id != doc.id, *reusable(models, version))
         .order_by(Chunk.id)
     ).scalars()
     reused, now = 0, clock.now(session)

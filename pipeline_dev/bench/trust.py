@@ -128,6 +128,7 @@ def _real_model(cfg: BenchConfig) -> dict[str, Any]:
         "PIPELINE_LLM_PRICES": f"{REAL_MODEL}:0.15/0.60,{STRONG}:2.50/10.00",
         "PIPELINE_CHUNK_TOKENS": "400",
         "PIPELINE_MODEL_CONTEXT_TOKENS": str(REAL_CONTEXT),
+        "PIPELINE_PROMPT_LAYOUT": "compact",  # the cached layout's prompt does not fit 2,048 tokens
         "PIPELINE_EXTRACT_MAX_TOKENS": "256",
         "PIPELINE_LLM_TIMEOUT_S": "300",
         "PIPELINE_SYNTHESIS_COPIES": "1",

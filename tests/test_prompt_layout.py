@@ -1,0 +1,151 @@
+"""The cached layout (issue 50): what is the same across calls comes first, byte for byte, and
+passes a provider's 1,024-token caching minimum; the compact layout is the prompt of before.
+
+The pure checks count with the project's tokenizer (both OpenAI encodings) and with the
+simulator's count; the last test asks the simulator, whose prompt cache follows OpenAI's guide,
+for two chunks of one filing through the real client.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import date
+from typing import Any
+
+import pytest
+
+from pipeline.core.constants import COMPACT_PROMPT_VERSION, PROMPT_VERSION
+from pipeline.core.errors import ConfigError
+from pipeline.core.settings import Settings
+from pipeline.extraction import examples, filing_context, layout
+from pipeline.extraction.prompting import cache_key, chunk_messages, prompt_version
+from pipeline.extraction.schemas import FilingExtraction
+from pipeline.ingest import sections
+from pipeline.llm import prompts, tokens
+from pipeline.storage.models import Chunk, Document
+from pipeline_dev.sim.prompt_cache import MIN_CACHED_TOKENS
+from pipeline_dev.sim.request import document_text, estimate_tokens
+from pipeline_dev.synth_filings import generate_filing
+
+
+def _filing(seed: int = 4, size: int = 40_000) -> tuple[Document, str, list[Chunk]]:
+    """A generated 10-K, its (unsaved) document row and its chunks, as submit cuts them."""
+    text, _ = generate_filing(seed, seed=9, target_bytes=size)
+    doc = Document(
+        id=seed,
+        sha256=hashlib.sha256(text.encode()).hexdigest(),
+        form_type="10-K",
+        company_name="Acme Widgets Inc.",
+        cik="0000123456",
+        period_of_report=date(2024, 12, 31),
+        fiscal_year=2024,
+    )
+    spans = sections.split_by_section(text, 1_500, 100, sections.find_sections(text, "10-K"))
+    chunks = [
+        Chunk(idx=s.idx, char_start=s.char_start, char_end=s.char_end, token_estimate=1, section=s.section)
+        for s in spans
+    ]
+    return doc, text, chunks
+
+
+def _asked(doc: Document, text: str, chunks: list[Chunk], version: str = PROMPT_VERSION) -> list[Any]:
+    return [chunk_messages(c, text, len(chunks), None, doc=doc, version=version)[0] for c in chunks]
+
+
+def test_the_part_every_call_shares_passes_the_caching_minimum_in_every_count() -> None:
+    system = layout.system_message(FilingExtraction, custom=False)
+    counts = {
+        "o200k_base": tokens.counter_for("gpt-4o")(system),
+        "cl100k_base": tokens.counter_for("gpt-4")(system),
+        "the simulator's": estimate_tokens(system),
+    }
+    assert min(counts.values()) >= MIN_CACHED_TOKENS + 64, counts  # a margin over 1,024
+    assert max(counts.values()) <= 1_400, f"every token here is paid on every call: {counts}"
+
+
+def test_the_worked_examples_answer_as_the_schema_and_the_rules_say() -> None:
+    for example in examples.EXAMPLES:
+        answer = FilingExtraction.model_validate(example.answer)
+        quotes = [answer.revenue_quote or ""] + [r.quote for r in answer.risk_factors]
+        assert all(q in example.text for q in quotes), "a quote is copied verbatim from its part"
+        assert "[[sim:" not in example.text and "<schema>" not in example.text
+    assert any(e.answer["revenue_usd"] is None and not e.answer["risk_factors"] for e in examples.EXAMPLES)
+    assert any(e.answer["risk_factors"] for e in examples.EXAMPLES)
+
+
+def test_every_chunk_of_a_filing_shares_its_instructions_and_context_byte_for_byte() -> None:
+    doc, text, chunks = _filing()
+    asked = _asked(doc, text, chunks)
+    assert len(asked) >= 3
+    context = filing_context.context_of(doc, text)
+    shared = "The filing's context:\n" + prompts.delimited(context) + "\n\nPart "
+    for number, (system, user) in enumerate(asked):
+        assert system == asked[0][0], "one system message for every call"
+        assert user["content"].startswith(shared), number
+        # Both blocks are data a model reads whole: the context, then the chunk.
+        chunk = chunks[number]
+        assert document_text([user]) == f"{context}\n\n{text[chunk.char_start : chunk.char_end].strip()}"
+    other_doc, other_text, other_chunks = _filing(seed=5)
+    assert _asked(other_doc, other_text, other_chunks)[0][0] == asked[0][0], "and across filings"
+    assert "Company: Acme Widgets Inc." in context and "Fiscal year: 2024" in context
+    assert "Item 1A" in context.split("Sections of the filing")[1]
+
+
+def test_the_compact_layout_is_the_prompt_of_before() -> None:
+    doc, text, chunks = _filing()
+    compact = _asked(doc, text, chunks, COMPACT_PROMPT_VERSION)
+    for chunk, messages in zip(chunks, compact, strict=True):
+        hint = sections.hint(text[chunk.char_start : chunk.char_end], chunk.section)
+        assert messages == prompts.extract_messages(
+            text[chunk.char_start : chunk.char_end], chunk.idx, len(chunks), hint
+        )
+    assert prompt_version(None, COMPACT_PROMPT_VERSION) == "extract-v3" != PROMPT_VERSION
+    assert Settings(_env_file=None, prompt_layout="compact").prompt_version() == "extract-v3"  # type: ignore[call-arg]
+
+
+def test_the_schema_is_stated_once_in_every_structured_output_mode() -> None:
+    doc, text, chunks = _filing()
+    messages = _asked(doc, text, chunks[:1])[0]
+    for mode in prompts.STRUCTURED_MODES:
+        asked, _ = prompts.structured_request(messages, FilingExtraction, mode)
+        assert asked == messages and asked[0]["content"].count("<schema>") == 1, mode
+
+
+def test_the_filing_context_is_bounded_and_follows_the_metadata() -> None:
+    cover = "".join(
+        f"Cover line {i} of a long cover page with checkboxes [X] and addresses.\n" for i in range(3_000)
+    )
+    items = "".join(
+        f"Item {n}. A heading of item {n} that goes on and on for a while\n" + "Body. " * 500
+        for n in range(1, 16)
+    )
+    facts = filing_context.FilingFacts("10-K", "Big  Cover\nCorp", None, None, None)
+    context = filing_context.build(cover + items, facts)
+    count = tokens.counter_for(filing_context.COUNTED_AS)
+    limit = filing_context.COVER_TOKENS + filing_context.CONTENTS_TOKENS + 80
+    assert count(context) <= limit
+    assert "Company: Big Cover Corp" in context and "CIK" not in context, "only what the intake read"
+    assert "Cover line 0 " in context and "Cover line 2999" not in context
+    assert filing_context.build("Plain text, no items.", filing_context.FilingFacts()).endswith(
+        "Plain text, no items."
+    )
+
+
+def test_a_filing_s_cache_key_is_the_same_for_its_chunks_and_names_no_file() -> None:
+    doc, _, _ = _filing()
+    key = cache_key(doc, PROMPT_VERSION)
+    assert key is not None and len(key) == 32 and int(key, 16) >= 0
+    assert key == cache_key(doc, PROMPT_VERSION) != cache_key(doc, COMPACT_PROMPT_VERSION)
+    other, _, _ = _filing(seed=5)
+    assert cache_key(other, PROMPT_VERSION) != key
+    doc.path = "/secret/acme-10k.txt"
+    assert cache_key(doc, PROMPT_VERSION) == key
+
+
+def test_a_context_too_small_for_the_cached_layout_says_to_choose_the_compact_one() -> None:
+    small = {"model_context_tokens": 2_048, "extract_max_tokens": 256}
+    with pytest.raises(ConfigError, match="PIPELINE_PROMPT_LAYOUT=compact"):
+        Settings(_env_file=None, **small).chunk_budget_tokens()  # type: ignore[call-arg]
+    assert (
+        Settings(_env_file=None, prompt_layout="compact", **small).chunk_budget_tokens() == 2_048 - 600 - 256
+    )  # type: ignore[call-arg]
