@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import json
 import re
+import signal
+import socket
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -17,6 +20,7 @@ from celery.schedules import crontab
 from sqlalchemy import Engine, select
 
 from pipeline.core.constants import REPORT_QUEUE
+from pipeline.core.cron import expand, latest_fire
 from pipeline.core.settings import Settings
 from pipeline.recovery.heartbeat import LiveWorker, live_workers
 from pipeline.runs.inbox import check_inbox, inbox_problem
@@ -24,7 +28,7 @@ from pipeline.runtime.embedded import Child, child_env
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Document, Run
 from pipeline_dev.synth_filings import write_filings
-from tests.conftest import claimed_redis_db, eventually, run_cli, running_workers
+from tests.conftest import claimed_redis_db, eventually, pipeline_child, run_cli, running_workers
 from workers.app import beat_schedule
 
 
@@ -78,6 +82,30 @@ REFUSED = [
 def test_a_schedule_the_check_accepts_is_one_celery_schedules(expression: str) -> None:
     assert Settings(_env_file=None, inbox_schedule=expression).inbox_schedule == expression  # type: ignore[call-arg]
     assert _celery_takes(expression)
+
+
+@pytest.mark.parametrize("expression", ACCEPTED)
+def test_the_slots_a_schedule_names_are_celerys(expression: str) -> None:
+    """The nightly task is sent with the slot it fires for: the latest minute the schedule names,
+    read with Celery's own expansion of each field (day of month, month and weekday all match)."""
+    minute, hour, day, month, weekday = expression.split()
+    celery = crontab(minute=minute, hour=hour, day_of_month=day, month_of_year=month, day_of_week=weekday)
+    assert expand(expression) == (
+        celery.minute,
+        celery.hour,
+        celery.day_of_month,
+        celery.month_of_year,
+        celery.day_of_week,
+    )
+
+
+def test_a_late_fire_belongs_to_the_slot_it_missed() -> None:
+    now = datetime(2026, 12, 6, 9, 58, 13, tzinfo=UTC)  # a Sunday
+    assert latest_fire("30 1 * * *", now) == datetime(2026, 12, 6, 1, 30, tzinfo=UTC)
+    assert latest_fire("58 9 * * *", now) == datetime(2026, 12, 6, 9, 58, tzinfo=UTC)
+    assert latest_fire("59 9 * * *", now) == datetime(2026, 12, 5, 9, 59, tzinfo=UTC)
+    assert latest_fire("5,35 22-2 * * mon-fri", now) == datetime(2026, 12, 4, 23, 35, tzinfo=UTC)
+    assert latest_fire("0 0 29 2 *", now) == datetime(2024, 2, 29, 0, 0, tzinfo=UTC)
 
 
 @pytest.mark.parametrize(("expression", "reason"), REFUSED)
@@ -198,6 +226,35 @@ def test_the_nightly_task_submits_the_inbox_once(
         sender.close()
 
 
+def test_a_nightly_slot_is_submitted_once(
+    pipeline_env: dict[str, str], workers: list[Child], tmp_path: Path
+) -> None:
+    """Issue 47, item 10: beat sends the nightly submit with the slot it fires for; a second
+    task for the same inbox and slot (a second beat's, a standby's catching up on a slot the one
+    before it fired) submits nothing, and says which run has it."""
+    write_filings(tmp_path, 1, seed=97, sizes=[21_000])
+    url = pipeline_env["PIPELINE_REDIS_URL"]
+    sender = Celery(broker=url, backend=url)
+    engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
+    slot = "2026-12-06T01:30+00:00"
+    try:
+        fired = [
+            sender.send_task("pipeline.nightly", (str(tmp_path),), {"slot": slot}, queue=REPORT_QUEUE)
+            for _ in range(2)
+        ]
+        first, second = sorted((task.get(timeout=60) for task in fired), key=lambda said: " " in said)
+        # Sent together: the second finds the slot taken by the worker submitting it, or its run.
+        assert second.startswith(f"already submitted: {tmp_path} for {slot} (")
+        eventually("the nightly run completed", lambda: _status(engine, first) == "completed", 120)
+        late = sender.send_task("pipeline.nightly", (str(tmp_path),), {"slot": slot}, queue=REPORT_QUEUE)
+        assert late.get(timeout=60) == f"already submitted: {tmp_path} for {slot} (run {first})"
+        with session_scope(engine) as session:
+            runs = set(session.scalars(select(Document.run_id).where(Document.path.like(f"{tmp_path}%"))))
+        assert runs == {first}
+    finally:
+        sender.close()
+
+
 def _nightly_runs(engine: Engine) -> set[str]:
     with session_scope(engine) as session:
         return set(session.scalars(select(Run.id).where(Run.name.like("nightly-%"))))
@@ -253,3 +310,76 @@ def test_beat_does_not_start_when_no_live_worker_reads_its_inbox(inboxless: dict
         "no PIPELINE_INBOX on "
     ) in started.stderr
     assert "mount it on the workers or set PIPELINE_INBOX there" in started.stderr
+
+
+def _said(log: Path) -> str:
+    return log.read_text() if log.exists() else ""  # a forked child opens its log itself
+
+
+def _fired(log: Path) -> int:
+    """Messages a beat sent, by its log (Celery's line for each)."""
+    return _said(log).count("Scheduler: Sending due task watchdog")
+
+
+def test_two_beats_of_one_schedule_fire_once_and_the_standby_takes_over(
+    pipeline_env: dict[str, str], redis_base: str, tmp_path: Path
+) -> None:
+    """Issue 47, item 10: two `pipeline beat` of one schedule both fired (two nightly runs of
+    the same files, both paid). One fires; the second says it waits as a standby and sends
+    nothing; when the first is paused past its lease, the standby takes over, and the first,
+    woken, says it lost the schedule and fires no more; when the new holder is killed, the first
+    takes the schedule back. The watchdog every second is the schedule; the lease is 3 s."""
+    with claimed_redis_db(redis_base) as broker:
+        env = {
+            **pipeline_env,
+            "PIPELINE_REDIS_URL": broker,
+            "PIPELINE_WATCHDOG_INTERVAL_S": "1",
+            "PIPELINE_LEASE_S": "3",
+        }
+        logs = {name: tmp_path / name for name in ("first", "second")}
+        for folder in logs.values():
+            folder.mkdir()
+
+        def start(name: str) -> Child:
+            folder = logs[name]
+            return pipeline_child(
+                f"beat-{name}",
+                ["beat"],
+                child_env({**env, "PIPELINE_DATA_DIR": str(folder)}),
+                folder / "beat.log",
+            )
+
+        a, b = logs["first"] / "beat.log", logs["second"] / "beat.log"
+        beats = [start("first")]
+        first = beats[0]
+        try:
+            eventually("the first beat fires", lambda: _fired(a) >= 1)
+            beats.append(second := start("second"))
+            eventually("the second says it waits", lambda: "waits as a standby" in _said(b))
+            standby = next(line for line in _said(b).splitlines() if "waits as a standby" in line)
+            assert (
+                f"another beat ({socket.gethostname()}, pid {first.process.pid}) holds the schedule"
+                in standby
+            )
+            assert "takes over within 4 s if that one stops" in standby
+            seen = _fired(a)
+            eventually("the first fires on", lambda: _fired(a) > seen)
+            assert _fired(b) == 0, "a standby sends nothing"
+
+            first.process.send_signal(signal.SIGSTOP)  # paused past its lease
+            eventually("the standby takes over", lambda: _fired(b) >= 1, 15)
+            assert "takes over the schedule" in _said(b)
+            before = _fired(a)
+            first.process.send_signal(signal.SIGCONT)
+            eventually("the first says it lost the schedule", lambda: "lost the schedule" in _said(a))
+            assert "it stops firing and waits as a standby" in _said(a)
+            seen = _fired(b)
+            eventually("the new holder fires on", lambda: _fired(b) > seen)
+            assert _fired(a) == before, "a beat that lost its lease sends nothing"
+
+            second.process.kill()
+            eventually("the first takes the schedule back", lambda: _fired(a) > before, 15)
+        finally:
+            first.process.send_signal(signal.SIGCONT)
+            for beat in beats:
+                beat.stop()

@@ -7,10 +7,11 @@ from __future__ import annotations
 import logging
 import socket
 
+from pipeline.context import Context
 from pipeline.core.errors import InputError
 from pipeline.runs.mode import SENT_AT_ONCE
 from workers.app import app
-from workers.context import worker_context
+from workers.context import redis_client, worker_context
 
 log = logging.getLogger(__name__)
 
@@ -29,19 +30,50 @@ def watchdog() -> dict[str, list[str]]:
 
 
 @app.task(name="pipeline.nightly")
-def nightly(inbox: str | None = None) -> str:
+def nightly(inbox: str | None = None, slot: str | None = None) -> str:
     """Periodic (beat, PIPELINE_INBOX_SCHEDULE): submit the inbox's new content as a run; the
     run's id, or what happened in words.
 
     `inbox` is beat's PIPELINE_INBOX (the worker's own when beat sent none). The task runs on a
     worker, so the path must be readable there (a shared volume or directory): when it is not,
-    the worker says so at ERROR, naming the path, its host and the fix, and so does the result."""
+    the worker says so at ERROR, naming the path, its host and the fix, and so does the result.
+    `slot` is the scheduled minute beat fires for: the first task of an inbox's slot submits,
+    any other for that slot (a second beat's, a standby's catching up) submits nothing."""
+    from pipeline.runs.nightly import claim_slot
+
+    ctx = worker_context()
+    path = inbox or ctx.settings.inbox
+    if slot is not None and path:
+        taken = claim_slot(redis_client(), path, slot, f"worker {ctx.leases.owner}")
+        if taken is not None:
+            log.warning("nightly: %s for %s was submitted already (%s): not again", path, slot, taken)
+            return f"already submitted: {path} for {slot} ({taken})"
+    try:
+        outcome = _submit_nightly(ctx, path)
+    except BaseException:
+        if slot is not None and path:
+            _settle_slot(path, slot, None)
+        raise
+    if slot is not None and path:
+        _settle_slot(path, slot, outcome)
+    return outcome
+
+
+def _settle_slot(path: str, slot: str, outcome: str | None) -> None:
+    """The slot's claim says what came of it; a submit that failed frees it for another fire."""
+    from pipeline.runs.nightly import free_slot, slot_taken_by
+
+    if outcome is None or outcome.startswith("error: "):
+        free_slot(redis_client(), path, slot)
+    else:
+        slot_taken_by(redis_client(), path, slot, outcome if " " in outcome else f"run {outcome}")
+
+
+def _submit_nightly(ctx: Context, path: str | None) -> str:
     from pipeline.runs.inbox import inbox_problem
     from pipeline.runs.nightly import prepare_nightly
     from workers.canvas import enqueue_early, start_run
 
-    ctx = worker_context()
-    path = inbox or ctx.settings.inbox
     host = socket.gethostname()
     problem = inbox_problem(path, host)
     plan = None

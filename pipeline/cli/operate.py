@@ -123,11 +123,13 @@ def worker(
     "--loglevel", "-l", default="INFO", show_default=True, help="DEBUG, INFO, WARNING, ERROR or CRITICAL."
 )
 def beat(loglevel: str) -> None:
-    """Start Celery beat, the deployment's clock (run exactly one).
+    """Start Celery beat, the deployment's clock.
 
     It sends the watchdog every PIPELINE_WATCHDOG_INTERVAL_S; with PIPELINE_INBOX set, the
     nightly submit of the inbox's new files on PIPELINE_INBOX_SCHEDULE (crontab, default
     "30 1 * * *": 01:30); with PIPELINE_RETENTION_DAYS set, the nightly prune of older runs.
+    One beat per schedule (its inbox, or its broker without one) fires: a second waits as a
+    standby, says so, and takes over within PIPELINE_LEASE_S of the first one stopping.
     Refuses to start (exit 2) when live workers publish their inbox and none of them reads
     this one."""
     settings = broker_settings()
@@ -144,7 +146,9 @@ def beat(loglevel: str) -> None:
     from pipeline.cli import celery_app
 
     schedule = settings.data_dir / "celerybeat-schedule"
-    celery_app.start(["beat", f"--schedule={schedule}", f"--loglevel={loglevel}"])
+    # The scheduler fires only while it holds the schedule's lease (workers.beat).
+    scheduler = "--scheduler=workers.beat:LeasedScheduler"
+    celery_app.start(["beat", f"--schedule={schedule}", scheduler, f"--loglevel={loglevel}"])
 
 
 @main.command()

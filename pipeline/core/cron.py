@@ -12,6 +12,7 @@ letters) in those two fields only.
 from __future__ import annotations
 
 import re
+from datetime import datetime, time, timedelta
 
 FIELDS: tuple[tuple[str, int, int], ...] = (
     ("minute", 0, 59),
@@ -68,3 +69,56 @@ def _value_problem(value: str, name: str, low: int, high: int) -> str | None:
         sunday = " (Sunday is 0)" if name == "weekday" else ""
         return f"is not from {low} to {high}{sunday}"
     return None
+
+
+LOOK_BACK_DAYS = 8 * 366
+"""How far `latest_fire` looks back: far enough for a 29 February that falls on a given weekday."""
+
+
+def expand(expression: str) -> tuple[frozenset[int], ...]:
+    """Each field's values, as Celery's `crontab` expands them (its `minute`, `hour`,
+    `day_of_month`, `month_of_year`, `day_of_week` sets); `expression` is one the check accepts."""
+    return tuple(
+        frozenset(value for part in text.lower().split(",") for value in _values(part, name, low, high))
+        for text, (name, low, high) in zip(expression.split(), FIELDS, strict=True)
+    )
+
+
+def _values(part: str, name: str, low: int, high: int) -> list[int]:
+    found = _PART.match(part)
+    assert found is not None, f"{part!r} was not checked"
+    if found["star"] is not None:
+        values = list(range(low, high + 1))
+    else:
+        first = _number(found["first"], name)
+        last = first if found["last"] is None else _number(found["last"], name)
+        # A range past the field's end wraps (22-2: 22, 23, 0, 1, 2), as Celery's does.
+        values = (
+            list(range(first, last + 1))
+            if last >= first
+            else [*range(first, high + 1), *range(low, last + 1)]
+        )
+    return values[:: int(found["step"] or 1)]
+
+
+def _number(value: str, name: str) -> int:
+    if value.isdigit():
+        return int(value)
+    return NAMES[name].index(value[:3]) + (1 if name == "month" else 0)
+
+
+def latest_fire(expression: str, now: datetime) -> datetime:
+    """The latest minute at or before `now` (in `now`'s time zone) that `expression` schedules:
+    the slot a fire at `now` belongs to, however late it comes. A day is scheduled when its day
+    of month, month and weekday are all in the expression (Celery's rule, not cron's "or")."""
+    minutes, hours, days, months, weekdays = expand(expression)
+    at = now.replace(second=0, microsecond=0)
+    for back in range(LOOK_BACK_DAYS):
+        day = at.date() - timedelta(days=back)
+        if day.month not in months or day.day not in days or day.isoweekday() % 7 not in weekdays:
+            continue
+        for hour in sorted((h for h in hours if back or h <= at.hour), reverse=True):
+            last = at.minute if not back and hour == at.hour else 59
+            if fitting := [m for m in minutes if m <= last]:
+                return datetime.combine(day, time(hour, max(fitting)), tzinfo=now.tzinfo)
+    raise ValueError(f"{expression!r} schedules nothing in the {LOOK_BACK_DAYS} days before {now}")

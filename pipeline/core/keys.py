@@ -56,7 +56,7 @@ STEP = RedisKey(
     "pipeline.recovery.steps",
     "<step>: a step lease (the one lock): synthesize:<run>, compress:<doc>, partial:<id>, "
     "report:<run>, finalize-poller:<run>, batch:<run>, batch-chain:<run>, stranded:<run>, "
-    "batch-poll:<run>",
+    "batch-poll:<run>, beat:<inbox> (the one beat that fires a schedule: pipeline.recovery.beat_lease)",
 )
 LIMITER = RedisKey(
     "pipeline:rl:",
@@ -98,6 +98,14 @@ CANCELLED = RedisKey(
     "<run>: the run was cancelled (the value is why): no call for it goes out",
 )
 
+NIGHTLY = RedisKey(
+    "pipeline:nightly:",
+    "a week (SLOT_TTL_S)",
+    "pipeline.runs.nightly",
+    "<inbox>@<slot>: the nightly submit of an inbox for one scheduled slot was taken (by whom, then "
+    "its run): a second fire for that slot submits nothing",
+)
+
 ALL = (
     WORKER,
     DEPLOYMENT,
@@ -110,4 +118,5 @@ ALL = (
     CACHE_KEY,
     CIRCUIT,
     CANCELLED,
+    NIGHTLY,
 )
