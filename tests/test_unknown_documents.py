@@ -5,6 +5,8 @@ database for a worker that knows them."""
 
 from __future__ import annotations
 
+import logging
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -135,3 +137,75 @@ def test_a_document_its_database_deleted_ends_its_message_and_one_never_issued_g
         assert f"document {never} is not in the database" in text
     finally:
         sender.close()
+
+
+def test_the_finalize_of_a_run_deleted_since_ends_said_once(
+    pipeline_env: dict[str, str], at_home: tuple[str, Path], tmp_path: Path
+) -> None:
+    """Issue 47, item 5: after `prune --all` of a just-cancelled run, its queued extracts end
+    (above), and then the chord's finalize fires for a run the database no longer has: it was
+    sent back to the queue every 600 s forever, with an ERROR blaming PIPELINE_DATABASE_URL. The
+    chord's finalize names one of the run's documents, an id this database issued and deleted
+    since: it ends, acknowledged, with one WARNING."""
+    from workers.canvas import finalize_args
+
+    broker, log = at_home
+    write_filings(tmp_path, 1, seed=91, sizes=[21_000])
+    engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
+    plan = prepare_run(engine, get_settings(), [str(tmp_path)])
+    with session_scope(engine) as session:  # as `prune --all` deletes it
+        session.execute(delete(Run).where(Run.id == plan.run_id))
+    sender = Celery(broker=broker, backend=broker)
+    try:
+        finalize = sender.send_task(
+            "pipeline.finalize", finalize_args(plan.run_id, plan.document_ids), queue=REPORT_QUEUE
+        )
+        assert finalize.get(timeout=WAIT_S) == "deleted"
+        lines = [line for line in log.read_text().splitlines() if f"run {plan.run_id} was deleted" in line]
+        assert len(lines) == 1 and "WARNING" in lines[0] and "prune --all" in lines[0], lines
+        assert f"[{finalize.id}] retry" not in log.read_text()
+    finally:
+        sender.close()
+
+
+def test_a_call_in_flight_for_a_deleted_document_is_said_with_its_cost(
+    pipeline_env: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 47, item 5: `prune --all` while a document's call is in flight: the answer is paid,
+    and its row, naming a run and document that are gone, failed the write with a foreign-key
+    error (the call's cost went unsaid). The run and its ledger are gone, so the call is left out
+    and one WARNING says what it cost; the delivery ends as a deleted document's does."""
+    from pipeline.core.errors import DeletedFromDatabase
+    from pipeline.extraction.extract import CallRecord, CustomResult, GroundedExtraction, extract_document
+    from workers import context
+    from workers.extract_tasks import _summarize
+
+    monkeypatch.setenv("PIPELINE_LLM_PRICES", "sim-1:1000/2000")
+    get_settings.cache_clear()
+    context._reset_after_fork()
+    write_filings(tmp_path, 1, seed=93, sizes=[21_000])
+    engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
+    plan = prepare_run(engine, get_settings(), [str(tmp_path)])
+    (document_id,) = plan.document_ids
+
+    def deleted_meanwhile(
+        query: str, result: GroundedExtraction | CustomResult, sink: Callable[[CallRecord], None]
+    ) -> str | None:
+        with session_scope(engine) as session:  # `prune --all` while the summary is asked for
+            session.execute(delete(Run).where(Run.id == plan.run_id))
+        return _summarize(query, result, sink)
+
+    try:
+        with caplog.at_level(logging.WARNING), pytest.raises(DeletedFromDatabase):
+            extract_document(context.worker_context(), document_id, summarize=deleted_meanwhile)
+    finally:
+        monkeypatch.undo()
+        get_settings.cache_clear()
+        context._reset_after_fork()
+    said = [r.getMessage() for r in caplog.records if "paid and not recorded" in r.getMessage()]
+    assert len(said) == 1, said
+    assert said[0].startswith(f"1 LLM call of run {plan.run_id}, deleted from the database while in flight")
+    assert re.search(r"\(\d+ tokens, \$\d+\.\d{4}\)$", said[0]), said[0]

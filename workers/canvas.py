@@ -43,8 +43,14 @@ def enqueue_run(run_id: str, document_ids: Sequence[int]) -> str:
     if not document_ids:
         return enqueue_finalize(run_id)
     header = [_task(EXTRACT, document_id) for document_id in document_ids]
-    result = chord(header, app=app)(_task(FINALIZE, run_id))
+    result = chord(header, app=app)(_task(FINALIZE, *finalize_args(run_id, document_ids)))
     return str(result.id)
+
+
+def finalize_args(run_id: str, document_ids: Sequence[int]) -> tuple[str, int]:
+    """The chord's finalize names one of the run's documents too: a run deleted by the time it
+    runs (`prune --all` of a run just cancelled) is told from one the worker's database never had."""
+    return run_id, document_ids[0]
 
 
 def enqueue_batch(run_id: str) -> str:

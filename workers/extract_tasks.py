@@ -77,7 +77,7 @@ def _finalize_if_last(document_id: int) -> None:
     try:
         run_id = finalizing.ready_to_report(worker_context().engine, document_id)
         if run_id is not None:
-            finalize.delay(run_id)
+            finalize.delay(run_id, document_id)
     except Exception as exc:  # never out of the chord's header; the chord's finalize polls
         log.info("finalize after %s left to the chord's: %s", document_id, exc)
 

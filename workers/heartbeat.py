@@ -25,8 +25,9 @@ def send_again(taken: list[Reclaimed]) -> None:
 
     for item in taken:
         extract.apply_async((item.document_id,))
-    for run_id in sorted({item.run_id for item in taken}):
-        finalize.apply_async((run_id,), countdown=FINALIZE_POLL_S)
+    # One of its documents goes with each run's finalize: a run deleted meanwhile is told apart.
+    for run_id, document_id in sorted({item.run_id: item.document_id for item in taken}.items()):
+        finalize.apply_async((run_id, document_id), countdown=FINALIZE_POLL_S)
 
 
 def finalize_run(run_id: str) -> None:

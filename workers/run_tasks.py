@@ -10,7 +10,7 @@ import uuid
 from celery import Task, chord
 
 from pipeline.context import Context
-from pipeline.core.errors import PermanentError, UnknownToDatabase
+from pipeline.core.errors import DeletedFromDatabase, PermanentError, UnknownToDatabase
 from pipeline.core.logs import log_context
 from pipeline.recovery.steps import StepLease, once_per_lease
 from pipeline.runs import batching, tiers
@@ -18,7 +18,7 @@ from pipeline.runs import finalize as finalizing
 from workers.app import app
 from workers.context import redis_client, worker_context
 from workers.report_tasks import compress, synthesize
-from workers.task_retry import TRANSIENT, back_to_queue
+from workers.task_retry import DELETED, TRANSIENT, back_to_queue
 
 log = logging.getLogger(__name__)
 
@@ -32,20 +32,22 @@ BATCH_CHAIN_TTL_S = 7 * 24 * 3600
 
 
 @app.task(bind=True, name="pipeline.finalize", max_retries=None)
-def finalize(self: Task, run_id: str) -> str:
+def finalize(self: Task, run_id: str, document_id: int | None = None) -> str:
     """Chord body: once every document is final, compress each extraction, then synthesize.
 
     Completeness is read from the database, not from the chord's results, so an early or
-    repeated delivery changes nothing.
+    repeated delivery changes nothing. `document_id`, one of the run's, tells a run deleted
+    since (the message ends, said once) from one this worker's database never had (it goes
+    back to the queue).
     """
     with log_context(run_id=run_id, task_id=self.request.id, task_name=self.name):
-        return _finalize(self, run_id)
+        return _finalize(self, run_id, document_id)
 
 
-def _finalize(self: Task, run_id: str) -> str:
+def _finalize(self: Task, run_id: str, document_id: int | None) -> str:
     ctx = worker_context()
     try:
-        step = finalizing.next_step(ctx.engine, run_id)
+        step = finalizing.next_step(ctx.engine, run_id, document_id)
         if step.action == "wait":
             if not _sole_poller(ctx, run_id, str(self.request.id)):
                 return "another finalize waits for the run"
@@ -64,6 +66,9 @@ def _finalize(self: Task, run_id: str) -> str:
             synthesize.delay(run_id)
     except UnknownToDatabase as exc:  # raised before the report lock is asked for
         back_to_queue(self, exc, self.request.retries)
+    except DeletedFromDatabase as exc:  # `prune --all` deleted the run: nothing to wait for
+        log.warning("%s %s: %s", self.name, self.request.args, exc)
+        return DELETED
     except TRANSIENT as exc:
         log.warning("finalize %s: %s; retrying", run_id, exc)
         raise self.retry(countdown=FINALIZE_POLL_S, max_retries=None) from None

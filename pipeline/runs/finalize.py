@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from pipeline.context import database_url
-from pipeline.core.errors import UnknownToDatabase
+from pipeline.core.errors import DeletedFromDatabase, UnknownToDatabase
 from pipeline.storage import run_state
 from pipeline.storage.db import session_scope
+from pipeline.storage.issued import deleted
 from pipeline.storage.models import RunStatus
 
 if TYPE_CHECKING:
@@ -27,14 +28,19 @@ class FinalizeStep:
     compress_ids: list[int] = field(default_factory=list)
 
 
-def next_step(engine: Engine, run_id: str) -> FinalizeStep:
+def next_step(engine: Engine, run_id: str, document_id: int | None = None) -> FinalizeStep:
     """What finalize does for the run now. Raises UnknownToDatabase when this database has no
     such run: a worker on another database than the producer's must neither report it nor
-    take its report lock. A run is never reported before the producer stored all of it: the
-    first documents (sent early) may all end while later files are still being read."""
+    take its report lock; DeletedFromDatabase when it has none and `document_id` (one of the
+    run's, which the message carries) is an id it issued and deleted since: the run was deleted
+    (`pipeline prune --all`), and the message ends. A run is never reported before the producer
+    stored all of it: the first documents (sent early) may all end while later files are still
+    being read."""
     with session_scope(engine) as session:
         status = run_state.run_status(session, run_id)
         if status is None:
+            if document_id is not None and deleted(session, document_id):
+                raise DeletedFromDatabase(f"run {run_id}", database_url(engine))
             raise UnknownToDatabase(f"run {run_id}", database_url(engine))
         if run_state.report_exists(session, run_id):
             return FinalizeStep("done")

@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 from sqlalchemy import ColumnElement, and_, bindparam, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from pipeline.core.errors import LeaseLost
+from pipeline.core.errors import DeletedFromDatabase, LeaseLost
 from pipeline.storage import clock
 from pipeline.storage.models import TERMINAL_DOC_STATUSES, DocStatus, Document, aware, table_of
 
@@ -144,7 +144,8 @@ _FINAL: dict[str, Any] = {
 def hold(session: Session, document_id: int, fence: int) -> None:
     """Lock the document for a write by the holder of lease `fence` (an UPDATE that changes
     nothing: a row lock on Postgres, the write lock on SQLite, to the end of the transaction);
-    raises LeaseLost when another lease took it over, or it is already final."""
+    raises LeaseLost when another lease took it over, or it is already final, and
+    DeletedFromDatabase when it was deleted (`pipeline prune --all`)."""
     held = session.execute(_HOLD, {"held_id": document_id, "held_fence": fence})
     if not held.rowcount:  # type: ignore[attr-defined]
         _lost(session, document_id, fence)
@@ -152,8 +153,12 @@ def hold(session: Session, document_id: int, fence: int) -> None:
 
 def _lost(session: Session, document_id: int, fence: int) -> NoReturn:
     found = session.execute(select(Document.status, Document.fence).where(Document.id == document_id)).first()
-    state = "missing" if found is None else f"{found.status}, lease {found.fence}"
-    raise LeaseLost(f"document {document_id} is no longer held by lease {fence} ({state})")
+    if found is None:  # it was leased, so issued: deleted since (`pipeline prune --all`), no new holder
+        url = session.get_bind().engine.url.render_as_string(hide_password=True)
+        raise DeletedFromDatabase(f"document {document_id}", url)
+    raise LeaseLost(
+        f"document {document_id} is no longer held by lease {fence} ({found.status}, lease {found.fence})"
+    )
 
 
 def release_lease(session: Session, document_id: int, fence: int, grace_s: float) -> None:

@@ -20,3 +20,8 @@ def document_id_issued(session: Session, document_id: int) -> bool:
             return bool(called) and int(last) >= document_id
     highest = session.scalar(select(func.max(Document.id)))
     return highest is not None and int(highest) >= document_id
+
+
+def deleted(session: Session, document_id: int) -> bool:
+    """This database issued `document_id` and no longer holds it."""
+    return session.get(Document, document_id) is None and document_id_issued(session, document_id)

@@ -6,12 +6,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import bindparam, func, insert, select, update
+from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.orm import Session
 
 from pipeline.core.constants import CALL_HELD
 from pipeline.core.errors import BudgetSpent
-from pipeline.storage import clock
+from pipeline.storage import clock, unrecorded
 from pipeline.storage.models import LLMCall, Run, table_of
 
 if TYPE_CHECKING:
@@ -43,7 +43,8 @@ def insert_calls(session: Session, run_id: str, rows: Sequence[dict[str, Any]]) 
     if not rows:
         return
     at = clock.now(session)  # the watchdog's idle time is read on this clock
-    session.execute(insert(_CALLS), [{**row, "created_at": at} for row in rows])
+    if not unrecorded.insert_rows(session, _CALLS, run_id, [{**row, "created_at": at} for row in rows]):
+        return  # what they were for was deleted while they were in flight: said, with their cost
     spent = sum(row["cost_usd"] or 0.0 for row in rows)
     if spent:
         session.execute(_ADD_COST, {"cost_of": run_id, "spent": spent})
