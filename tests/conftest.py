@@ -67,9 +67,9 @@ LOCAL_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 WORKER_READY_TIMEOUT_S = 60.0
 SESSION_API_KEY = f"sk-test-{uuid.uuid4().hex}"
 """The session's API key: no log, row, Redis value or output may ever show it (test_security)."""
-PRICES = "sim-1:1000/2000"
+PRICES = "sim-1:1000/2000/250"
 """The session workers' price table, absurd so that a few calls make dollars: USD per million
-input/output tokens."""
+input/output/cached-input tokens (cached at a quarter of the input price, as gpt-4.1's)."""
 
 
 def _in_ci() -> bool:

@@ -92,7 +92,7 @@ def test_a_run_in_batch_mode_is_extracted_and_reported_at_half_price(
     price = parse_prices(PRICES)["sim-1"]
     batch_calls = [c for c in _calls(batch_env, run_id) if c.mode == "batch"]
     for call in batch_calls:
-        full = price.of(call.prompt_tokens, call.completion_tokens)
+        full = price.of(call.prompt_tokens, call.completion_tokens, call.cached_tokens)
         assert call.sync_cost_usd == pytest.approx(full) and call.cost_usd == pytest.approx(full / 2)
     with session_scope(get_engine(batch_env["PIPELINE_DATABASE_URL"])) as session:
         rows = session.scalars(select(LLMBatch).where(LLMBatch.run_id == run_id)).all()

@@ -48,7 +48,9 @@ def test_every_call_document_and_run_has_its_cost(priced: dict[str, str], tmp_pa
     with session_scope(engine) as session:
         calls = list(session.scalars(select(LLMCall).where(LLMCall.run_id == run_id)))
         for call in calls:
-            assert call.cost_usd == pytest.approx(price.of(call.prompt_tokens, call.completion_tokens))
+            assert call.cost_usd == pytest.approx(
+                price.of(call.prompt_tokens, call.completion_tokens, call.cached_tokens)
+            )
         total = sum(c.cost_usd or 0.0 for c in calls)
         run = session.get(Run, run_id)
         assert run is not None and run.cost_usd == pytest.approx(total) and total > 0

@@ -186,6 +186,17 @@ def test_every_migrations_round_trip_keeps_what_its_upgrade_needs(
                     "update documents set trace_parent = '00-' || lpad(id::text, 32, '0') || '-0000000000000001-01'"
                 )
             )
+            # A call per document, part of its prompt served from the provider's cache (0022's
+            # column). Its cost stays NULL: 0005's round trip drops llm_calls.cost_usd, a loss of
+            # its own that this data would report on every revision.
+            conn.execute(
+                text(
+                    "insert into llm_calls (run_id, document_id, chunk_idx, stage, model, status,"
+                    " prompt_tokens, completion_tokens, latency_ms, cached_tokens, created_at)"
+                    " select run_id, id, 0, 'extract', 'sim-1', 'ok', 4000, 300, 10, 1024 + 128 * id, now()"
+                    " from documents"
+                )
+            )
         script = ScriptDirectory.from_config(alembic_config(url))
         lost = []
         for revision in script.walk_revisions():  # newest first

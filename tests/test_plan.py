@@ -10,6 +10,7 @@ import httpx
 import pytest
 from sqlalchemy import Engine, func, select
 
+from pipeline.core.cost import parse_prices
 from pipeline.storage.db import session_scope
 from pipeline.storage.models import LLMCall, Run
 from pipeline_dev.bench.procs import sim_configure
@@ -176,6 +177,7 @@ def test_a_flex_run_asks_at_the_flex_tier_rides_out_refusals_and_pays_batch_pric
                 LLMCall.completion_tokens,
                 LLMCall.cost_usd,
                 LLMCall.sync_cost_usd,
+                LLMCall.cached_tokens,
             ).where(LLMCall.run_id == run_id)
         ).all()
     extract = [c for c in calls if c.stage == "extract"]
@@ -185,8 +187,8 @@ def test_a_flex_run_asks_at_the_flex_tier_rides_out_refusals_and_pays_batch_pric
     refused = [c for c in extract if c.status == "no_capacity"]
     assert refused, "at 30 % some calls were refused, and asked again"
     assert all(c.cost_usd == 0 for c in refused), "a refused flex call is not charged"
-    sync_in, sync_out = (float(x) for x in PRICES.split(":")[1].split("/"))
+    price = parse_prices(PRICES)["sim-1"]
     for call in (c for c in extract if c.status == "ok"):
-        at_sync = (call.prompt_tokens * sync_in + call.completion_tokens * sync_out) / 1e6
+        at_sync = price.of(call.prompt_tokens, call.completion_tokens, call.cached_tokens)
         assert call.cost_usd == pytest.approx(at_sync / 2), "flex is priced at batch rates"
         assert call.sync_cost_usd == pytest.approx(at_sync), "and says what the standard tier would cost"

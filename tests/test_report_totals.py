@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import Engine, func, select
 
 from pipeline.llm.prompts import SYNTHESIZE_SYSTEM
-from pipeline.reporting.render import late_calls_note
+from pipeline.reporting.render import cached_note, late_calls_note
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import LLMCall, Report
 from pipeline_dev.synth_filings import write_filings
@@ -105,15 +105,17 @@ def test_status_report_and_page_show_the_calls_the_database_holds(
 
     totals = json.loads(run_cli("report", run_id, "--format", "json", env=pipeline_env).stdout)["totals"]
     assert (totals["llm_calls"], totals["tokens"], totals["cost_usd"]) == (calls, tokens, cost)
+    cached = cached_note(view["cached_tokens"])  # the synthesis copies share their prompt
+    assert totals["cached_tokens"] == view["cached_tokens"]
 
     markdown = run_cli("report", run_id, env=pipeline_env).stdout
-    assert f" · {calls} LLM calls, {tokens:,} tokens · ${cost:.4f}" in markdown
+    assert f" · {calls} LLM calls, {tokens:,} tokens{cached} · ${cost:.4f}" in markdown
     assert late_calls_note(1) not in markdown
 
     page = tmp_path / "report.html"
     assert run_cli("report", run_id, "--format", "html", "-o", str(page), env=pipeline_env).returncode == 0
     html = page.read_text(encoding="utf-8")
-    assert f" · {calls} LLM calls, {tokens:,} tokens · " in html
+    assert f" · {calls} LLM calls, {tokens:,} tokens{cached} · " in html
     assert "recorded after the report" not in html
     assert f"{calls:,} calls sent, " in html  # the calls section's own count (held calls apart)
 

@@ -151,9 +151,10 @@ def _documents(view: RunStatusView) -> str:
 def _calls(view: RunStatusView) -> str:
     tokens = view.prompt_tokens + view.completion_tokens
     failed = f" ({view.llm_calls_failed:,} failed)" if view.llm_calls_failed else ""
+    cached = f" of which {view.cached_tokens:,} cached" if view.cached_tokens else ""
     return (
         f"{view.llm_calls:,}{failed}, {tokens:,} tokens "
-        f"({view.prompt_tokens:,} in, {view.completion_tokens:,} out)"
+        f"({view.prompt_tokens:,} in{cached}, {view.completion_tokens:,} out)"
     )
 
 

@@ -104,8 +104,9 @@ class LLMSettings(BaseSettings):
     )
     llm_prices: str | None = Field(
         default=None,
-        description="USD per million input/output tokens, e.g. 'gpt-4o-mini:0.15/0.60,gpt-4o:2.50/10'; "
-        "unset: the shipped list prices (pipeline/core/prices.py), which these override per model",
+        description="USD per million input/output[/cached input] tokens, e.g. "
+        "'gpt-4o-mini:0.15/0.60/0.075,gpt-4o:2.50/10'; without a cached price, cached tokens cost the "
+        "input price; unset: the shipped list prices (pipeline/core/prices.py), which these override per model",
     )
 
 

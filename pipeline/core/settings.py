@@ -72,10 +72,16 @@ class Settings(
     def _blank_is_unset(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value
 
-    @field_validator("llm_prices", "llm_batch_prices")
+    @field_validator("llm_prices")
     @classmethod
     def _prices_parse(cls, value: str | None) -> str | None:
         parse_prices(value)
+        return value
+
+    @field_validator("llm_batch_prices")
+    @classmethod
+    def _batch_prices_parse(cls, value: str | None) -> str | None:
+        parse_prices(value, "PIPELINE_LLM_BATCH_PRICES")
         return value
 
     @field_validator("escalate_fields")
@@ -206,11 +212,8 @@ class Settings(
     def batch_prices(self) -> dict[str, Price]:
         """Batch API prices: the sync prices x the discount, PIPELINE_LLM_BATCH_PRICES over them
         per model."""
-        k = self.llm_batch_discount
-        discounted = {
-            m: Price(p.input_usd_per_m * k, p.output_usd_per_m * k) for m, p in self.prices().items()
-        }
-        return {**discounted, **parse_prices(self.llm_batch_prices)}
+        discounted = {m: p.scaled(self.llm_batch_discount) for m, p in self.prices().items()}
+        return {**discounted, **parse_prices(self.llm_batch_prices, "PIPELINE_LLM_BATCH_PRICES")}
 
     def escalation_endpoint(self) -> Settings | None:
         """The settings of the escalation model's own endpoint (PIPELINE_ESCALATE_BASE_URL);

@@ -44,7 +44,7 @@ from pipeline.llm.request import MAX_ERROR_CHARS as MAX_ERROR_CHARS
 from pipeline.llm.request import CallRecord as CallRecord
 from pipeline.llm.request import CallSink as CallSink
 from pipeline.llm.request import Completion as Completion
-from pipeline.llm.request import LLMRequest
+from pipeline.llm.request import LLMRequest, cached_tokens_of
 from pipeline.llm.retry_policy import CALL_ATTEMPTS as CALL_ATTEMPTS
 from pipeline.llm.retry_policy import NO_CAPACITY, RetryPolicy, flex_gives_way, kind_of, retry_wait_s
 from pipeline.llm.retry_policy import RATE_LIMITED_ATTEMPTS as RATE_LIMITED_ATTEMPTS
@@ -382,6 +382,7 @@ class LLMClient:
         prices = self._flex_prices if request.service_tier == "flex" else self._prices
         prompt_tokens = usage.prompt_tokens if usage else 0
         completion_tokens = usage.completion_tokens if usage else 0
+        cached_tokens = cached_tokens_of(usage.model_dump() if usage else None)
         # The quota was charged the prompt and max_tokens, whatever the answer used.
         self._pacing.release(permit, limits, usage.prompt_tokens + request.max_tokens if usage else None)
         tokens = choice.logprobs.content if choice.logprobs is not None else None
@@ -394,9 +395,12 @@ class LLMClient:
                 record,
                 prompt_tokens=prompt_tokens,
                 completion_tokens=completion_tokens,
+                cached_tokens=cached_tokens,
                 latency_ms=_since_ms(started),
-                cost_usd=call_cost(prices, record.model, prompt_tokens, completion_tokens),
-                sync_cost_usd=call_cost(self._prices, record.model, prompt_tokens, completion_tokens),
+                cost_usd=call_cost(prices, record.model, prompt_tokens, completion_tokens, cached_tokens),
+                sync_cost_usd=call_cost(
+                    self._prices, record.model, prompt_tokens, completion_tokens, cached_tokens
+                ),
             ),
         )
 

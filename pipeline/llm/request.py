@@ -40,9 +40,30 @@ class CallRecord:
     batch: a line of a Batch API output file."""
     sync_cost_usd: float | None = None
     """What the same tokens cost at the standard tier (a flex call's); None: `cost_usd`."""
+    cached_tokens: int = 0
+    """Of `prompt_tokens`, those the provider served from its prompt cache (priced as cached)."""
 
 
 CallSink = Callable[[CallRecord], None]
+
+
+def cached_tokens_of(usage: Any) -> int:
+    """The cached prompt tokens an answer's `usage` reports: `prompt_tokens_details.cached_tokens`
+    (Chat Completions, also in a Batch API output line's body) or `input_tokens_details.cached_tokens`
+    (the Responses API's and a Batch object's names); 0 when it reports none. Never more than
+    the prompt, never negative, whatever an endpoint writes."""
+    if not isinstance(usage, dict):
+        return 0
+    for details, prompt in (
+        ("prompt_tokens_details", "prompt_tokens"),
+        ("input_tokens_details", "input_tokens"),
+    ):
+        found = usage.get(details)
+        cached = found.get("cached_tokens") if isinstance(found, dict) else None
+        if isinstance(cached, int) and not isinstance(cached, bool) and cached > 0:
+            total = usage.get(prompt)
+            return min(cached, total) if isinstance(total, int) and total >= 0 else cached
+    return 0
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from pipeline.reporting.chart_rules import extracted, show
 from pipeline.reporting.html_parts import Html, custom_cell, join, note, section, table, tag, text
 from pipeline.reporting.html_parts import ungrounded_paths as unverified_paths
 from pipeline.reporting.page_data import PageInput
-from pipeline.reporting.render import confidence_cell, late_calls_note, money
+from pipeline.reporting.render import cached_note, confidence_cell, late_calls_note, money
 from pipeline.reporting.run_charts import calls_section
 from pipeline.reporting.trust_text import confidence_lines
 from pipeline.runs.failures import group_failures
@@ -132,9 +132,12 @@ def _calls_text(page: PageInput) -> str:
     if page.totals is None:
         return (
             f"{stored.get('llm_calls', 0)} LLM calls, {stored.get('tokens', 0):,} tokens"
+            + cached_note(int(stored.get("cached_tokens") or 0))
             + late_calls_note(int(stored.get("synthesis_copies_running") or 0))
         )
-    text = f"{page.totals.calls} LLM calls, {page.totals.tokens:,} tokens"
+    text = f"{page.totals.calls} LLM calls, {page.totals.tokens:,} tokens" + cached_note(
+        page.totals.cached_tokens
+    )
     late = page.totals.calls - int(stored.get("llm_calls") or 0)
     if late > 0:
         return text + f" ({late} recorded after the report was written)"

@@ -130,6 +130,12 @@ def late_calls_note(copies: int) -> str:
     )
 
 
+def cached_note(cached_tokens: int) -> str:
+    """Said after the tokens: how many prompt tokens the provider served from its prompt cache
+    (priced at the cached-input price); nothing when none was."""
+    return f" ({cached_tokens:,} of them cached)" if cached_tokens else ""
+
+
 def _cost_text(totals: dict[str, Any]) -> str:
     """The run's recorded cost, and what batch mode saved, when known."""
     cost = totals.get("cost_usd")
@@ -179,6 +185,7 @@ def markdown(r: ReportInput) -> str:
         f"Run `{r.run_id}` · model `{cell(r.model)}` · "
         + ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
         + f" · {r.totals.get('llm_calls', 0)} LLM calls, {r.totals.get('tokens', 0):,} tokens"
+        + cached_note(int(r.totals.get("cached_tokens") or 0))
         + _cost_text(r.totals)
         + late_calls_note(int(r.totals.get("synthesis_copies_running") or 0)),
         "",

@@ -253,6 +253,7 @@ def _totals(view: RunStatusView, copies_running: int = 0) -> dict[str, Any]:
         "tokens": view.prompt_tokens + view.completion_tokens,
         "prompt_tokens": view.prompt_tokens,
         "completion_tokens": view.completion_tokens,
+        "cached_tokens": view.cached_tokens,
         "grounding": {
             "quotes_total": view.quotes_total,
             "quotes_grounded": view.quotes_grounded,

@@ -17,6 +17,7 @@ from pipeline.extraction.schemas import FilingExtraction
 from pipeline.llm import lenient
 from pipeline.llm.batch import OutputLine, parse_custom_id
 from pipeline.llm.client import CallRecord
+from pipeline.llm.request import cached_tokens_of
 from pipeline.storage import batches as repo
 from pipeline.storage import llm_calls
 from pipeline.storage.models import Chunk, Document, Run
@@ -87,16 +88,18 @@ def target_of(ctx: Context, session: Session, run: Run, read: Line, version: str
     chunk, doc = found
     usage = line.body.get("usage") or {}
     prompt_tokens, completion_tokens = (
-        int(usage.get("prompt_tokens") or 0),
-        int(usage.get("completion_tokens") or 0),
+        int(usage.get("prompt_tokens") or usage.get("input_tokens") or 0),
+        int(usage.get("completion_tokens") or usage.get("output_tokens") or 0),
     )
+    cached = cached_tokens_of(usage)
     record = CallRecord(
         "extract",
         model,
         "ok",
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
-        cost_usd=call_cost(ctx.settings.batch_prices(), model, prompt_tokens, completion_tokens),
+        cached_tokens=cached,
+        cost_usd=call_cost(ctx.settings.batch_prices(), model, prompt_tokens, completion_tokens, cached),
         mode="batch",
     )
     if chunk.result is not None and chunk.prompt_version == version:
@@ -109,7 +112,9 @@ def call_row(ctx: Context, run_id: str, document_id: int, chunk_idx: int, call: 
     """A call's row; a batch call also says what its tokens would have cost synchronously."""
     sync_cost = None
     if call.mode == "batch":
-        sync_cost = call_cost(ctx.settings.prices(), call.model, call.prompt_tokens, call.completion_tokens)
+        sync_cost = call_cost(
+            ctx.settings.prices(), call.model, call.prompt_tokens, call.completion_tokens, call.cached_tokens
+        )
     return llm_calls.call_values(run_id, document_id, chunk_idx, call, sync_cost)
 
 

@@ -48,6 +48,8 @@ class RunStatusView:
     """Calls an open circuit held (a provider's outage): never sent, not in llm_calls."""
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0
+    """Of `prompt_tokens`, those served from the provider's prompt cache (at the cached price)."""
     has_report: bool = False
     cost_usd: float | None = None
     """Sum over priced calls; None when no call was priced."""
@@ -171,6 +173,7 @@ def _view(summary: RunSummary) -> RunStatusView:
         llm_calls_held=calls.held_calls,
         prompt_tokens=calls.prompt_tokens,
         completion_tokens=calls.completion_tokens,
+        cached_tokens=calls.cached_tokens,
         has_report=summary.has_report,
         cost_usd=calls.cost_usd,
         unpriced_calls=calls.calls - calls.priced_calls,

@@ -68,6 +68,7 @@ def call_values(
         "status": r.status,
         "prompt_tokens": r.prompt_tokens,
         "completion_tokens": r.completion_tokens,
+        "cached_tokens": r.cached_tokens,
         "latency_ms": r.latency_ms,
         "error": r.error,
         "key_slot": r.key_slot,
@@ -97,6 +98,8 @@ class CallTotals:
     """Calls that brought no usable answer (any status but ok)."""
     held_calls: int = 0
     """Calls an open circuit held (`CALL_HELD`): never sent, so neither in `calls` nor failed."""
+    cached_tokens: int = 0
+    """Of `prompt_tokens`, those the provider served from its prompt cache (priced as cached)."""
 
     @property
     def tokens(self) -> int:
@@ -107,7 +110,7 @@ def call_totals(session: Session, run_id: str) -> CallTotals:
     """The run's calls, tokens and cost, counted from its `llm_calls` rows (every HTTP attempt;
     the calls an open circuit held apart)."""
     sent = _CALLS.c.status != CALL_HELD
-    calls, prompt, completion, cost, priced, failed, held = session.execute(
+    calls, prompt, completion, cost, priced, failed, held, cached = session.execute(
         select(
             func.count(_CALLS.c.id).filter(sent),
             func.coalesce(func.sum(_CALLS.c.prompt_tokens), 0),
@@ -116,6 +119,7 @@ def call_totals(session: Session, run_id: str) -> CallTotals:
             func.count(_CALLS.c.cost_usd),
             func.count(_CALLS.c.id).filter(sent, _CALLS.c.status != "ok"),
             func.count(_CALLS.c.id).filter(_CALLS.c.status == CALL_HELD),
+            func.coalesce(func.sum(_CALLS.c.cached_tokens), 0),
         ).where(_CALLS.c.run_id == run_id)
     ).one()
     return CallTotals(
@@ -126,6 +130,7 @@ def call_totals(session: Session, run_id: str) -> CallTotals:
         cost_usd=None if cost is None else round(float(cost), 6),
         priced_calls=int(priced),
         failed_calls=int(failed),
+        cached_tokens=int(cached),
     )
 
 

@@ -323,6 +323,9 @@ class LLMCall(Base):
     status: Mapped[str] = mapped_column(String(20))
     prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
     completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    cached_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """Of `prompt_tokens`, those the provider served from its prompt cache (its usage's
+    `prompt_tokens_details.cached_tokens`), priced at the cached-input price."""
     latency_ms: Mapped[int] = mapped_column(Integer, default=0)
     error: Mapped[str | None] = mapped_column(RedactedText)
     key_slot: Mapped[int] = mapped_column(Integer, default=0, server_default="0")

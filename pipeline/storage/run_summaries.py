@@ -65,6 +65,7 @@ def newest_summaries(session: Session, limit: int) -> list[RunSummary]:
             func.count(LLMCall.id).filter(LLMCall.status == CALL_HELD).label("held"),
             func.coalesce(func.sum(LLMCall.prompt_tokens), 0).label("prompt"),
             func.coalesce(func.sum(LLMCall.completion_tokens), 0).label("completion"),
+            func.coalesce(func.sum(LLMCall.cached_tokens), 0).label("cached"),
             func.sum(LLMCall.cost_usd).label("cost"),
             func.count(LLMCall.cost_usd).label("priced"),
             func.count(LLMCall.id).filter(batch_mode).label("batch_calls"),
@@ -122,6 +123,7 @@ def _summary(row: Row[Any]) -> RunSummary:
         priced_calls=int(m["priced"] or 0),
         failed_calls=int(m["failed"] or 0),
         held_calls=int(m["held"] or 0),
+        cached_tokens=int(m["cached"] or 0),
     )
     chunks = (int(m["chunks"] or 0), int(m["done"] or 0))
     kept = kept_totals(run.pruned)
