@@ -35,8 +35,9 @@ STEP_TOKENS = 128
 BLOCK_CHARS = STEP_TOKENS * CHARS_PER_TOKEN
 DEFAULT_TTL_S = 300.0
 """Five minutes of inactivity: the short end of the guide's "5 to 10 minutes"."""
-MAX_BLOCKS = 2_000_000
-"""Remembered blocks at most (about 1 GB of prompt text): the least recently used go first."""
+MAX_BLOCKS = 1_000_000
+"""Remembered blocks at most (half a gigabyte of prompt text, about 200 MB of the simulator's
+memory): the least recently used go first."""
 
 
 class PromptCache:
