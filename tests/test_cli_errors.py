@@ -121,6 +121,39 @@ def test_submit_with_the_broker_down_stores_no_run(
         assert session.scalar(select(func.count()).select_from(Run)) == before
 
 
+PAST = "2026-01-02T06:00:00+00:00"
+
+
+@pytest.mark.parametrize(
+    ("command", "option", "env", "source"),
+    [
+        ("submit", ("--deadline", PAST), {}, "--deadline"),
+        ("submit", (), {"PIPELINE_RUN_DEADLINE": PAST}, "PIPELINE_RUN_DEADLINE"),
+        ("plan", ("--deadline", PAST), {}, "--deadline"),
+    ],
+)
+def test_a_deadline_already_past_is_refused_with_exit_2_and_stores_no_run(
+    pipeline_env: dict[str, str],
+    tmp_path: Path,
+    command: str,
+    option: tuple[str, ...],
+    env: dict[str, str],
+    source: str,
+) -> None:
+    """Issue 47: a deadline already past was accepted without a word and planned as sync (at
+    full price, with no outage waited out). It is refused before anything is stored, naming
+    who gave it and the fix."""
+    write_filings(tmp_path, 1, seed=92, sizes=[6_000])
+    engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
+    with session_scope(engine) as session:
+        before = session.scalar(select(func.count()).select_from(Run))
+    result = run_cli(command, str(tmp_path), *option, env=env, timeout_s=60)
+    _said(result, exits.USAGE, f"{source} {PAST} is already past", f"or leave {source} out")
+    assert result.stdout == ""
+    with session_scope(engine) as session:
+        assert session.scalar(select(func.count()).select_from(Run)) == before
+
+
 def test_status_with_the_broker_down_shows_what_the_database_holds(
     pipeline_env: dict[str, str], closed_port: int, tmp_path: Path
 ) -> None:

@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from functools import partial
 from pathlib import Path
 from typing import TypeVar
@@ -34,6 +35,7 @@ from sqlalchemy import Engine, func, select
 
 from pipeline.llm.prompts import delimited
 from pipeline.runtime import embedded
+from pipeline.storage import clock
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Chunk, Content, Document, Extraction, LLMCall, Report, Run
 from pipeline_dev.bench.procs import sim_configure
@@ -415,3 +417,67 @@ def test_workers_a_minute_apart_pay_each_chunk_once_and_reclaim_only_from_the_de
         f"{len(taken)} reclaimed, run completed {ended_s:.1f} s after the kill; "
         f"{chunks} chunks, each recorded once, {twice} asked twice (in flight at the kill)"
     )
+
+
+FLEX_SHIFT_S = 25 * 60.0
+"""How far ahead the clocks of the submitter and the worker run: past the run's deadline."""
+
+
+def test_a_flex_run_planned_and_worked_by_hosts_25_minutes_ahead_stays_at_flex_until_standard_from(
+    clockshift: Path,
+    pipeline_env: dict[str, str],
+    redis_base: str,
+    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Issue 47: the auto plan at submit read the submitting host's clock, and the switch from
+    flex to the standard tier compared `standard_from` with the worker's own. A deadline 20
+    minutes away on the database's clock leaves flex time (about a minute's work); a submitter
+    whose clock runs 25 minutes ahead planned it at the standard tier (the deadline looked
+    past), and a worker that far ahead sent every flex call at the standard tier at once. On
+    the one clock (the database's at submit, Redis TIME in the worker), the run is planned at
+    flex and every extraction is answered at flex."""
+    if not pipeline_env["PIPELINE_DATABASE_URL"].startswith("postgresql"):
+        pytest.skip("SQLite is one host's file: its host's clock is the only clock (Postgres under CI)")
+    write_filings(tmp_path, 2, seed=147, sizes=[8_000] * 2)
+    engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
+    with session_scope(engine) as session:
+        deadline = clock.now(session) + timedelta(minutes=20)
+    logs = tmp_path_factory.mktemp("flex-clock")
+    with claimed_redis_db(redis_base) as redis_url:
+        env = {
+            **pipeline_env,
+            "PIPELINE_REDIS_URL": redis_url,
+            "PIPELINE_LLM_MODE": "auto",
+            "PIPELINE_BATCH_MIN_ROOM_S": "86400",  # no room for a batch: flex, as it fits
+            "PIPELINE_BATCH_DEADLINE_MARGIN_S": "60",
+        }
+        worker = _start(env, logs, "flex-ahead", FLEX_SHIFT_S, clockshift)
+        try:
+            try:
+                embedded.wait_until_ready([worker.child], WORKER_READY_TIMEOUT_S)
+            except RuntimeError as exc:
+                pytest.fail(str(exc))
+            argv = [sys.executable, "-m", "pipeline", "submit", str(tmp_path), "--fresh"]
+            submitted = subprocess.run(
+                [*argv, "--deadline", deadline.isoformat()],
+                env=embedded.child_env(shifted(env, clockshift, FLEX_SHIFT_S)),
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert submitted.returncode == 0, submitted.stderr
+            run_id = submitted.stdout.strip().splitlines()[-1]
+            status = eventually("the run ended", lambda: run_status(engine, run_id), WAIT_S)
+        finally:
+            embedded.stop_all([worker.child])
+    assert status == "completed", worker.log()[-2000:]
+    with session_scope(engine) as session:
+        run = session.get(Run, run_id)
+        assert run is not None
+        planned = (run.mode, run.extract_tier, run.tier_reason)
+        modes = session.scalars(
+            select(LLMCall.mode).where(LLMCall.run_id == run_id, LLMCall.stage == "extract")
+        ).all()
+    assert planned[:2] == ("flex", "flex"), planned
+    assert modes and set(modes) == {"flex"}, f"extract calls by tier: {Counter(modes)}"

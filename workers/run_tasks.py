@@ -12,7 +12,8 @@ from celery import Task, chord
 from pipeline.context import Context
 from pipeline.core.errors import DeletedFromDatabase, PermanentError, UnknownToDatabase
 from pipeline.core.logs import log_context
-from pipeline.recovery.steps import StepLease, once_per_lease
+from pipeline.recovery.heartbeat import batch_chain
+from pipeline.recovery.steps import StepLease, once_per_lease, step_held
 from pipeline.runs import batching, tiers
 from pipeline.runs import finalize as finalizing
 from workers.app import app
@@ -99,10 +100,13 @@ def batch_tick(run_id: str, chain: str | None = None) -> str:
         link = StepLease(
             client,
             ctx.leases,
-            f"batch-chain:{run_id}",
+            batch_chain(run_id),
             token=chain or uuid.uuid4().hex,
             ttl_s=BATCH_CHAIN_TTL_S,
         )
+        # Whether the run's chain ran in this deployment before (else its batches may be another
+        # endpoint's: the tick asks its endpoint first).
+        chain_here = chain is not None or step_held(client, batch_chain(run_id))
         if chain is None:
             link.take_over()
         elif not link.take():
@@ -112,13 +116,16 @@ def batch_tick(run_id: str, chain: str | None = None) -> str:
                 outcome = batching.Tick()  # another tick of this run is still at it
             else:
                 try:
-                    outcome = batching.tick(ctx, run_id)
+                    outcome = batching.tick(ctx, run_id, chain_here)
                 except Exception as exc:  # the provider or the database: the next tick tries again
                     expected = isinstance(exc, (*TRANSIENT, PermanentError))
                     log.warning(
                         "batch poll of run %s: %s: %s", run_id, type(exc).__name__, exc, exc_info=not expected
                     )
                     outcome = batching.Tick()
+        if outcome.elsewhere:
+            link.release()  # this deployment does not poll the run: no claim on it left here
+            return "elsewhere"
         if outcome.dispatch:
             try:
                 from workers.canvas import enqueue_run

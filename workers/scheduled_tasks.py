@@ -8,7 +8,7 @@ import logging
 import socket
 
 from pipeline.context import Context
-from pipeline.core.errors import InputError
+from pipeline.core.errors import ConfigError, InputError
 from pipeline.runs.mode import SENT_AT_ONCE
 from workers.app import app
 from workers.context import redis_client, worker_context
@@ -71,19 +71,21 @@ def _settle_slot(path: str, slot: str, outcome: str | None) -> None:
 
 def _submit_nightly(ctx: Context, path: str | None) -> str:
     from pipeline.runs.inbox import inbox_problem
+    from pipeline.runs.mode import fix_deadline
     from pipeline.runs.nightly import prepare_nightly
     from workers.canvas import enqueue_early, start_run
 
     host = socket.gethostname()
     problem = inbox_problem(path, host)
     plan = None
+    settings = ctx.settings
     if problem is None:
         early = enqueue_early if ctx.settings.llm_mode in SENT_AT_ONCE else None
         try:
-            plan = prepare_nightly(
-                ctx.engine, ctx.settings.model_copy(update={"inbox": path}), on_early=early
-            )
-        except InputError as exc:
+            # The deadline fixed before the inbox is stored, as submit does (issue 47).
+            settings = fix_deadline(ctx.engine, ctx.settings)
+            plan = prepare_nightly(ctx.engine, settings.model_copy(update={"inbox": path}), on_early=early)
+        except (InputError, ConfigError) as exc:
             problem = f"nightly run not started on worker host {host}: {exc}"
     if plan is None:
         problem = problem or f"nightly run not started on worker host {host}: no inbox"
@@ -97,7 +99,7 @@ def _submit_nightly(ctx: Context, path: str | None) -> str:
         len(plan.already_processed),
     )
     if plan.submitted:
-        start_run(ctx.engine, ctx.settings, plan)
+        start_run(ctx.engine, settings, plan)
     if plan.created:
         return plan.run_id
     return f"nothing new in {path} ({len(plan.already_processed)} files processed before)"

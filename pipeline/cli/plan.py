@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from pipeline.cli.base import console, main
-from pipeline.cli.submit import links_option, mode_options, with_links, with_mode
+from pipeline.cli.submit import deadline_source, links_option, mode_options, with_links, with_mode
 from pipeline.core import exits
 from pipeline.core.settings import Settings, get_settings
 
@@ -57,13 +57,17 @@ def plan(
 def show_plan(settings: Settings, paths: list[str], as_json: bool, reuse: bool = True) -> int:
     """Print the plan of `paths`; the exit code (6 over the budget). With `reuse`, chunks an
     earlier run answered for the same text are counted as answered."""
-    from pipeline.core.deadline import parse_deadline
+    from pipeline.core.deadline import fixed_deadline
     from pipeline.ingest.producer import survey
     from pipeline.runs.estimate import limits_for, plan_run
 
-    surveyed = survey(settings, paths)
+    # The deadline fixed once, before the files are read; on this host's clock (an estimate,
+    # which may run with no database: submit fixes it again on the database's).
     now = datetime.now(UTC)
-    deadline = parse_deadline(settings.run_deadline, now) if settings.run_deadline else None
+    deadline = None
+    if settings.run_deadline:
+        deadline = fixed_deadline(settings.run_deadline, now, deadline_source(settings), "this host's clock")
+    surveyed = survey(settings, paths)
     usage, batch_seconds, history_note = _history(settings)
     if reuse:
         surveyed = _reusing(settings, surveyed)

@@ -142,13 +142,15 @@ def submit_and_wait(
     """Store and enqueue the run; with `wait`, follow it. Returns the exit code and run id."""
     from pipeline.cli.celery_app import connect_in_background, enqueue_early, start_run
     from pipeline.ingest.producer import new_run_id, prepare_run
-    from pipeline.runs.mode import SENT_AT_ONCE
+    from pipeline.runs.mode import SENT_AT_ONCE, fix_deadline
 
     if schema:
         _check_schema(schema)
     ping_broker(settings)  # a run is created only once its broker answered
     connect_in_background()
     engine = open_engine(settings)
+    # Once, before the files are stored: "06:00" stays the instant it named at the start.
+    settings = fix_deadline(engine, settings, deadline_source(settings))
     run_id = new_run_id()
     try:
         plan = prepare_run(
@@ -209,6 +211,13 @@ def _warn_without_workers(settings: Settings, run_id: str) -> None:
             f"PIPELINE_DATABASE_URL (`pipeline status {run_id}` shows the workers)",
             highlight=False,
         )
+
+
+def deadline_source(settings: Settings) -> str:
+    """Who gave the run's deadline: PIPELINE_RUN_DEADLINE when the settings read from the
+    environment (or .env) hold the same, else `--deadline`."""
+    given = (settings.run_deadline or "").strip()
+    return "PIPELINE_RUN_DEADLINE" if given == (get_settings().run_deadline or "") else "--deadline"
 
 
 def with_mode(settings: Settings, mode: str | None, deadline: str | None) -> Settings:

@@ -37,6 +37,27 @@ def parse_deadline(text: str, now: datetime | None = None) -> datetime:
     return moment if moment.tzinfo else moment.astimezone()
 
 
+def fixed_deadline(text: str, now: datetime, source: str, clock: str = "the database's clock") -> datetime:
+    """The instant `text` names, fixed once at a command's start: `now` is the one clock's (the
+    database's; `clock` says whose), and a time of day is the next one after it, whatever happens
+    later (storing the files may take past it). Raises ConfigError naming `source` (`--deadline`,
+    PIPELINE_RUN_DEADLINE) when the instant is already past: a run planned against it would go at
+    the standard tier, with no outage waited out, and nothing would say why."""
+    from pipeline.core.errors import ConfigError  # settings imports this module: errors' redaction, settings
+
+    moment = parse_deadline(text, now)
+    if moment <= now:
+        raise ConfigError(
+            f"{source} {text.strip()} is already past (it is {_when(now)} by {clock}): "
+            f"give a later time, a time of day such as 06:00 (the next one), or leave {source} out"
+        )
+    return moment
+
+
+def _when(moment: datetime) -> str:
+    return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
 def format_duration(seconds: float) -> str:
     """`seconds` rounded up, as 1h05m, 4m10s or 12s."""
     seconds = max(0, math.ceil(seconds))

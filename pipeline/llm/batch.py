@@ -182,6 +182,20 @@ class BatchAPI:
                     return _state(batch)
         return None
 
+    def holds(self, batch_id: str | None, file_id: str | None) -> bool:
+        """Whether this endpoint (and key) holds the batch `batch_id`, or, without one, the input
+        file `file_id`: a batch's id means something only at the endpoint that issued it. Raises
+        as the other calls do when the endpoint cannot tell (down, refusing the key)."""
+        with _mapped(f"reading batch {batch_id}" if batch_id else f"reading file {file_id}"):
+            try:
+                if batch_id:
+                    self._client.batches.retrieve(batch_id)
+                elif file_id:
+                    self._client.files.retrieve(file_id)
+            except openai.NotFoundError:
+                return False
+        return True
+
     def retrieve(self, batch_id: str) -> BatchState:
         with _mapped(f"reading batch {batch_id}"):
             return _state(self._client.batches.retrieve(batch_id))

@@ -259,7 +259,7 @@ class LLMClient:
         """Failed tries of the call per retry kind (rate_limited, unavailable)."""
         waited_s = 0.0
         while True:
-            if request.service_tier == "flex" and flex_gives_way(request.standard_from, time.time()):
+            if request.service_tier == "flex" and self._flex_gives_way(request):
                 request = request.at_standard_tier()  # only the standard tier still makes the deadline
             gate = self._circuit_pass.enter(request)
             try:
@@ -294,11 +294,18 @@ class LLMClient:
             wait_s = retry_wait_s(kind, failed[kind], retry_after_s, self._retry, self._rng)
             if wait_s is None:
                 raise error
-            if kind == NO_CAPACITY and flex_gives_way(request.standard_from, time.time(), wait_s):
+            if kind == NO_CAPACITY and self._flex_gives_way(request, wait_s):
                 request = request.at_standard_tier()  # waiting for flex would cost the deadline
                 continue
             if wait_s > 0:
                 time.sleep(wait_s)
+
+    def _flex_gives_way(self, request: LLMRequest, wait_s: float = 0.0) -> bool:
+        """`flex_gives_way` on the one clock (Redis TIME): a worker whose host runs minutes ahead
+        must not go at the standard tier early, nor one behind stay at flex past the moment."""
+        if request.standard_from is None:
+            return False
+        return flex_gives_way(request.standard_from, self._pacing.now_s(), wait_s)
 
     def _send(self, permit: Permit, request: LLMRequest) -> Completion:
         """One HTTP attempt, as a span of the document's trace (`pipeline.core.tracing`): its

@@ -11,13 +11,14 @@ from __future__ import annotations
 import logging
 import math
 import random
+import time
 
 import redis
 
 from pipeline.core import constants as c
 from pipeline.core import errors
 from pipeline.core.settings import Settings
-from pipeline.llm.ratelimit import Permit, RedisLimiter, Scope
+from pipeline.llm.ratelimit import Permit, RedisLimiter, Scope, clock
 from pipeline.llm.ratelimit.policy import ProviderLimits
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,18 @@ class Pacing:
         seen = counted / estimate
         ratio = self._prompt_ratio.get(model)
         self._prompt_ratio[model] = seen if ratio is None else ratio + PROMPT_RATIO_WEIGHT * (seen - ratio)
+
+    def now_s(self) -> float:
+        """The one clock, in epoch seconds: Redis TIME (the limiter's, moved with it in tests),
+        which every worker reads alike however far its host's clock is off; this host's only
+        without Redis (or when it does not answer: the call's own admission then fails)."""
+        if self.limiter is None:
+            return time.time()
+        try:
+            return clock.now_ms(self.limiter.client.time()) / 1000
+        except redis.RedisError as exc:
+            log.debug("Redis TIME unread, this host's clock instead: %s", exc)
+            return time.time()
 
     def acquire(self, scopes: list[Scope], tokens: int, waited_s: float) -> Permit:
         if self.limiter is None:

@@ -246,13 +246,37 @@ def _once_per_lease(
     return sent
 
 
+def batch_chain(run_id: str) -> str:
+    """The step lease of a batch run's chain of polls (`workers.run_tasks.batch_tick`), kept in
+    the Redis of the deployment that polls it for a week after its last poll."""
+    return f"batch-chain:{run_id}"
+
+
 def restart_batch_polls(
-    engine: Engine, client: redis.Redis, leases: Leases, poll: Callable[[str], None], quiet_s: float
+    engine: Engine,
+    client: redis.Redis,
+    leases: Leases,
+    poll: Callable[[str], None],
+    quiet_s: float,
+    stale_s: float = STALE_AFTER_S,
 ) -> list[str]:
     """`poll` (send the batch tick of) each batch run whose batches nobody polled for `quiet_s`:
-    the chain of ticks was lost with a worker or a broker. One worker per run and lease does it."""
+    the chain of ticks was lost with a worker or a broker. One worker per run and lease does it.
+
+    Only a run whose chain ran in this deployment (its chain's lease is in this Redis): a run is
+    polled at the endpoint its batches went to, and a deployment on another endpoint that shares
+    the database must not restart it against its own. A run quiet for `stale_s` is restarted
+    whatever deployment polled it (its Redis lost the lease with its data); a tick sent to a
+    worker whose endpoint does not hold the run's batches leaves them alone (`batching.tick`)."""
     with session_scope(engine) as session:
         quiet = batches.overdue_runs(session, quiet_s)
+        stale = set(batches.overdue_runs(session, stale_s)) if quiet else set()
+    if quiet:
+        with client.pipeline(transaction=False) as pipe:
+            for run_id in quiet:
+                pipe.exists(steps.step_key(batch_chain(run_id)))
+            here = pipe.execute()
+        quiet = [run_id for run_id, found in zip(quiet, here, strict=True) if found or run_id in stale]
     why = f"nobody polled its batches for {quiet_s:.0f} s: polling them again"
     return _once_per_lease(client, leases, "batch-poll", quiet, poll, why)
 

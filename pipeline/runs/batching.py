@@ -32,6 +32,7 @@ from pipeline.core.deadline import format_time
 from pipeline.extraction.prompting import prompt_version
 from pipeline.llm import stops
 from pipeline.llm.batch import BatchAPI, BatchState
+from pipeline.llm.circuit import endpoint_label
 from pipeline.llm.ratelimit import Scope
 from pipeline.runs.batch_ingest import ingest
 from pipeline.runs.batch_submit import create_batch, submit, upload_again
@@ -113,28 +114,56 @@ class Tick:
     """Nothing more for the batch path to do (dispatched before, or the run is gone)."""
     submitted: int = 0
     ingested: int = 0
+    elsewhere: bool = False
+    """The run's batches are at another endpoint: this worker left them alone (`tick`)."""
 
 
-def tick(ctx: Context, run_id: str) -> Tick:
+def tick(ctx: Context, run_id: str, chain_here: bool = False) -> Tick:
     """Advance the run's batches one step: each row to its next state, ended batches ingested,
     new files submitted while the enqueued-token budget allows, the deadline watched (on the
     database's clock: a cutover one host began, another goes on with). A cancelled run's
     batches are cancelled and what they answered before is ingested, nothing more is sent
-    (`_wind_down`)."""
+    (`_wind_down`).
+
+    Unless `chain_here` (the run's chain of polls ran in this deployment, on this endpoint),
+    the tick first asks its endpoint for the run's newest batch: one this endpoint does not
+    hold was sent to another (a restart or resume from a deployment on another endpoint), and
+    is left alone: not polled, not given up, nothing sent here, the poll not marked."""
     with session_scope(ctx.engine) as session:
         run = runs.get_run(session, run_id)
         if run is None or run.dispatched_at is not None or run.mode != "batch":
             return Tick(done=True)
-        repo.touch_poll(session, run_id)
+        sent = None if chain_here else repo.at_provider(session, run_id)
         session.expunge(run)
     api = BatchAPI(ctx.settings.llm_base_url or "", ctx.settings.api_key_value(), ctx.settings.llm_timeout_s)
     try:
+        if sent is not None and not _held_here(api, *sent):
+            log.warning(
+                "run %s: its batch %s is not at this worker's endpoint %s: left to the workers of "
+                "the endpoint that holds it",
+                run_id,
+                sent[0] or sent[1],
+                endpoint_label(ctx.settings.llm_base_url or ""),
+            )
+            return Tick(done=True, elsewhere=True)
+        with session_scope(ctx.engine) as session:
+            repo.touch_poll(session, run_id)
         with stops.checked_by(stop_check(ctx, run_id)):  # a cancelled run's repairs are not asked for
             if run.status == RunStatus.CANCELLED:
                 return _wind_down(ctx, api, run)
             return _tick(ctx, api, run)
     finally:
         api.close()
+
+
+def _held_here(api: BatchAPI, batch_id: str | None, file_id: str | None) -> bool:
+    """Whether this endpoint holds the batch (or file); yes when it cannot tell (down: the
+    poll counts its failures as before)."""
+    try:
+        return api.holds(batch_id, file_id)
+    except errors.PipelineError as exc:
+        log.debug("batch %s: whether this endpoint holds it is unknown: %s", batch_id or file_id, exc)
+        return True
 
 
 def _wind_down(ctx: Context, api: BatchAPI, run: Run) -> Tick:

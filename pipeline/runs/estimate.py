@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from pipeline.core.cost import Price, price_of
@@ -31,6 +31,7 @@ from pipeline.core.deadline import parse_deadline
 from pipeline.core.settings import Settings
 from pipeline.ingest.producer import SubmitPlan
 from pipeline.runs.mode import PROMPT_OVERHEAD_TOKENS, choose_mode
+from pipeline.storage import clock
 from pipeline.storage.db import session_scope
 from pipeline.storage.runs import get_run
 from pipeline.storage.usage import (
@@ -354,12 +355,12 @@ def _from_redis(settings: Settings, rpm: int, tpm: int, source: str) -> tuple[in
 
 def record_estimate(engine: Engine, settings: Settings, submitted: SubmitPlan) -> Plan:
     """Estimate the stored run as `pipeline plan` would have, and keep the figures on it."""
-    now = datetime.now(UTC)
-    deadline = parse_deadline(settings.run_deadline, now) if settings.run_deadline else None
-    usage, batch_seconds = history(engine, settings)
     with session_scope(engine) as session:
+        now = clock.now(session)  # the one clock, which the mode's choice is timed on too
         run = get_run(session, submitted.run_id)
         reuse = run is not None and run.reuse_answers and not run.schema
+    deadline = parse_deadline(settings.run_deadline, now) if settings.run_deadline else None
+    usage, batch_seconds = history(engine, settings)
     if reuse:
         submitted = reusing(engine, settings, submitted)
     plan = plan_run(settings, submitted, usage, limits_for(settings), now, deadline, batch_seconds)

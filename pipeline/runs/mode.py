@@ -6,14 +6,14 @@ Light on imports: the producer loads it to record the mode before it sends anyth
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING
 
-from pipeline.core.deadline import parse_deadline
+from pipeline.core.deadline import fixed_deadline, parse_deadline
 from pipeline.core.settings import Settings, get_settings
 from pipeline.ingest.producer import SubmitPlan
 from pipeline.runs.tiers import TierPlan, plan_auto
-from pipeline.storage import run_state
+from pipeline.storage import clock, run_state
 from pipeline.storage.db import session_scope
 
 if TYPE_CHECKING:
@@ -74,6 +74,19 @@ PROMPT_OVERHEAD_TOKENS = 400
 """The instructions and schema around a chunk's text, roughly."""
 
 
+def fix_deadline(engine: Engine, settings: Settings, source: str = "PIPELINE_RUN_DEADLINE") -> Settings:
+    """`settings` with the run's deadline (PIPELINE_RUN_DEADLINE, or `--deadline` as `source`
+    names it) fixed as the instant it names now, on the database's clock: called once at the
+    start of a submit, before its files are stored, so that "06:00" given at 05:59 stays this
+    morning's however long storing takes. Raises ConfigError when that instant is past."""
+    if not settings.run_deadline:
+        return settings
+    with session_scope(engine) as session:
+        now = clock.now(session)
+    moment = fixed_deadline(settings.run_deadline, now, source)
+    return settings.model_copy(update={"run_deadline": moment.isoformat()})
+
+
 def decide(
     engine: Engine,
     settings: Settings,
@@ -83,8 +96,12 @@ def decide(
 ) -> TierPlan:
     """Choose the stored run's mode (`PIPELINE_LLM_MODE`, `PIPELINE_RUN_DEADLINE`) and record it
     on the run with its reason, deadline and tiers. `sync_s` is the synchronous path's time
-    as the estimate kept at submit gives it (history-aware); without it, the limits' bound."""
-    now = now or datetime.now(UTC)
+    as the estimate kept at submit gives it (history-aware); without it, the limits' bound.
+    Timed on the database's clock (a submitting host's may be minutes off), against the deadline
+    `fix_deadline` fixed at the submit's start."""
+    if now is None:
+        with session_scope(engine) as session:
+            now = clock.now(session)
     deadline = parse_deadline(settings.run_deadline, now) if settings.run_deadline else None
     estimate = sync_s
     if estimate is None:

@@ -378,6 +378,22 @@ def overdue_runs(session: Session, quiet_s: float) -> list[str]:
     )
 
 
+def at_provider(session: Session, run_id: str) -> tuple[str | None, str | None] | None:
+    """(provider batch id, input file id) of the run's newest batch that reached a provider (its
+    batch id when it has one, else its uploaded file's); None when none did yet. The endpoint
+    that holds it is the run's: runs record no endpoint, the provider's ids stand for it."""
+    row = session.execute(
+        select(LLMBatch.provider_batch_id, LLMBatch.input_file_id)
+        .where(
+            LLMBatch.run_id == run_id,
+            or_(LLMBatch.provider_batch_id.is_not(None), LLMBatch.input_file_id.is_not(None)),
+        )
+        .order_by(LLMBatch.provider_batch_id.is_(None), LLMBatch.id.desc())
+        .limit(1)
+    ).first()
+    return None if row is None else (row[0], row[1])
+
+
 def batch_totals(session: Session, run_id: str) -> tuple[int, float, float]:
     """(calls at batch prices: batch lines and flex answers, their cost, what the same tokens
     cost at synchronous prices)."""
