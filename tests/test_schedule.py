@@ -383,3 +383,27 @@ def test_two_beats_of_one_schedule_fire_once_and_the_standby_takes_over(
             first.process.send_signal(signal.SIGCONT)
             for beat in beats:
                 beat.stop()
+
+
+def test_a_nightly_submit_with_a_deadline_already_past_stores_nothing_and_says_why(
+    pipeline_env: dict[str, str], redis_base: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Issue 47: a deadline already past was accepted without a word and the run planned at the
+    standard tier. The nightly submit fixes the deadline before it reads the inbox, as submit
+    does: a past one is refused at ERROR, naming the setting, and nothing is stored."""
+    past = "2026-01-02T06:00:00+00:00"
+    inbox = tmp_path / "inbox"
+    write_filings(inbox, 1, seed=147, sizes=[6_000])
+    engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
+    before = _nightly_runs(engine)
+    with claimed_redis_db(redis_base) as broker:
+        env = {**pipeline_env, "PIPELINE_REDIS_URL": broker, "PIPELINE_RUN_DEADLINE": past}
+        with running_workers(env, tmp_path_factory.mktemp("past-deadline"), count=1, concurrency=1):
+            sender = Celery(broker=broker, backend=broker)
+            try:
+                said = sender.send_task("pipeline.nightly", (str(inbox),), queue=REPORT_QUEUE).get(timeout=60)
+            finally:
+                sender.close()
+    assert said.startswith("error: nightly run not started on worker host "), said
+    assert f"PIPELINE_RUN_DEADLINE {past} is already past" in said
+    assert _nightly_runs(engine) == before, "a run was stored"
