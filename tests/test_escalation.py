@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -133,3 +134,56 @@ def test_escalation_raises_revenue_accuracy_for_less_than_the_stronger_model_eve
     assert confidence["tiers"]["escalate"]["calls"] == by_stage[f"escalate:{STRONG}"]
     assert confidence["extraction_cost_usd"] < confidence["escalate_everything_usd"]
     assert report is not None and f"Escalation to {STRONG}" in report and "## Confidence" in report
+
+
+def test_a_redelivered_document_pays_for_no_second_answer_again(
+    pipeline_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 47, item 6: escalation answers (second answers: the verification sample's too) were
+    not stored, so a document whose task failed after them (a worker killed, the closing write
+    refused) paid for them again when it was delivered again. They are kept with the chunk's
+    answer now: the redelivery asks the escalation model nothing."""
+    from pipeline.core.settings import get_settings
+    from pipeline.extraction.extract import CallRecord, CustomResult, GroundedExtraction, extract_document
+    from pipeline.ingest.producer import prepare_run
+    from pipeline_dev.synth_filings import write_filings
+    from workers import context
+
+    for name, value in {
+        "PIPELINE_ESCALATE_MODEL": STRONG,
+        "PIPELINE_ESCALATE_BELOW": "1",  # every field not sure already is escalated
+        "PIPELINE_LLM_PRICES": PRICES,
+    }.items():
+        monkeypatch.setenv(name, value)
+    get_settings.cache_clear()
+    context._reset_after_fork()
+    write_filings(tmp_path, 1, seed=101, sizes=[21_000])
+    engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
+    plan = prepare_run(engine, get_settings(), [str(tmp_path)])
+    (document_id,) = plan.document_ids
+
+    def second_calls() -> dict[str, int]:
+        with session_scope(engine) as session:
+            rows = session.execute(
+                select(LLMCall.stage, func.count())
+                .where(LLMCall.document_id == document_id, LLMCall.stage.in_(("verify", "escalate")))
+                .group_by(LLMCall.stage)
+            ).all()
+        return {stage: int(n) for stage, n in rows}
+
+    def killed(
+        query: str, result: GroundedExtraction | CustomResult, sink: Callable[[CallRecord], None]
+    ) -> str:
+        raise RuntimeError("the worker died before its closing write")
+
+    try:
+        with pytest.raises(RuntimeError):
+            extract_document(context.worker_context(), document_id, summarize=killed)
+        paid = second_calls()
+        assert paid.get("escalate", 0) > 0, paid
+        assert extract_document(context.worker_context(), document_id) == "extracted"  # delivered again
+    finally:
+        monkeypatch.undo()
+        get_settings.cache_clear()
+        context._reset_after_fork()
+    assert second_calls() == paid, "the redelivery asked the escalation model again"

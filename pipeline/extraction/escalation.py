@@ -5,8 +5,9 @@ A second answer is the chunk's own extraction prompt sent again (to the escalati
 there is one, else to the same model), never the whole document: only the chunks that state a
 doubtful field go, so escalation costs a share of what asking the stronger model for everything
 would. Its calls are recorded under their own stage (`verify`, `escalate`) and model, so the
-report can say what each tier cost. Second answers are not stored as chunk answers: a retried
-document asks them again.
+report can say what each tier cost. Second answers are kept with their chunk's answer
+(`pipeline.storage.second_answers`): a retried or redelivered document, or a later run of the same
+text, does not ask them again.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pipeline.extraction.grounding import Source
 from pipeline.extraction.prompting import cache_key, chunk_messages
 from pipeline.extraction.schemas import FilingExtraction
 from pipeline.llm.client import CallRecord
-from pipeline.storage import llm_calls
+from pipeline.storage import llm_calls, second_answers
 from pipeline.storage.db import session_scope
 from pipeline.storage.models import Chunk, Document
 
@@ -48,6 +49,8 @@ class Started(Protocol):
     chunks: list[Chunk]
     version: str
     """The prompt version the chunks were asked in (the run's): second answers are asked alike."""
+    fence: int
+    """The document's lease: second answers are kept only while it holds."""
     capped: bool
     xbrl_revenue: tuple[float, str] | None
 
@@ -127,6 +130,9 @@ def _ask(
     llm = escalation_llm(ctx)
     for position in positions:
         chunk = work.chunks[position]
+        if (kept := second_answers.stored(chunk, model, temperature)) is not None:
+            answers[position] = FilingExtraction.model_validate(kept)  # paid by an earlier attempt
+            continue
         if work.capped:
             try:
                 check_spend(ctx, work.doc.run_id)
@@ -157,4 +163,8 @@ def _ask(
         finally:
             with session_scope(ctx.engine) as session:
                 llm_calls.record_calls(session, work.doc.run_id, work.doc.id, chunk.idx, calls)
+        if position in answers:  # kept under the lease: a retry or a redelivery asks no more
+            with session_scope(ctx.engine) as session:
+                answer_json = answers[position].model_dump(mode="json")
+                second_answers.save(session, chunk, work.fence, model, temperature, answer_json)
     return answers

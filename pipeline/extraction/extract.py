@@ -28,6 +28,7 @@ from pipeline.llm.client import CallRecord
 from pipeline.storage import document_leases, documents, issued, llm_calls, run_documents
 from pipeline.storage.db import session_scope
 from pipeline.storage.models import Chunk, Document
+from pipeline.storage.second_answers import first_answer
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -361,7 +362,7 @@ def _chunk_result(ctx: Context, work: _Work, chunk: Chunk) -> tuple[BaseModel, s
     doc, schema = work.doc, work.schema
     if _answered(chunk, work.version):
         answer_model = custom.load_schema(schema) if schema else FilingExtraction
-        return answer_model.model_validate(chunk.result), chunk.model or ctx.llm.model
+        return answer_model.model_validate(first_answer(chunk.result or {})), chunk.model or ctx.llm.model
     if work.capped:
         check_spend(ctx, doc.run_id)
     model = ctx.llm.pick_model("extract", work.failed_attempts)
