@@ -118,3 +118,37 @@ def test_the_growth_regime_measures_every_read_path_at_both_sizes(
     for name in ("status", "runs", "plan history"):
         assert all(paths[name]["pages"]) and paths[name]["statements"] >= 1
     assert paths["runs"]["statements"] == 2, "the ids, then one summary statement for every run listed"
+
+
+def test_0023_gives_each_stored_chunk_its_documents_run(postgres_url: str | None) -> None:
+    """Chunks stored before 0023 get their document's run, and the run's counts stay those of
+    the join through documents (which the counts read until 0023)."""
+    if postgres_url is None:
+        pytest.skip("no Postgres server reachable")
+    from alembic import command
+
+    from pipeline.storage.db import alembic_config
+
+    with new_database(postgres_url, "pipeline_0023") as url:
+        upgrade(url)
+        engine = get_engine(url)
+        seed(engine, "night ", 0, 2, 5)
+        command.downgrade(alembic_config(url), "0022")
+        command.upgrade(alembic_config(url), "head")
+        with engine.connect() as conn:
+            wrong = conn.execute(
+                text(
+                    "select count(*) from chunks c join documents d on d.id = c.document_id where c.run_id <> d.run_id or c.run_id is null"
+                )
+            ).scalar_one()
+            joined = conn.execute(
+                text(
+                    "select d.run_id, count(*), count(c.completed_at) from chunks c"
+                    " join documents d on d.id = c.document_id group by d.run_id order by d.run_id"
+                )
+            ).all()
+        assert wrong == 0
+        assert joined and [
+            (r.run_id, r.chunks_total, r.chunks_done)
+            for r in sorted(list_runs(engine, 3), key=lambda v: v.run_id)
+        ] == [tuple(row) for row in joined]

@@ -23,11 +23,7 @@ def last_activity(session: Session, run: Run) -> datetime:
             )
         ),
         session.scalar(select(func.max(Document.finished_at)).where(Document.run_id == run.id)),
-        session.scalar(
-            select(func.max(Chunk.completed_at))
-            .join(Document, Document.id == Chunk.document_id)
-            .where(Document.run_id == run.id)
-        ),
+        session.scalar(select(func.max(Chunk.completed_at)).where(Chunk.run_id == run.id)),
         session.scalar(select(func.max(LLMCall.created_at)).where(LLMCall.run_id == run.id)),
         run.started_at,
         run.created_at,

@@ -180,6 +180,7 @@ def add_document(
             [
                 {
                     "document_id": document_id,
+                    "run_id": run_id,
                     "idx": s.idx,
                     "char_start": s.char_start,
                     "char_end": s.char_end,

@@ -189,10 +189,17 @@ class Chunk(Base):
     """A token-sized window of a document; `result` holds its validated answer once done."""
 
     __tablename__ = "chunks"
-    __table_args__ = (UniqueConstraint("document_id", "idx", name="uq_chunks_document_idx"),)
+    __table_args__ = (
+        UniqueConstraint("document_id", "idx", name="uq_chunks_document_idx"),
+        # A run's chunks, and those answered, counted from the index alone (status, runs).
+        Index("ix_chunks_run_id", "run_id", "completed_at"),
+    )
 
     id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
     document_id: Mapped[int] = mapped_column(ForeignKey("documents.id", ondelete="CASCADE"))
+    run_id: Mapped[str | None] = mapped_column(String(32))
+    """The document's run (0023): a run's chunks found by their own index. Deleted with the
+    document."""
     idx: Mapped[int] = mapped_column(Integer)
     char_start: Mapped[int] = mapped_column(Integer)
     char_end: Mapped[int] = mapped_column(Integer)

@@ -90,8 +90,7 @@ def _stages(session: Session, run_id: str) -> dict[str, StageUsage]:
 
 def _called_chunks(session: Session, run_id: str) -> tuple[int, int]:
     """The run's chunks an extract call of the run asked about, and their text tokens: read
-    from the run's documents' chunks (their run_id index, then each one's chunks), never from
-    every chunk of the database."""
+    from the run's chunks (their run_id index), never from every chunk of the database."""
     called = (
         select(LLMCall.id)
         .where(LLMCall.run_id == run_id, LLMCall.stage == "extract")
@@ -99,9 +98,9 @@ def _called_chunks(session: Session, run_id: str) -> tuple[int, int]:
         .exists()
     )
     count, tokens = session.execute(
-        select(func.count(), func.coalesce(func.sum(Chunk.token_estimate), 0))
-        .join(Document, Document.id == Chunk.document_id)
-        .where(Document.run_id == run_id, called)
+        select(func.count(), func.coalesce(func.sum(Chunk.token_estimate), 0)).where(
+            Chunk.run_id == run_id, called
+        )
     ).one()
     return int(count), int(tokens)
 
@@ -142,6 +141,8 @@ class Actual:
     cost_usd: float
     seconds: float | None
     """Started to finished (None: not finished)."""
+    cached_tokens: int = 0
+    """Of the prompt tokens, those the provider served from its prompt cache."""
 
 
 def run_actual(session: Session, run_id: str) -> Actual:

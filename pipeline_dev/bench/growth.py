@@ -64,9 +64,9 @@ FILLS = (
         'Company ' || (i * 7 + r.created_at::date - date '2000-01-01') % cast(:companies as int),
         extract(year from r.created_at)::int, 'sync'
     from runs r, generate_series(1, cast(:per_run as int)) i where r.name like :tag || '%'""",
-    """insert into chunks (document_id, idx, char_start, char_end, token_estimate, result, prompt_version,
-        model, completed_at, section, batch_tries)
-    select d.id, k, k * 500, k * 500 + 500, 1400 + k * 13, '{"revenue_usd": 1.0e9, "risks": []}',
+    """insert into chunks (document_id, run_id, idx, char_start, char_end, token_estimate, result,
+        prompt_version, model, completed_at, section, batch_tries)
+    select d.id, d.run_id, k, k * 500, k * 500 + 500, 1400 + k * 13, '{"revenue_usd": 1.0e9, "risks": []}',
         'extract-v3', :model, d.finished_at, 'Item 7', 0
     from documents d join runs r on r.id = d.run_id, generate_series(0, 3) k where r.name like :tag || '%'""",
     """insert into llm_calls (run_id, document_id, chunk_idx, stage, model, status, prompt_tokens,
@@ -144,8 +144,9 @@ def read_paths(engine: Engine, run_id: str) -> dict[str, Callable[[], object]]:
 
     return {
         "status": lambda: run_status(engine, run_id),
-        "runs": lambda: list_runs(engine, 20),
-        "runs --json": lambda: list_runs(engine, 20, detail=True),
+        # As many runs as the smaller database holds: the same runs listed at both sizes.
+        "runs": lambda: list_runs(engine, MEASURED_RUNS),
+        "runs --json": lambda: list_runs(engine, MEASURED_RUNS, detail=True),
         "report": report,
         "plan history": lambda: history(engine, settings),
     }
