@@ -41,13 +41,14 @@ TINY = [
 ]
 
 
-def run_tiny_bench(out: Path, regimes: list[str]) -> dict[str, Any]:
+def run_tiny_bench(out: Path, regimes: list[str], *extra: str) -> dict[str, Any]:
     """`pipeline bench` at tiny sizes on SQLite; returns bench.json, having checked bench.md."""
     result = run_cli(
         "bench",
         "--regimes",
         ",".join(regimes),
         *TINY,
+        *extra,
         "--out",
         str(out),
         env={"PIPELINE_DATABASE_URL": ""},
@@ -87,6 +88,16 @@ def test_the_intake_regime_measures_edgar_files_at_a_tiny_size(tmp_path: Path) -
     assert intake["load_taken"] == ["10-K", "EX-13"] and intake["load_left_out"] > 0
     assert intake["load_hwm_mb"] >= intake["load_baseline_mb"] > 0, "memory read from /proc in the child"
     assert intake["html_mb_per_cpu_s"] > 0 and intake["met"]
+
+
+def test_the_finalize_regime_finds_the_synthesizing_worker_at_a_tiny_size(tmp_path: Path) -> None:
+    """One run (400 documents at scale 0.005: 2) on a fresh worker; the regime's sizes are an option."""
+    data = run_tiny_bench(tmp_path / "bench", ["finalize"], "--finalize-documents", "400")
+    found = data["results"]["finalize"]
+    assert list(found["runs"]) == ["2"] and found["lost"] == 0 and found["peak_ratio"] == 1
+    run = found["runs"]["2"]
+    assert run["synthesizing_worker_peak_mb"] > 0, "the worker whose log says it wrote the report"
+    assert run["report_markdown_kb"] > 0 and run["finalize_s"] is not None
 
 
 def test_every_regime_named_in_the_benchmarks_page_is_one_the_bench_runs() -> None:

@@ -317,12 +317,15 @@ def test_submit_wait_ends_with_the_summary_the_reasons_and_the_reports_path(fail
     assert said[summary + 4] == "run failed: 3 of 4 documents failed, over the 10% threshold"
     short = failed_run.run_id[:8]
     found = re.fullmatch(
-        rf"report: (\S+\.md) \(and \.json; the page: pipeline report {short} -o {short}\.html\)", said[-1]
+        rf"report: (\S+\.md) \(and \.json, -documents\.csv; the page: pipeline report {short} -o {short}\.html\)",
+        said[-1],
     )
     assert found, said[-1]
     report = Path(found.group(1))
     assert report.name == f"{failed_run.run_id}.md" and "RUN FAILED" in report.read_text()
     assert json.loads(report.with_suffix(".json").read_text())["run_id"] == failed_run.run_id
+    table = report.with_name(f"{failed_run.run_id}-documents.csv").read_text().splitlines()
+    assert table[0].startswith("path,status,error,") and len(table) == 1 + 4, "a row per document"
 
 
 def test_status_of_a_good_run_in_80_columns(pipeline_env: dict[str, str], good_run: Submitted) -> None:

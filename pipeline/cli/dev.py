@@ -341,6 +341,12 @@ def sim(
     type=click.IntRange(min=1),
     help="Threads of each worker (R5 keeps its 64).",
 )
+@click.option(
+    "--finalize-documents",
+    default="500,20000",
+    show_default=True,
+    help="Comma-separated documents of the finalize regime's runs (scaled by --scale too).",
+)
 def bench(
     regimes: str,
     out_dir: Path,
@@ -353,6 +359,7 @@ def bench(
     p95: float,
     workers: int,
     concurrency: int,
+    finalize_documents: str,
 ) -> None:
     """Measure the pipeline against a provider's limit and the peer.
 
@@ -362,6 +369,12 @@ def bench(
     from pipeline_dev.bench.main import run_bench
 
     names = [r.strip() for r in regimes.split(",") if r.strip()]
+    try:
+        finalize_sizes = [int(n) for n in finalize_documents.split(",") if n.strip()]
+    except ValueError:
+        fail(
+            f"--finalize-documents {finalize_documents}: give whole numbers separated by commas, e.g. 500,20000"
+        )
     try:
         run_bench(
             names,
@@ -376,6 +389,7 @@ def bench(
             p95_s=p95,
             workers=workers,
             concurrency=concurrency,
+            finalize_sizes=finalize_sizes,
             say=lambda line: console.print(escape(line)),
         )
     except ValueError as exc:

@@ -56,12 +56,15 @@ class RunInterrupted(KeyboardInterrupt):
 
 def write_report_files(settings: Settings, run_id: str, *, page: bool = True) -> None:
     """The report as `.md`, `.json` and (with `page`) `.html` under the data directory's
-    `reports/`, and the line naming them (while `pipeline run`'s embedded Redis still runs: the
+    `reports/`, the table of every document as `<run id>-documents.csv` beside them (written as
+    it is read), and the line naming them (while `pipeline run`'s embedded Redis still runs: the
     page shows the limits the run learned from the provider). Without `page` the line names
     the command that writes it: its charts take seconds of CPU, which a `submit --wait` in a
     script need not pay. A directory that cannot be written is named, with the command that
     prints the report instead."""
     from pipeline.cli.status_page import SHORT_ID
+    from pipeline.reporting.render import documents_csv
+    from pipeline.reporting.report_rows import write_csv
     from pipeline.storage.db import session_scope
     from pipeline.storage.reports import get_report
 
@@ -76,6 +79,8 @@ def write_report_files(settings: Settings, run_id: str, *, page: bool = True) ->
         out.mkdir(parents=True, exist_ok=True)
         (out / f"{run_id}.md").write_text(markdown, encoding="utf-8")
         (out / f"{run_id}.json").write_text(json.dumps(data, indent=2), encoding="utf-8")
+        with (out / documents_csv(run_id)).open("w", encoding="utf-8", newline="") as table:
+            write_csv(engine, run_id, table)  # a page of rows at a time
     except OSError as exc:
         console.print(
             f"[yellow]the report could not be written to {escape(str(out))}:[/] {escape(exc.strerror or str(exc))} "
@@ -84,7 +89,7 @@ def write_report_files(settings: Settings, run_id: str, *, page: bool = True) ->
         return
     if not page:
         console.print(
-            f"report: {out / f'{run_id}.md'} (and .json; the page: "
+            f"report: {out / f'{run_id}.md'} (and .json, -documents.csv; the page: "
             f"pipeline report {run_id[:SHORT_ID]} -o {run_id[:SHORT_ID]}.html)"
         )
         return
@@ -96,6 +101,6 @@ def write_report_files(settings: Settings, run_id: str, *, page: bool = True) ->
         (out / f"{run_id}.html").write_text(html, encoding="utf-8")
     except Exception as exc:  # the run is done and its report written: say so, and go on
         console.print(f"[yellow]the HTML page could not be written:[/] {escape(repr(exc))}")
-        console.print(f"report: {out / f'{run_id}.md'} (and .json)")
+        console.print(f"report: {out / f'{run_id}.md'} (and .json, -documents.csv)")
         return
-    console.print(f"report: {out / f'{run_id}.md'} (and .json, .html)")
+    console.print(f"report: {out / f'{run_id}.md'} (and .json, .html, -documents.csv)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +16,8 @@ from pipeline.cli.base import console, fail, main, open_engine
 from pipeline.core.settings import Settings, get_settings
 
 if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
     from pipeline.cli.status_page import StatusPage
 
 
@@ -133,10 +136,10 @@ def runs(limit: int, as_json: bool) -> None:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["md", "json", "html"]),
+    type=click.Choice(["md", "json", "html", "csv"]),
     default=None,
-    help="md: Markdown; json: the report's data; html: one page with charts [default: the "
-    "suffix of --output, else md].",
+    help="md: Markdown; json: the report's data; html: one page with charts; csv: the table of "
+    "every document, one row each [default: the suffix of --output, else md].",
 )
 @click.option(
     "--output",
@@ -147,8 +150,10 @@ def runs(limit: int, as_json: bool) -> None:
 def report(run: str | None, fmt: str | None, output: Path | None) -> None:
     """Print or write the report of RUN (default: the newest).
 
-    `html`: one self-contained page with charts, opened offline. With -o, the format follows
-    the file's suffix (.md, .json, .html) unless --format names one."""
+    `html`: one self-contained page with charts, opened offline. `csv`: every document of the
+    run with its extraction, written as it is read (the report of a run of more than 200
+    documents lists only those that need a look). With -o, the format follows the file's suffix
+    (.md, .json, .html, .csv) unless --format names one."""
     from pipeline.runs.status import UnknownRun, resolve_run_id
     from pipeline.storage import reports
     from pipeline.storage import runs as run_rows
@@ -163,6 +168,9 @@ def report(run: str | None, fmt: str | None, output: Path | None) -> None:
         run_id = resolve_run_id(engine, run)
     except UnknownRun as exc:
         fail(str(exc))
+    if fmt == "csv":
+        _write_documents(engine, run_id, output)
+        return
     if fmt == "html":
         from pipeline.reporting.html import render_page
         from pipeline.reporting.page_data import NoReport, load_page
@@ -193,7 +201,22 @@ def report(run: str | None, fmt: str | None, output: Path | None) -> None:
         click.echo(text)
 
 
-SUFFIX_FORMATS = {".html": "html", ".htm": "html", ".json": "json"}
+def _write_documents(engine: Engine, run_id: str, output: Path | None) -> None:
+    """The run's documents as CSV, to `output` or stdout, a page of rows at a time."""
+    from pipeline.reporting.report_rows import write_csv
+
+    if output is None:
+        write_csv(engine, run_id, sys.stdout)
+        return
+    try:
+        with output.open("w", encoding="utf-8", newline="") as out:
+            written = write_csv(engine, run_id, out)
+    except OSError as exc:
+        fail(f"--output {output}: {exc.strerror or exc}")
+    console.print(f"wrote {output} ({written:,} documents)")
+
+
+SUFFIX_FORMATS = {".html": "html", ".htm": "html", ".json": "json", ".csv": "csv"}
 
 
 def format_of(output: Path | None) -> str:

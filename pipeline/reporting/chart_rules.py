@@ -110,6 +110,10 @@ def page_charts(page: PageInput) -> dict[str, Choice | None]:
 
 
 def extracted(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """The report's extracted documents; none when the report lists only some of them (a run
+    past its listing: a chart of some filings would read as one of all)."""
+    if r.get("documents_complete") is False:
+        return []
     return [d for d in r.get("documents", []) if d.get("status") == "extracted"]
 
 

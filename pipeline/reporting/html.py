@@ -11,7 +11,7 @@ import posixpath
 from dataclasses import replace
 from typing import Any
 
-from pipeline.reporting import chart_rules
+from pipeline.reporting import chart_rules, render
 from pipeline.reporting.chart_rules import extracted, show
 from pipeline.reporting.html_parts import Html, custom_cell, join, note, section, table, tag, text
 from pipeline.reporting.html_parts import ungrounded_paths as unverified_paths
@@ -179,6 +179,8 @@ def _filings(page: PageInput) -> Html:
             rows.append([_file(d), *cells, f"{d.get('quotes_grounded', 0)}/{d.get('quotes_total', 0)}"])
         headers = ["File", *custom.fields, "Quotes found"]
         return section("filings", f"Filings ({custom.schema})", intro, table(headers, rows))
+    if r.get("documents_complete") is False:
+        return section("filings", "Filings", intro, note(_table_elsewhere(r)))
     done = extracted(r)
     if not done:
         return section("filings", "Filings", note("No filing was extracted."))
@@ -196,6 +198,25 @@ def _filings(page: PageInput) -> Html:
     ]
     headers = ["Company", "Fiscal year", "Revenue", "Top risk factors", "Quotes found", "Confidence", "File"]
     return section("filings", "Filings", intro, table(headers, rows))
+
+
+def _table_elsewhere(r: dict[str, Any]) -> str:
+    """Where the table of a run past the report's listing is (its charts of filings with it)."""
+    total = sum(((r.get("totals") or {}).get("documents") or {}).values())
+    name = render.documents_csv(str(r["run_id"]))
+    return (
+        f"The table of the run's {total:,} documents is a file of its own, {name}, next to this page "
+        f"(`pipeline report {r['run_id']} --format csv` writes it), and so are the charts of filings: "
+        "revenue by company, risk factors and quotes found per filing. The database holds the same "
+        "rows (extractions and risk_factors by run_id)."
+    )
+
+
+def _more(r: dict[str, Any], listed: int, total: int, what: str) -> Html:
+    """The note under a list the report cut: how many more, and where."""
+    if r.get("documents_complete") is not False or total <= listed:
+        return Html("")
+    return note(f"{total - listed:,} more {what}: in {render.documents_csv(str(r['run_id']))}.")
 
 
 def _revenue(r: dict[str, Any]) -> Html:
@@ -235,6 +256,8 @@ def _grounding(r: dict[str, Any]) -> Html:
                 ["File", "Excerpt"], [[d.get("path"), tag("code", d["injection_excerpt"])] for d in flagged]
             )
         )
+        flagged_total = int((r.get("totals") or {}).get("injection_flagged") or 0)
+        parts.append(_more(r, len(flagged), flagged_total, "flagged"))
     else:
         parts.append(note("No filing holds text that addresses a language model."))
     return section("grounding", "Grounding and injection warnings", *parts)
@@ -247,10 +270,18 @@ def _not_extracted(r: dict[str, Any]) -> Html:
     groups = group_failures([(str(d.get("status")), str(d.get("path")), d.get("error")) for d in other])
     reasons = tag("ul", join(tag("li", f"{g.documents:,} {g.status}: {g.reason}") for g in groups), "reasons")
     rows = [[d.get("path"), d.get("status"), d.get("error") or ""] for d in other]
+    counts = (r.get("totals") or {}).get("documents") or {}
+    if r.get("documents_complete") is False:  # the listed ones: their reasons, and how many more
+        not_extracted = sum(n for status, n in counts.items() if status != "extracted")
+        intro = f"{not_extracted:,} of {sum(counts.values()):,} documents not extracted; the first {len(other):,}, by reason:"
+    else:
+        intro = f"{len(other):,} of {len(r.get('documents', [])):,} documents not extracted, by reason:"
+        not_extracted = len(other)
     return section(
         "not-extracted",
         "Failed and skipped documents",
-        note(f"{len(other):,} of {len(r.get('documents', [])):,} documents not extracted, by reason:"),
+        note(intro),
         reasons,
         table(["File", "Status", "Reason"], rows),
+        _more(r, len(other), not_extracted, "failed or skipped"),
     )

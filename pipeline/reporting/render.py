@@ -80,6 +80,14 @@ class ReportInput:
     documents: list[DocumentRow]
     totals: dict[str, Any]
     failure: str | None = None
+    complete: bool = True
+    """False: `documents` lists only those that need a look (failed or skipped, flagged), a bounded
+    number of each; the table of every document is the run's documents CSV (`documents_csv`)."""
+
+
+def documents_csv(run_id: str) -> str:
+    """The file name of the run's table of every document, next to its report files."""
+    return f"{run_id}-documents.csv"
 
 
 def money(value: float | None) -> str:
@@ -194,24 +202,7 @@ def markdown(r: ReportInput) -> str:
         escape(r.answer),
         "",
     ]
-    extracted = [d for d in r.documents if d.status == "extracted"]
-    if extracted:
-        lines += [
-            "## Filings",
-            "",
-            _grounding_line(r.totals),
-            "",
-            "| Company | Fiscal year | Revenue | Top risk factors | Quotes found | Confidence | File |",
-            "| --- | --- | --- | --- | --- | --- | --- |",
-        ]
-        lines += [
-            f"| {cell(d.company)} | {cell(d.fiscal_year)} | {revenue_cell(d)} | "
-            f"{cell('; '.join(d.risk_titles[:3]))} | {d.quotes_grounded}/{d.quotes_total} | "
-            f"{confidence_cell(d.confidence)} | "
-            f"{cell(d.path)}{' (injection warning)' if d.injection_excerpt else ''} |"
-            for d in extracted
-        ]
-        lines.append("")
+    lines += _filings(r)
     trust = confidence_lines(r.totals.get("confidence"))
     if trust:
         lines += ["## Confidence", "", *(escape(line) + "\n" for line in trust)]
@@ -227,13 +218,58 @@ def markdown(r: ReportInput) -> str:
             "| --- | --- |",
         ]
         lines += [f"| {cell(d.path)} | {cell(d.injection_excerpt)} |" for d in flagged]
-        lines.append("")
+        lines += ["", *_more(r, int(r.totals.get("injection_flagged") or 0) - len(flagged), "flagged")]
     other = [d for d in r.documents if d.status != "extracted"]
     if other:
         lines += ["## Not extracted", "", "| File | Status | Reason |", "| --- | --- | --- |"]
         lines += [f"| {cell(d.path)} | {d.status} | {cell(d.error)} |" for d in other]
-        lines.append("")
+        not_extracted = sum(n for status, n in counts.items() if status != "extracted")
+        lines += ["", *_more(r, not_extracted - len(other), "failed or skipped")]
     return "\n".join(lines)
+
+
+def _filings(r: ReportInput) -> list[str]:
+    """The filings table, or, for a run past the report's listing, where its table is."""
+    extracted = [d for d in r.documents if d.status == "extracted"]
+    if not r.complete:
+        name = documents_csv(r.run_id)
+        total = sum(r.totals.get("documents", {}).values())
+        return [
+            "## Filings",
+            "",
+            _grounding_line(r.totals),
+            "",
+            f"The table of the run's {total:,} documents is a file of its own: [{name}]({name}), next to "
+            f"this report (`pipeline run` writes it; `pipeline report {r.run_id} --format csv` writes it "
+            "for any run). The database holds the same rows: `extractions` and `risk_factors` by "
+            "`run_id` (docs/querying.md).",
+            "",
+        ]
+    if not extracted:
+        return []
+    lines = [
+        "## Filings",
+        "",
+        _grounding_line(r.totals),
+        "",
+        "| Company | Fiscal year | Revenue | Top risk factors | Quotes found | Confidence | File |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    lines += [
+        f"| {cell(d.company)} | {cell(d.fiscal_year)} | {revenue_cell(d)} | "
+        f"{cell('; '.join(d.risk_titles[:3]))} | {d.quotes_grounded}/{d.quotes_total} | "
+        f"{confidence_cell(d.confidence)} | "
+        f"{cell(d.path)}{' (injection warning)' if d.injection_excerpt else ''} |"
+        for d in extracted
+    ]
+    return [*lines, ""]
+
+
+def _more(r: ReportInput, more: int, what: str) -> list[str]:
+    """The line under a list the report cut: how many more, and where they are."""
+    if r.complete or more <= 0:
+        return []
+    return [f"{more:,} more {what}: in {documents_csv(r.run_id)}.", ""]
 
 
 def as_json(r: ReportInput) -> dict[str, Any]:
@@ -247,5 +283,6 @@ def as_json(r: ReportInput) -> dict[str, Any]:
         "synthesis_levels": r.synthesis_levels,
         "failure": r.failure,
         "totals": r.totals,
+        "documents_complete": r.complete,
         "documents": [{**d.__dict__, "grounding_rate": d.grounding_rate} for d in r.documents],
     }

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, wait
 from dataclasses import replace
 from datetime import timedelta
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from pipeline.context import Context, check_spend, stop_check
@@ -16,16 +17,15 @@ from pipeline.core.constants import DEFAULT_SYNTHESIZE_MAX_TOKENS
 from pipeline.extraction import grounding
 from pipeline.llm import prompts, stops
 from pipeline.llm.client import CallRecord
-from pipeline.reporting import render
-from pipeline.reporting.compress import fallback_summary
+from pipeline.reporting import render, report_rows
 from pipeline.reporting.reduce import hedge, reduce_to_one
 from pipeline.runs.status import RunStatusView, run_status
-from pipeline.storage import clock, extractions, llm_calls, partials, reports, runs
+from pipeline.storage import clock, llm_calls, partials, reports, runs
 from pipeline.storage.db import session_scope
 from pipeline.storage.models import Run, RunStatus, aware
 
 if TYPE_CHECKING:
-    from sqlalchemy import Engine, Row
+    from sqlalchemy import Engine
 
 log = logging.getLogger(__name__)
 
@@ -57,19 +57,19 @@ def synthesize_run(
         with session_scope(ctx.engine) as session:
             partials.close(session, run_id)  # no partial claims a summary after this
         _await_partials(ctx, run_id, answering)  # those claimed just before it
-    run, rows, risks, partial_texts = _load(ctx.engine, run_id)
-    titles, _ = _risk_titles(risks)  # the summaries name the grounded titles
+    run, partial_texts = _load(ctx.engine, run_id)
     levels = 0
     copies: list[Future[str]] = []
     if answer is None:
         model = ctx.llm.pick_model("synthesize", failed_attempts)
-        items = list(partial_texts.values()) + _summaries(rows, titles, partial_texts)
+        # The summaries are read a page at a time as the synthesis takes them, never all at once.
+        items = chain(partial_texts.values(), report_rows.summaries(ctx.engine, run_id, partial_texts))
         answer, levels, copies = _synthesize(ctx, run, items, model)
         levels += 1 if partial_texts else 0
     running = [copy for copy in copies if not copy.done()]  # before the totals: a done one is in them
     view = run_status(ctx.engine, run_id)
     failure = run_failure(view.documents, ctx.settings.run_failure_threshold)
-    report = _report_input(run, rows, risks, answer, view, levels, len(running), failure)
+    report = _report_input(ctx.engine, run, answer, view, levels, len(running), failure)
     status = RunStatus.FAILED if failure else RunStatus.COMPLETED
     if guard is not None:
         guard()
@@ -131,17 +131,17 @@ def synthesize_without_answer(
 
 
 def _report_input(
+    engine: Engine,
     run: Run,
-    rows: Sequence[Row[Any]],
-    risks: Sequence[Row[Any]],
     answer: str,
     view: RunStatusView,
     levels: int = 0,
     still_running: int = 0,
     failure: str | None = None,
 ) -> render.ReportInput:
-    """The report of the run as it stands: its answer, the per-filing rows and the totals."""
-    titles, unverified = _risk_titles(risks)
+    """The report of the run as it stands: its answer, the documents it lists (read in pages;
+    past `report_rows.LISTED_ROWS` documents, only those that need a look) and the totals."""
+    listed = report_rows.listing(engine, run.id)
     return render.ReportInput(
         run_id=run.id,
         name=run.name,
@@ -150,9 +150,10 @@ def _report_input(
         simulated=run.simulated,
         answer=answer,
         synthesis_levels=levels,
-        documents=_document_rows(rows, titles, unverified),
+        documents=listed.documents,
         totals=_totals(view, still_running),
         failure=failure,
+        complete=listed.complete,
     )
 
 
@@ -160,7 +161,7 @@ def report_cancelled(engine: Engine, run_id: str) -> None:
     """The report of a cancelled run: the per-filing tables and the totals of what was done
     before the cancel, and no answer to the run's question (a synthesis would be a new call).
     The run stays cancelled (`reports.keep_report`); `pipeline retry` replaces the report."""
-    run, rows, risks, _ = _load(engine, run_id)
+    run, _ = _load(engine, run_id)
     view = run_status(engine, run_id)
     extracted, total = view.documents.get("extracted", 0), sum(view.documents.values())
     answer = (
@@ -169,78 +170,21 @@ def report_cancelled(engine: Engine, run_id: str) -> None:
         f"cancel: {extracted} of {total} documents extracted; `pipeline retry {run_id}` "
         "finishes the rest.)"
     )
-    report = _report_input(run, rows, risks, answer, view)
+    report = _report_input(engine, run, answer, view)
     data = {**render.as_json(report), "cancelled": run.error}
     with session_scope(engine) as session:
         reports.keep_report(session, run_id, render.markdown(report), data)
 
 
-def _load(engine: Engine, run_id: str) -> tuple[Run, Sequence[Row[Any]], Sequence[Row[Any]], dict[int, str]]:
-    """The run, one row per document (with its extraction's columns), its risk factors, and
-    its partial syntheses' texts by id."""
+def _load(engine: Engine, run_id: str) -> tuple[Run, dict[int, str]]:
+    """The run and its partial syntheses' texts by id (its documents are read in pages, by
+    `report_rows`, as the synthesis and the report take them)."""
     with session_scope(engine) as session:
         run = runs.get_run(session, run_id)
         if run is None:
             raise LookupError(f"no run {run_id}")
-        rows = extractions.report_rows(session, run_id)
-        risks = extractions.risk_rows(session, run_id)
         partial_texts = partials.completed(session, run_id)
-    return run, rows, risks, partial_texts
-
-
-def _risk_titles(risks: Sequence[Row[Any]]) -> tuple[dict[int, list[str]], dict[int, list[str]]]:
-    """Risk-factor titles per document: those whose quote was found, and the unverified."""
-    titles: dict[int, list[str]] = {}
-    unverified: dict[int, list[str]] = {}
-    for document_id, title, grounded in risks:
-        (titles if grounded else unverified).setdefault(document_id, []).append(title)
-    return titles, unverified
-
-
-def _summaries(
-    rows: Sequence[Row[Any]], titles: dict[int, list[str]], partial_texts: dict[int, str]
-) -> list[str]:
-    """One summary per extracted document that no partial synthesis covers: the stored one,
-    or one built from its fields."""
-    return [
-        r.summary
-        or fallback_summary(
-            r.company,
-            r.fiscal_year,
-            r.revenue_usd if r.revenue_grounded is not False else None,
-            titles.get(r.id, []),
-        )
-        for r in rows
-        if r.document_id is not None and r.partial_id not in partial_texts
-    ]
-
-
-def _document_rows(
-    rows: Sequence[Row[Any]], titles: dict[int, list[str]], unverified: dict[int, list[str]]
-) -> list[render.DocumentRow]:
-    return [
-        render.DocumentRow(
-            path=r.path,
-            status=r.status,
-            error=r.error,
-            company=r.company,
-            fiscal_year=r.fiscal_year,
-            revenue_usd=r.revenue_usd,
-            revenue_grounded=r.revenue_grounded,
-            risk_titles=titles.get(r.id, []),
-            unverified_risk_titles=unverified.get(r.id, []),
-            quotes_total=r.quotes_total or 0,
-            quotes_grounded=r.quotes_grounded or 0,
-            injection_excerpt=r.injection_excerpt,
-            confidence=_lowest(r.company_confidence, r.fiscal_year_confidence, r.revenue_confidence),
-        )
-        for r in rows
-    ]
-
-
-def _lowest(*confidences: float | None) -> float | None:
-    scored = [c for c in confidences if c is not None]
-    return min(scored) if scored else None
+    return run, partial_texts
 
 
 def _totals(view: RunStatusView, copies_running: int = 0) -> dict[str, Any]:
@@ -309,7 +253,9 @@ def synthesize_batch(
             llm_calls.record_calls(session, run_id, None, None, calls)
 
 
-def _synthesize(ctx: Context, run: Run, items: list[str], model: str) -> tuple[str, int, list[Future[str]]]:
+def _synthesize(
+    ctx: Context, run: Run, items: Iterable[str], model: str
+) -> tuple[str, int, list[Future[str]]]:
     """The answer, its levels, and the final call's hedged copies still running."""
     copies: list[Future[str]] = []
 

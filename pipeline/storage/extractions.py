@@ -6,21 +6,22 @@ every extraction's JSON."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
-from sqlalchemy import Row, select
+from sqlalchemy import Row, or_, select
 from sqlalchemy.orm import Session
 
 from pipeline.storage.models import Document, Extraction, RiskFactor, Run, XbrlFact
 
 
-def report_rows(session: Session, run_id: str) -> Sequence[Row[Any]]:
+def report_rows(session: Session, run_id: str, page_rows: int) -> Iterator[Sequence[Row[Any]]]:
     """One row per document of the run, by path, with its extraction's columns (None for a
     document without one): id, path, status, error, document_id (the extraction's), company,
     fiscal_year, revenue_usd, revenue_grounded, quotes_total, quotes_grounded, summary,
-    partial_id, injection_excerpt, and the three fields' confidences."""
-    return session.execute(
+    partial_id, injection_excerpt, and the three fields' confidences; `page_rows` rows at a
+    time, streamed from one query (a server-side cursor on Postgres), never all at once."""
+    query = (
         select(
             Document.id,
             Document.path,
@@ -43,6 +44,40 @@ def report_rows(session: Session, run_id: str) -> Sequence[Row[Any]]:
         .outerjoin(Extraction, Extraction.document_id == Document.id)
         .where(Document.run_id == run_id)
         .order_by(Document.path, Document.id)
+        .execution_options(yield_per=page_rows)
+    )
+    yield from session.execute(query).partitions()
+
+
+def summary_page(
+    session: Session, run_id: str, covered: Collection[int], after: int, limit: int
+) -> Sequence[Row[Any]]:
+    """Up to `limit` of the run's extractions that no partial synthesis in `covered` holds, by
+    id after `after` (0: from the first): id, document_id, summary, company, fiscal_year,
+    revenue_usd, revenue_grounded. A page per transaction: the synthesis reads the next page
+    only when it has a thread for it, and holds no connection while its calls are answered."""
+    query = select(
+        Extraction.id,
+        Extraction.document_id,
+        Extraction.summary,
+        Extraction.company,
+        Extraction.fiscal_year,
+        Extraction.revenue_usd,
+        Extraction.revenue_grounded,
+    ).where(Extraction.run_id == run_id, Extraction.id > after)
+    if covered:
+        query = query.where(or_(Extraction.partial_id.is_(None), Extraction.partial_id.not_in(covered)))
+    return session.execute(query.order_by(Extraction.id).limit(limit)).all()
+
+
+def risks_of(session: Session, run_id: str, document_ids: Sequence[int]) -> Sequence[Row[Any]]:
+    """(document_id, title, grounded) of these documents' risk factors, by document and position."""
+    if not document_ids:
+        return []
+    return session.execute(
+        select(RiskFactor.document_id, RiskFactor.title, RiskFactor.grounded)
+        .where(RiskFactor.run_id == run_id, RiskFactor.document_id.in_(document_ids))
+        .order_by(RiskFactor.document_id, RiskFactor.position)
     ).all()
 
 

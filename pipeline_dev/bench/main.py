@@ -30,6 +30,7 @@ def run_bench(
     p95_s: float = 3.81,
     workers: int = 2,
     concurrency: int = 32,
+    finalize_sizes: Sequence[int] = (500, 20_000),
     say: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Run `regimes` (names from REGIMES, run in that table's order) and write
@@ -55,6 +56,7 @@ def run_bench(
             p95_s=p95_s,
             workers=workers,
             concurrency=concurrency,
+            finalize_sizes=tuple(finalize_sizes),
         )
         try:
             for name in (n for n in REGIMES if n in regimes):

@@ -42,6 +42,8 @@ class BenchConfig:
     concurrency: int = 32
     llm_timeout_s: float = 20.0
     seed: int = 7
+    finalize_sizes: tuple[int, ...] = (500, 20_000)
+    """The runs of the finalize regime, in documents (`--finalize-documents`; scaled too)."""
     results: dict[str, Result] = field(default_factory=dict)
 
     def count(self, full: int) -> int:
@@ -646,6 +648,12 @@ def _growth(cfg: BenchConfig) -> Result:
     return growth(cfg)
 
 
+def _finalize(cfg: BenchConfig) -> Result:
+    from pipeline_dev.bench.finalize import finalize_memory
+
+    return finalize_memory(cfg)
+
+
 def _r11(cfg: BenchConfig) -> Result:
     from pipeline_dev.bench.trust import r11_trust
 
@@ -667,6 +675,7 @@ REGIMES: dict[str, Callable[[BenchConfig], Result]] = {
     "R10": r10_plan,  # issue 32: estimates against actuals, the three-tier planner, an expired batch  # Postgres only: the database's size per 1,000 filings, before and after prune
     "R11": _r11,  # issue 33: calibration, escalation, a real model
     "growth": _growth,  # issue 49: each read path at 10k and 100k documents (Postgres only)
+    "finalize": _finalize,  # issue 49: the synthesizing worker's peak at 500 and 20,000 documents
     "intake": _intake,  # issue 46: real filings' formats, no model: tokens, sections, speed, memory
     "peer-R1": lambda cfg: peer(cfg, "R1"),
     "peer-R4": lambda cfg: peer(cfg, "R4"),

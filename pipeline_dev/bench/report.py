@@ -20,6 +20,7 @@ HEADLINE = {
     "R9": ("database MB per 1,000 filings: kept; pruned", "mb_per_1000_kept"),
     "R10": ("auto run's cost / sync cost; wall / deadline", "auto_cost_ratio"),
     "growth": ("read paths' worst time ratio, 10x the documents; pages", "worst_ms_ratio"),
+    "finalize": ("synthesizing worker's peak MB, largest run / smallest; peak MB per run", "peak_ratio"),
     "intake": ("tokens sent / readable; HTML MB/s per core; load VmHWM MB", "sent_per_readable"),
     "peer-R1": ("our wall / peer wall", "wall_ratio_ours_to_peer"),
     "peer-R4": ("our wall / peer wall", "wall_ratio_ours_to_peer"),
@@ -82,6 +83,10 @@ def markdown(results: dict[str, dict[str, Any]], meta: dict[str, Any]) -> str:
             )
         if name == "growth" and r.get("worst_pages_ratio") is not None:
             value += f"; {_fmt(r['worst_pages_ratio'])}"
+        if name == "finalize" and r.get("runs"):
+            value += "; " + ", ".join(
+                f"{n} docs {_fmt(run['synthesizing_worker_peak_mb'])}" for n, run in r["runs"].items()
+            )
         if name.startswith("peer"):
             value += f"; peer text share {_fmt(r.get('text_share'))}, extracted {r.get('extracted')}"
         met = "" if r.get("met") is None else ("yes" if r["met"] else "no")
