@@ -120,10 +120,13 @@ def test_after_a_run_the_plan_of_the_next_one_is_within_ten_percent_of_its_token
     run_id = submitted.stdout.strip().splitlines()[-1]
 
     with session_scope(engine) as session:
-        tokens_in, tokens_out, calls = session.execute(
-            select(func.sum(LLMCall.prompt_tokens), func.sum(LLMCall.completion_tokens), func.count()).where(
-                LLMCall.run_id == run_id
-            )
+        tokens_in, tokens_out, calls, cached = session.execute(
+            select(
+                func.sum(LLMCall.prompt_tokens),
+                func.sum(LLMCall.completion_tokens),
+                func.count(),
+                func.sum(LLMCall.cached_tokens),
+            ).where(LLMCall.run_id == run_id)
         ).one()
         cost = session.scalar(select(Run.cost_usd).where(Run.id == run_id))
     assert "last" in str(plan["history"])
@@ -137,6 +140,10 @@ def test_after_a_run_the_plan_of_the_next_one_is_within_ten_percent_of_its_token
     assert kept["tokens"]["actual"] == tokens_in + tokens_out
     assert abs(kept["tokens"]["error"]) <= 0.10 and abs(kept["cost_usd"]["error"]) <= 0.10, kept
     assert kept["seconds"]["actual"] > 0
+    # The cached layout: the plan counted the prompt tokens the provider would serve from its cache
+    # (instructions after the run's first call, each filing's context after its first chunk).
+    assert sync["cached_tokens"] > 0 and kept["cached_tokens"]["actual"] == cached
+    assert abs(kept["cached_tokens"]["error"]) <= 0.10, kept["cached_tokens"]
     shown = run_cli("status", run_id, env=pipeline_env)
     assert "estimate" in shown.stdout and "actual" in shown.stdout, shown.stdout
     report = run_cli("report", run_id, env=pipeline_env)

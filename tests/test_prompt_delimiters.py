@@ -21,9 +21,9 @@ import pytest
 
 from pipeline.core.constants import PROMPT_VERSION
 from pipeline.core.settings import Settings
-from pipeline.extraction import filing_context
 from pipeline.extraction.prompting import chunk_messages
 from pipeline.extraction.schemas import FilingExtraction
+from pipeline.ingest import filing_context
 from pipeline.llm import prompts
 from pipeline.llm.client import CallRecord, LLMClient
 from pipeline.storage.models import Chunk, Document

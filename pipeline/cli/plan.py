@@ -195,6 +195,13 @@ def _print(estimate: Plan, history_note: str) -> None:
         f"{limits.slots} calls at once; history: {escape(history_note)}",
         highlight=False,
     )
+    if work.cached_tokens:
+        out.print(
+            f"cached: about {work.cached_tokens:,} of the tokens in are served from the provider's prompt "
+            "cache (the instructions every call shares, each filing's context after its first chunk), "
+            "at the cached-input price",
+            highlight=False,
+        )
     table = Table(show_edge=False, pad_edge=False)
     for name in ("mode", "calls", "tokens in", "tokens out", "cost", "time", "deadline", "note"):
         table.add_column(

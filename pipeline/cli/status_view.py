@@ -121,10 +121,12 @@ def estimate_line(figures: dict[str, Any]) -> str:
             text += f" (actual {shown(pair['actual'])}, {pair['error']:+.0%})"
         return text
 
+    cached = figures.get("cached_tokens") or {}
     return ", ".join(
         [
             one("calls", lambda n: f"{n:,.0f} calls"),
             one("tokens", lambda n: f"{n:,.0f} tokens"),
+            *([one("cached_tokens", lambda n: f"{n:,.0f} cached")] if cached.get("estimate") else []),
             one("cost_usd", lambda n: f"${n:,.4f}"),
             one("seconds", span),
         ]

@@ -37,11 +37,10 @@ EXAMPLES = (
         text=(
             "Item 1A. Risk Factors\n"
             "Our business depends on a small number of suppliers.\n"
-            "We buy most of our packaging from three suppliers, and the loss of any of them could "
-            "disrupt our production and increase our costs.\n"
+            "We buy most of our packaging from three suppliers, and losing any of them could disrupt "
+            "production.\n"
             "Changes in commodity prices could reduce our margins.\n"
-            "Wheat, dairy and fuel prices vary widely, and we may not be able to pass higher costs "
-            "on to our customers."
+            "Wheat, dairy and fuel prices vary widely, and we may not pass higher costs on to customers."
         ),
         answer={
             "company": "Harbor Lane Foods, Inc.",
@@ -51,13 +50,13 @@ EXAMPLES = (
             "risk_factors": [
                 {
                     "title": "Dependence on a few suppliers",
-                    "quote": "We buy most of our packaging from three suppliers, and the loss of any of "
-                    "them could disrupt our production and increase our costs.",
+                    "quote": "We buy most of our packaging from three suppliers, and losing any of them "
+                    "could disrupt production.",
                 },
                 {
                     "title": "Commodity prices",
-                    "quote": "Wheat, dairy and fuel prices vary widely, and we may not be able to pass "
-                    "higher costs on to our customers.",
+                    "quote": "Wheat, dairy and fuel prices vary widely, and we may not pass higher costs "
+                    "on to customers.",
                 },
             ],
         },

@@ -14,9 +14,9 @@ import hashlib
 from pydantic import BaseModel
 
 from pipeline.core.constants import COMPACT_PROMPT_VERSION
-from pipeline.extraction import custom, filing_context, layout
+from pipeline.extraction import custom, layout
 from pipeline.extraction.schemas import FilingExtraction
-from pipeline.ingest import sections
+from pipeline.ingest import filing_context, sections
 from pipeline.llm import prompts
 from pipeline.storage.models import Chunk, Document
 

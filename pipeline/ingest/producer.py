@@ -16,7 +16,7 @@ from opentelemetry.trace import Span
 
 from pipeline.core import tracing
 from pipeline.core.settings import Settings
-from pipeline.ingest import chunking, injection, inputs, sections
+from pipeline.ingest import chunking, filing_context, injection, inputs, sections
 from pipeline.llm.tokens import counter_for
 from pipeline.storage import db, intake, run_state
 from pipeline.storage.db import session_scope
@@ -51,6 +51,9 @@ class SubmitPlan:
     spans: dict[int, tuple[str, list[tuple[int, int, int]]]] = field(default_factory=dict)
     """Each document's content hash and chunks (start, end, estimated tokens): where an
     earlier run answered the same text, `pipeline plan` counts no call."""
+    context_tokens: dict[int, int] = field(default_factory=dict)
+    """Each document's context in the cached layout, in tokens (its chunks share it: `pipeline
+    plan` counts it as cached after their first); none in the compact layout."""
     files: list[dict[str, Any]] = field(default_factory=list)
     """`survey` only: what was read of each file (`file_view`), for `pipeline plan`."""
     reused_chunks: int = 0
@@ -266,6 +269,7 @@ def _add_traced_file(
     plan.document_ids.append(document_id)
     plan.chunk_counts[document_id] = len(spans)
     plan.spans[document_id] = (loaded.sha256, [(c.char_start, c.char_end, c.token_estimate) for c in spans])
+    _count_context(settings, plan, document_id, loaded, found)
 
 
 def _chunk(
@@ -288,6 +292,17 @@ def _chunk(
     )
     tokens = sum(s.token_estimate for s in spans)
     return spans, tokens, _over_token_caps(settings, plan, tokens), found
+
+
+def _count_context(
+    settings: Settings, plan: SubmitPlan, number: int, loaded: inputs.LoadedFile, found: sections.Found | None
+) -> None:
+    """The tokens of the document's context in the cached layout (`filing_context`), for the plan."""
+    if settings.prompt_layout != "cached" or loaded.text is None:
+        return
+    facts = filing_context.FilingFacts.read(loaded.intake.meta if loaded.intake else None)
+    context = filing_context.build(loaded.text, facts, found.sections if found else None)
+    plan.context_tokens[number] = counter_for(settings.llm_model)(context)
 
 
 def _read_of(loaded: inputs.LoadedFile, found: sections.Found | None = None) -> intake.Read | None:
@@ -340,6 +355,7 @@ def survey(settings: Settings, paths: Sequence[str]) -> SubmitPlan:
         plan.document_ids.append(number)
         plan.chunk_counts[number] = len(spans)
         plan.spans[number] = (loaded.sha256, [(c.char_start, c.char_end, c.token_estimate) for c in spans])
+        _count_context(settings, plan, number, loaded, found)
     return plan
 
 

@@ -30,7 +30,8 @@ from pipeline.core.cost import Price, price_of
 from pipeline.core.deadline import parse_deadline
 from pipeline.core.settings import Settings
 from pipeline.ingest.producer import SubmitPlan
-from pipeline.runs.mode import PROMPT_OVERHEAD_TOKENS, choose_mode
+from pipeline.runs import cache_estimate
+from pipeline.runs.mode import choose_mode
 from pipeline.storage import clock
 from pipeline.storage.db import session_scope
 from pipeline.storage.runs import get_run
@@ -91,6 +92,9 @@ class Work:
     seconds_per_call: float
     """Wall seconds per call the last runs took (0: no history)."""
     sources: dict[str, str] = field(default_factory=dict)
+    cached_tokens: int = 0
+    """Of the extract calls' input tokens, those the provider is estimated to serve from its
+    prompt cache (`pipeline.runs.cache_estimate`), priced at the cached-input price."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,8 @@ class ModeEstimate:
     meets_deadline: bool | None
     """None: no deadline."""
     note: str = ""
+    cached_tokens: int = 0
+    """Of `input_tokens`, those estimated to be served from the provider's prompt cache."""
 
 
 @dataclass(frozen=True)
@@ -126,7 +132,7 @@ class Plan:
 
     def stored(self) -> dict[str, Any]:
         """What the run keeps of it (`runs.estimate`)."""
-        keep = ("calls", "input_tokens", "output_tokens", "cost_usd", "seconds")
+        keep = ("calls", "input_tokens", "cached_tokens", "output_tokens", "cost_usd", "seconds")
         return {
             "modes": {m.mode: {k: getattr(m, k) for k in keep} for m in self.modes},
             "sources": self.work.sources,
@@ -170,8 +176,9 @@ def reusing(engine: Engine, settings: Settings, survey: SubmitPlan) -> SubmitPla
     return replace(survey, chunk_counts=counts, tokens=tokens, reused_chunks=reused)
 
 
-def work_of(settings: Settings, survey: SubmitPlan, usage: RecentUsage) -> Work:
-    """The run's calls and tokens: the last runs' ratios where there are any, else the assumed."""
+def work_of(settings: Settings, survey: SubmitPlan, usage: RecentUsage, schema: str | None = None) -> Work:
+    """The run's calls and tokens: the last runs' ratios where there are any, else the assumed;
+    the cached tokens from the layout (`cache_estimate`)."""
     documents, chunks, text = survey.submitted, sum(survey.chunk_counts.values()), survey.tokens
     sources: dict[str, str] = {}
     extract = usage.stages.get("extract")
@@ -183,7 +190,7 @@ def work_of(settings: Settings, survey: SubmitPlan, usage: RecentUsage) -> Work:
         sources["extract"] = f"{runs} of {settings.llm_model}"
     else:
         extract_calls = chunks
-        extract_in = text + chunks * PROMPT_OVERHEAD_TOKENS
+        extract_in = text + chunks * cache_estimate.prompt_overhead_tokens(settings, survey, schema)
         extract_out = round(chunks * settings.extract_max_tokens * ASSUMED_ANSWER_SHARE)
         sources["extract"] = "assumed: no completed run of this model to learn from"
     calls, tokens_in, tokens_out = extract_calls, extract_in, extract_out
@@ -220,6 +227,7 @@ def work_of(settings: Settings, survey: SubmitPlan, usage: RecentUsage) -> Work:
         reserved_tokens=tokens_in + tokens_out - extract_out + extract_calls * settings.extract_max_tokens,
         seconds_per_call=usage.seconds / history_calls if history_calls else 0.0,
         sources=sources,
+        cached_tokens=min(extract_in, cache_estimate.cached_tokens(settings, survey, schema)),
     )
 
 
@@ -247,9 +255,10 @@ def plan_run(
     now: datetime,
     deadline: datetime | None,
     batch_seconds: float | None = None,
+    schema: str | None = None,
 ) -> Plan:
     """Every mode's estimate of the surveyed work, and the one the run would be sent in."""
-    work = work_of(settings, survey, usage)
+    work = work_of(settings, survey, usage, schema)
     sync_s = sync_seconds(work, limits)
     report_s = sync_seconds(_report_part(work), limits) if work.documents else 0.0
     model = settings.llm_model
@@ -261,11 +270,21 @@ def plan_run(
         cost = None
         if price and sync_price:
             report_in, report_out = work.report_tokens
-            extract = price.of(work.input_tokens - report_in, work.output_tokens - report_out)
+            extract = price.of(
+                work.input_tokens - report_in, work.output_tokens - report_out, work.cached_tokens
+            )
             cost = extract + sync_price.of(report_in, report_out)
         meets = None if left is None else seconds <= left
         return ModeEstimate(
-            mode, work.calls, work.input_tokens, work.output_tokens, cost, seconds, meets, note
+            mode,
+            work.calls,
+            work.input_tokens,
+            work.output_tokens,
+            cost,
+            seconds,
+            meets,
+            note,
+            work.cached_tokens,
         )
 
     batch_s = (batch_seconds if batch_seconds is not None else BATCH_WINDOW_S) + report_s
@@ -363,7 +382,8 @@ def record_estimate(engine: Engine, settings: Settings, submitted: SubmitPlan) -
     usage, batch_seconds = history(engine, settings)
     if reuse:
         submitted = reusing(engine, settings, submitted)
-    plan = plan_run(settings, submitted, usage, limits_for(settings), now, deadline, batch_seconds)
+    schema = run.schema if run is not None else None
+    plan = plan_run(settings, submitted, usage, limits_for(settings), now, deadline, batch_seconds, schema)
     with session_scope(engine) as session:
         store_estimate(session, submitted.run_id, plan.stored())
     return plan
@@ -397,6 +417,7 @@ def accuracy(estimate: dict[str, Any] | None, mode: str, actual: Actual) -> dict
     pairs = {
         "calls": (figures["calls"], actual.calls),
         "tokens": (figures["input_tokens"] + figures["output_tokens"], actual.tokens),
+        "cached_tokens": (figures.get("cached_tokens"), actual.cached_tokens),
         "cost_usd": (figures["cost_usd"], actual.cost_usd),
         "seconds": (figures["seconds"], actual.seconds),
     }

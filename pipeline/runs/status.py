@@ -193,15 +193,17 @@ def _view(summary: RunSummary) -> RunStatusView:
         batch_saved_usd=round(batch_sync_cost - batch_cost, 6),
         tier_reason=run.tier_reason,
         pruned_at=_iso(run.pruned_at) if run.pruned_at else None,
-        estimate=accuracy(run.estimate, run.mode, _actual(run, calls.calls, tokens, calls.cost_usd)),
+        estimate=accuracy(
+            run.estimate, run.mode, _actual(run, calls.calls, tokens, calls.cost_usd, calls.cached_tokens)
+        ),
     )
 
 
-def _actual(run: Run, calls: int, tokens: int, cost: float | None) -> Actual:
+def _actual(run: Run, calls: int, tokens: int, cost: float | None, cached: int = 0) -> Actual:
     seconds = None
     if run.finished_at is not None:
         seconds = (aware(run.finished_at) - aware(run.started_at or run.created_at)).total_seconds()
-    return Actual(calls, tokens, cost or 0.0, seconds)
+    return Actual(calls, tokens, cost or 0.0, seconds, cached)
 
 
 @dataclass

@@ -17,14 +17,15 @@ from dataclasses import dataclass
 from datetime import date
 
 from pipeline.ingest import sections
+from pipeline.ingest.filing.metadata import Metadata
 from pipeline.llm import tokens
 from pipeline.storage.models import Document
 
-COVER_TOKENS = 256
+COVER_TOKENS = 192
 """The cover page's lines kept, at most (a 10-K's cover, checkboxes and all, runs to ~1,000)."""
-CONTENTS_TOKENS = 160
-"""The table of contents' lines kept, at most (a 10-K's ~23 item headings, cut, take ~170)."""
-HEADING_CHARS = 60
+CONTENTS_TOKENS = 128
+"""The table of contents' lines kept, at most (a 10-K's 23 item headings, cut, take ~190)."""
+HEADING_CHARS = 48
 """A heading line of the table of contents is cut to this."""
 COUNTED_AS = "gpt-4o"
 """The model whose encoding (o200k_base) counts the context's tokens: fixed, so that workers
@@ -47,6 +48,13 @@ class FilingFacts:
     def of(cls, doc: Document) -> FilingFacts:
         return cls(doc.form_type, doc.company_name, doc.cik, doc.period_of_report, doc.fiscal_year)
 
+    @classmethod
+    def read(cls, meta: Metadata | None) -> FilingFacts:
+        """What the intake read (the values submit stores in the document's columns)."""
+        if meta is None:
+            return cls()
+        return cls(meta.form, meta.company, meta.cik, meta.period, meta.fiscal_year)
+
     def lines(self) -> list[str]:
         named = [
             ("Form", self.form_type),
@@ -58,22 +66,25 @@ class FilingFacts:
         return [f"{name}: {' '.join(value.split())}" for name, value in named if value]
 
 
-def build(text: str, facts: FilingFacts) -> str:
+def build(text: str, facts: FilingFacts, found: list[sections.Section] | None = None) -> str:
     """The context of the filing whose stored text is `text` (pure): its metadata, the text
     before its first item heading (the cover page, and often the table of contents) and the
     item headings found, each part within its token cap. Sections are found as the intake
-    finds them (`sections.find_sections`); a filing without item headings has no contents."""
+    finds them (`sections.find_sections`; `found`: already found so); a filing without item
+    headings has no contents."""
     count = tokens.counter_for(COUNTED_AS)
-    found = [s for s in sections.find_sections(text, facts.form_type) if s.name != "Cover"]
+    if found is None:
+        found = sections.find_sections(text, facts.form_type)
+    found = [s for s in found if s.name != "Cover"]
     cover_end = found[0].start if found else len(text)
-    parts = ["Metadata (as read from the filing's header or cover facts):", *(facts.lines() or ["none read"])]
+    parts = ["Metadata (from the filing's header or cover facts):", *facts.lines()] if facts.lines() else []
     cover = _within(_lines(text[:cover_end]), COVER_TOKENS, count)
     if cover:
-        parts += ["", "Cover page (its first lines):", *cover]
+        parts += ["Cover page (first lines):", *cover]
     headings = [_heading(text, s.start) for s in found]
     contents = _within([h for h in headings if h], CONTENTS_TOKENS, count)
     if contents:
-        parts += ["", "Sections of the filing (its item headings, in order):", *contents]
+        parts += ["Item headings:", *contents]
     return "\n".join(parts)
 
 
@@ -86,7 +97,7 @@ def _lines(text: str) -> list[str]:
 def _heading(text: str, start: int) -> str:
     end = text.find("\n", start)
     line = " ".join(text[start : end if end != -1 else len(text)].split())
-    return line[:HEADING_CHARS]
+    return line[:HEADING_CHARS].rstrip()
 
 
 def _within(lines: list[str], cap_tokens: int, count: tokens.Counter) -> list[str]:
