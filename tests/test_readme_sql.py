@@ -203,7 +203,9 @@ def test_the_default_model_costs_its_list_price_and_documents_sort_by_it(postgre
         calls = list(session.scalars(select(LLMCall).where(LLMCall.run_id == postgres_run.run_id)))
     assert calls and {c.model for c in calls} == {default("llm_model")}
     for call in calls:
-        assert call.cost_usd == pytest.approx(price.of(call.prompt_tokens, call.completion_tokens))
+        assert call.cost_usd == pytest.approx(
+            price.of(call.prompt_tokens, call.completion_tokens, call.cached_tokens)
+        )
     query = next(q for b in blocks("sql") for q in statements(b) if "from document_costs" in q)
     rows = psql(postgres_run, query, "-A", "-t").stdout.splitlines()
     cells = [row.rsplit("|", 2)[1:] for row in rows]  # calls, cost_usd ('' for NULL)

@@ -104,6 +104,41 @@ def test_the_cost_views_give_the_rows_the_old_ones_gave(nights: str) -> None:
             assert now == before and now, view
 
 
+def test_the_reviewed_views_give_the_rows_the_old_ones_gave(nights: str) -> None:
+    """0024's reviewed_extractions (joined on the run too) and latest_extractions (one ordered
+    pass) against 0018's, with corrections that change a company, a fiscal year and a revenue
+    (rolled back afterwards)."""
+    new = _migration("0024_reviewed_views_by_the_run")
+    with get_engine(nights).connect() as conn:
+        picked = conn.execute(
+            text("select id, run_id from documents where status = 'extracted' order by id limit 3")
+        ).all()
+        for (document_id, run_id), (field, value) in zip(
+            picked, [("company", "Company 1"), ("fiscal_year", "2031"), ("revenue_usd", "5.0")], strict=True
+        ):
+            conn.execute(
+                text(
+                    "insert into corrections (run_id, document_id, field, value, reviewer, reviewed_at, created_at)"
+                    " values (:run, :doc, :field, :value, 'a reviewer', now(), now())"
+                ),
+                {"run": run_id, "doc": document_id, "field": field, "value": value},
+            )
+        for view, body, old, key in (
+            ("reviewed_extractions", new.REVIEWED_EXTRACTIONS, new.OLD_REVIEWED_EXTRACTIONS, "extraction_id"),
+            ("latest_extractions", new.LATEST_EXTRACTIONS, new.OLD_LATEST_EXTRACTIONS, "company"),
+        ):
+            now = conn.execute(text(f"select * from {view} order by {key}")).all()
+            if view == "latest_extractions":  # its old body reads the view it is built on
+                old = old.replace("reviewed_extractions", f"({new.OLD_REVIEWED_EXTRACTIONS})")
+            before = conn.execute(text(f"select * from ({old}) v order by {key}")).all()
+            assert now == before and now, view
+            assert conn.execute(text(f"select * from ({body}) v order by {key}")).all() == now, view
+        assert any(
+            row.company == "Company 1" for row in conn.execute(text("select company from latest_extractions"))
+        )
+        conn.rollback()
+
+
 def test_the_growth_regime_measures_every_read_path_at_both_sizes(
     postgres_url: str | None, tmp_path: Path
 ) -> None:
