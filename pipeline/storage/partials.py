@@ -116,7 +116,7 @@ def release(session: Session, partial_id: int) -> None:
 
 def close(session: Session, run_id: str) -> int:
     """The final synthesis takes every summary of the run that no partial holds, under a partial
-    of its own with an empty text (so `_summaries` reads its summaries, and no wait counts it
+    of its own with an empty text (so `report_rows.summaries` reads them, and no wait counts it
     as pending, a retry's included): a partial claimed by the
     run's last documents after the final synthesis read the summaries would otherwise put
     those summaries in the report twice. Returns that partial's id."""
