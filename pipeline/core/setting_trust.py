@@ -30,7 +30,7 @@ class TrustSettings(BaseSettings):
     escalate_base_url: str | None = Field(
         default=None,
         description="the escalation model's endpoint, when it is not PIPELINE_LLM_BASE_URL's "
-        "(its calls then pass no shared limiter)",
+        "(its calls then pass a limiter and a circuit breaker of that endpoint's own)",
     )
     escalate_api_key: SecretStr | None = Field(
         default=None, description="that endpoint's API key (unset: PIPELINE_LLM_API_KEY)"
