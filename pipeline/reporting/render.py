@@ -171,7 +171,12 @@ def _estimate_text(estimate: dict[str, Any] | None) -> str:
     if not estimate:
         return ""
     parts = []
-    for name, shown in (("tokens", "{:,.0f} tokens"), ("cost_usd", "${:.4f}")):
+    shown_as = (
+        ("tokens", "{:,.0f} tokens"),
+        ("cached_tokens", "{:,.0f} of them cached"),
+        ("cost_usd", "${:.4f}"),
+    )
+    for name, shown in shown_as:
         pair = estimate.get(name) or {}
         if pair.get("estimate") is None:
             continue

@@ -654,6 +654,12 @@ def _finalize(cfg: BenchConfig) -> Result:
     return finalize_memory(cfg)
 
 
+def _caching(cfg: BenchConfig) -> Result:
+    from pipeline_dev.bench.caching import caching
+
+    return caching(cfg)
+
+
 def _r11(cfg: BenchConfig) -> Result:
     from pipeline_dev.bench.trust import r11_trust
 
@@ -674,6 +680,7 @@ REGIMES: dict[str, Callable[[BenchConfig], Result]] = {
     "R9": r9_retention,
     "R10": r10_plan,  # issue 32: estimates against actuals, the three-tier planner, an expired batch  # Postgres only: the database's size per 1,000 filings, before and after prune
     "R11": _r11,  # issue 33: calibration, escalation, a real model
+    "caching": _caching,  # issue 50: the cached prompt layout against the compact one, cost and accuracy
     "growth": _growth,  # issue 49: each read path at 10k and 100k documents (Postgres only)
     "finalize": _finalize,  # issue 49: the synthesizing worker's peak at 500 and 20,000 documents
     "intake": _intake,  # issue 46: real filings' formats, no model: tokens, sections, speed, memory

@@ -21,6 +21,7 @@ HEADLINE = {
     "R10": ("auto run's cost / sync cost; wall / deadline", "auto_cost_ratio"),
     "growth": ("read paths' worst time ratio, 10x the documents; pages", "worst_ms_ratio"),
     "finalize": ("synthesizing worker's peak MB, largest run / smallest; peak MB per run", "peak_ratio"),
+    "caching": ("cost per filing, cached layout / compact (gpt-4.1-mini's prices)", "cost_ratio"),
     "intake": ("tokens sent / readable; HTML MB/s per core; load VmHWM MB", "sent_per_readable"),
     "peer-R1": ("our wall / peer wall", "wall_ratio_ours_to_peer"),
     "peer-R4": ("our wall / peer wall", "wall_ratio_ours_to_peer"),
