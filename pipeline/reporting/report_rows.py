@@ -2,9 +2,10 @@
 
 Finalize's memory stays flat whatever the run's size: the summaries go to the synthesis as they
 are read, and the report keeps what a reader can take in (the filings table of a run of up to
-LISTED_ROWS documents; of a larger run, the documents that need a look, at most LISTED_ROWS of
-each kind). The table of every document is written from the same pages, row by row, as CSV
-(`pipeline report RUN --format csv`, and `<run id>-documents.csv` next to `pipeline run`'s report).
+LISTED_ROWS documents; of a larger run, only the documents that need a look, at most LISTED_ROWS
+of each kind, read as such). The table of every document is written from the pages, row by row,
+as CSV (`pipeline report RUN --format csv`, and `<run id>-documents.csv` next to `pipeline run`'s
+report).
 """
 
 from __future__ import annotations
@@ -104,41 +105,23 @@ def lowest(*confidences: float | None) -> float | None:
 @dataclass
 class Listing:
     """The documents a report lists: all of them (`complete`), or, past LISTED_ROWS, those that
-    need a look (failed or skipped, flagged), at most `limit` of each kind."""
+    need a look (not extracted, flagged), at most LISTED_ROWS of each kind."""
 
     documents: list[DocumentRow] = field(default_factory=list)
     complete: bool = True
-    total: int = 0
 
 
-def listing(engine: Engine, run_id: str, limit: int | None = None) -> Listing:
-    """The report's documents, read in pages; at most about 2 x `limit` rows held at once
-    (default LISTED_ROWS)."""
-    limit = LISTED_ROWS if limit is None else limit
-    found = Listing()
-    others = flagged = 0
-    for page in pages(engine, run_id):
-        for line in page:
-            found.total += 1
-            row = document_row(line)
-            if found.complete and found.total > limit:  # the table goes to the CSV from here on
-                found.complete = False
-                found.documents = [d for d in found.documents if _needs_a_look(d)]
-                others = sum(1 for d in found.documents if d.status != "extracted")
-                flagged = sum(1 for d in found.documents if d.injection_excerpt and d.status == "extracted")
-            if found.complete:
-                found.documents.append(row)
-            elif row.status != "extracted" and others < limit:
-                found.documents.append(row)
-                others += 1
-            elif row.status == "extracted" and row.injection_excerpt and flagged < limit:
-                found.documents.append(row)
-                flagged += 1
-    return found
-
-
-def _needs_a_look(d: DocumentRow) -> bool:
-    return d.status != "extracted" or bool(d.injection_excerpt)
+def listing(engine: Engine, run_id: str, total: int) -> Listing:
+    """The report's documents for a run of `total`: every one, read in pages, up to LISTED_ROWS;
+    past it, only those that need a look, read as such (the others are not read at all)."""
+    if total <= LISTED_ROWS:
+        return Listing([document_row(line) for page in pages(engine, run_id) for line in page])
+    with session_scope(engine) as session:
+        rows = extractions.attention_rows(session, run_id, LISTED_ROWS)
+        ids = [r.id for r in rows if r.document_id is not None]
+        titles, unverified = risk_titles(extractions.risks_of(session, run_id, ids))
+    lines = [(r, titles.get(r.id, []), unverified.get(r.id, [])) for r in rows]
+    return Listing([document_row(line) for line in lines], complete=False)
 
 
 CSV_COLUMNS = [

@@ -141,7 +141,7 @@ def _report_input(
 ) -> render.ReportInput:
     """The report of the run as it stands: its answer, the documents it lists (read in pages;
     past `report_rows.LISTED_ROWS` documents, only those that need a look) and the totals."""
-    listed = report_rows.listing(engine, run.id)
+    listed = report_rows.listing(engine, run.id, sum(view.documents.values()))
     return render.ReportInput(
         run_id=run.id,
         name=run.name,

@@ -9,19 +9,18 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
-from sqlalchemy import Row, or_, select
+from sqlalchemy import Row, Select, or_, select
 from sqlalchemy.orm import Session
 
 from pipeline.storage.models import Document, Extraction, RiskFactor, Run, XbrlFact
 
 
-def report_rows(session: Session, run_id: str, page_rows: int) -> Iterator[Sequence[Row[Any]]]:
-    """One row per document of the run, by path, with its extraction's columns (None for a
-    document without one): id, path, status, error, document_id (the extraction's), company,
-    fiscal_year, revenue_usd, revenue_grounded, quotes_total, quotes_grounded, summary,
-    partial_id, injection_excerpt, and the three fields' confidences; `page_rows` rows at a
-    time, streamed from one query (a server-side cursor on Postgres), never all at once."""
-    query = (
+def _report_query(run_id: str) -> Select[Any]:
+    """The run's documents, each with its extraction's columns (None for a document without
+    one): id, path, status, error, document_id (the extraction's), company, fiscal_year,
+    revenue_usd, revenue_grounded, quotes_total, quotes_grounded, injection_excerpt, and the three
+    fields' confidences."""
+    return (
         select(
             Document.id,
             Document.path,
@@ -34,8 +33,6 @@ def report_rows(session: Session, run_id: str, page_rows: int) -> Iterator[Seque
             Extraction.revenue_grounded,
             Extraction.quotes_total,
             Extraction.quotes_grounded,
-            Extraction.summary,
-            Extraction.partial_id,
             Document.injection_excerpt,
             Extraction.company_confidence,
             Extraction.fiscal_year_confidence,
@@ -43,10 +40,30 @@ def report_rows(session: Session, run_id: str, page_rows: int) -> Iterator[Seque
         )
         .outerjoin(Extraction, Extraction.document_id == Document.id)
         .where(Document.run_id == run_id)
-        .order_by(Document.path, Document.id)
-        .execution_options(yield_per=page_rows)
     )
+
+
+def report_rows(session: Session, run_id: str, page_rows: int) -> Iterator[Sequence[Row[Any]]]:
+    """Every document of the run by path (`_report_query`'s columns), `page_rows` rows at a
+    time, streamed from one query (a server-side cursor on Postgres), never all at once."""
+    query = _report_query(run_id).order_by(Document.path, Document.id).execution_options(yield_per=page_rows)
     yield from session.execute(query).partitions()
+
+
+def attention_rows(session: Session, run_id: str, limit: int) -> list[Row[Any]]:
+    """The run's documents that need a look, by path (`_report_query`'s columns): up to `limit`
+    of those not extracted (failed, skipped), and up to `limit` of the extracted ones with an
+    injection warning. Two bounded reads through the run's status index, however large the run."""
+    order = (Document.path, Document.id)
+    failed = _report_query(run_id).where(Document.status != "extracted").order_by(*order).limit(limit)
+    flagged = (
+        _report_query(run_id)
+        .where(Document.status == "extracted", Document.injection_excerpt.is_not(None))
+        .order_by(*order)
+        .limit(limit)
+    )
+    found = [*session.execute(failed).all(), *session.execute(flagged).all()]
+    return sorted(found, key=lambda r: (r.path, r.id))
 
 
 def summary_page(
