@@ -4,6 +4,7 @@ then leaves it out, with the reason logged once. Against the simulator, through 
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
 from typing import Any
@@ -15,10 +16,14 @@ from pipeline.core import keys
 from pipeline.core.settings import Settings
 from pipeline.extraction.schemas import FilingExtraction
 from pipeline.llm import cache_keys
+from pipeline.llm.batch import BatchAPI
 from pipeline.llm.client import CallRecord, LLMClient
 from pipeline.llm.prompts import extract_messages
 from pipeline.llm.ratelimit import RedisLimiter
 from pipeline_dev.sim import SimConfig, SimServer
+from tests.test_sim import RESPONSE_FORMAT
+from tests.test_sim_batches import QUICK, request_line, submit, wait
+from tests.test_sim_batches import client as sdk_client
 
 FILING = "Item 7. Revenue was $12.5 million in fiscal 2023. Item 1A. Risk: suppliers may fail."
 KEY = "0123456789abcdef0123456789abcdef"
@@ -106,5 +111,25 @@ def test_a_rejection_that_names_another_parameter_is_not_taken_for_the_key() -> 
         assert not keys_of_endpoint.refused()
         assert keys_of_endpoint.heard(422, "extra fields not permitted: prompt_cache_key")
         assert keys_of_endpoint.refused()
+    finally:
+        cache_keys.forget()
+
+
+def test_a_batch_line_refused_for_its_key_is_recognised_as_the_refusal() -> None:
+    """A Batch API endpoint that refuses the key fails each line that carries it (an error-file
+    line with the 400); reading that line records the refusal, so later files go without it."""
+    line = request_line("chunk-1", prompt_cache_key=KEY, response_format=RESPONSE_FORMAT)
+    with SimServer(SimConfig(**QUICK, batch_duration_s=0.1, reject_prompt_cache_key=True)) as sim:
+        batch, _ = wait(sdk_client(sim), submit(sdk_client(sim), [line]))
+        api = BatchAPI(sim.base_url, "sk-test", 10.0)
+        try:
+            (read,) = list(api.lines(batch.error_file_id or ""))
+        finally:
+            api.close()
+    assert read.status_code == 400 and not read.answered
+    endpoint = cache_keys.CacheKeys(sim.base_url, None)
+    try:
+        assert endpoint.heard(read.status_code, read.error or json.dumps(read.body))
+        assert endpoint.refused()
     finally:
         cache_keys.forget()
