@@ -666,6 +666,12 @@ def _r11(cfg: BenchConfig) -> Result:
     return r11_trust(cfg)
 
 
+def _submit(cfg: BenchConfig) -> Result:
+    from pipeline_dev.bench.submit import submit_side_by_side
+
+    return submit_side_by_side(cfg)
+
+
 REGIMES: dict[str, Callable[[BenchConfig], Result]] = {
     "R1": r1_rate_bound,
     "R1t": r1t_token_bound,
@@ -686,4 +692,5 @@ REGIMES: dict[str, Callable[[BenchConfig], Result]] = {
     "intake": _intake,  # issue 46: real filings' formats, no model: tokens, sections, speed, memory
     "peer-R1": lambda cfg: peer(cfg, "R1"),
     "peer-R4": lambda cfg: peer(cfg, "R4"),
+    "submit": _submit,  # issue 49: the streaming submit against the submit of before, side by side
 }

@@ -23,6 +23,7 @@ HEADLINE = {
     "finalize": ("synthesizing worker's peak MB, largest run / smallest; peak MB per run", "peak_ratio"),
     "caching": ("cost per filing, cached layout / compact (gpt-4.1-mini's prices)", "cost_ratio"),
     "intake": ("tokens sent / readable; HTML MB/s per core; load VmHWM MB", "sent_per_readable"),
+    "submit": ("submit wall, new / old; first extracted s; first taken s", "wall_ratio"),
     "peer-R1": ("our wall / peer wall", "wall_ratio_ours_to_peer"),
     "peer-R4": ("our wall / peer wall", "wall_ratio_ours_to_peer"),
 }
@@ -88,6 +89,8 @@ def markdown(results: dict[str, dict[str, Any]], meta: dict[str, Any]) -> str:
             value += "; " + ", ".join(
                 f"{n} docs {_fmt(run['synthesizing_worker_peak_mb'])}" for n, run in r["runs"].items()
             )
+        if name == "submit" and r.get("new"):
+            value += f"; {_fmt(r['new']['first_extracted_s_worst'])}; {_fmt(r['new']['first_taken_s_worst'])}"
         if name.startswith("peer"):
             value += f"; peer text share {_fmt(r.get('text_share'))}, extracted {r.get('extracted')}"
         met = "" if r.get("met") is None else ("yes" if r["met"] else "no")
