@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from pipeline.core.settings import Settings
 from pipeline.llm import stops
-from pipeline.llm.client import LLMClient
+from pipeline.llm.client import CallSink, LLMClient
 from pipeline.recovery.leases import Leases
 from pipeline.storage import llm_calls, run_state, runs
 from pipeline.storage.db import session_scope
@@ -72,6 +72,13 @@ def check_spend(ctx: Context, run_id: str) -> None:
     """Raise BudgetSpent once the run has spent its budget: one Redis round trip (the spend is
     counted there as calls are made), Postgres only to open or reconcile the count."""
     ctx.llm.spend.check(run_id, lambda: recorded_spend(ctx, run_id))
+
+
+def spending(ctx: Context, run_id: str, sink: CallSink, llm: LLMClient | None = None) -> CallSink:
+    """`sink` for a capped run's calls (by `llm`, else the main client): each holds its largest
+    cost against the run's budget before it is sent, and counts what it cost when it comes back;
+    one that does not fit raises BudgetSpent (`pipeline.llm.spending`)."""
+    return (llm or ctx.llm).spending(run_id, sink, lambda: recorded_spend(ctx, run_id))
 
 
 def deadline_of(ctx: Context, run_id: str) -> Callable[[], datetime | None]:

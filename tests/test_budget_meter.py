@@ -136,3 +136,48 @@ def test_a_redis_that_is_down_falls_back_to_the_database(engine: Engine, run_id:
     recorded.spend(1.0)
     with pytest.raises(BudgetSpent):
         meter.check(run_id, recorded)
+
+
+def test_calls_in_flight_hold_their_largest_cost_and_what_does_not_fit_is_refused(
+    client: redis.Redis, engine: Engine, run_id: str
+) -> None:
+    """Issue 47, item 6: a call is held against the budget before it goes, so calls that start
+    at once cannot all find room: the hold is replaced by what the call cost when it comes back."""
+    meter, recorded = SpendMeter(client), Recorded(engine, run_id)
+    first = meter.hold(run_id, 0.4, 60, recorded)
+    second = meter.hold(run_id, 0.4, 60, recorded)
+    with pytest.raises(
+        BudgetSpent, match=r"calls in flight hold \$0\.8000: no room for a call that may cost \$0\.4000"
+    ):
+        meter.hold(run_id, 0.4, 60, recorded)
+    meter.settle(first, 0.1)  # it cost less than its largest cost
+    third = meter.hold(run_id, 0.4, 60, recorded)
+    meter.settle(second, None)  # it failed: nothing billed
+    meter.settle(third, 0.3)
+    assert int(client.hget(keys(run_id)[0], "spent") or 0) == 400_000_000
+    assert int(client.hget(keys(run_id)[0], "held") or 0) == 0 and not client.exists(keys(run_id)[2])
+    meter.hold(run_id, 0.6, 60, recorded)  # exactly the rest fits
+    with pytest.raises(BudgetSpent):
+        meter.hold(run_id, 0.01, 60, recorded)
+    assert recorded.reads == 1, "opened from the database once"
+
+
+def test_a_hold_whose_call_never_came_back_expires(client: redis.Redis, engine: Engine, run_id: str) -> None:
+    meter, recorded = SpendMeter(client), Recorded(engine, run_id)
+    lost = meter.hold(run_id, 0.9, 60, recorded)  # its worker died mid-call
+    with pytest.raises(BudgetSpent):
+        meter.hold(run_id, 0.2, 60, recorded)
+    client.zadd(keys(run_id)[2], {lost.member: 0})  # its life ran out (Redis TIME: no clock to move)
+    meter.settle(meter.hold(run_id, 0.2, 60, recorded), 0.2)
+    assert int(client.hget(keys(run_id)[0], "held") or 0) == 0
+    meter.settle(lost, 0.5)  # came back after all: counted, not taken from the holds twice
+    assert int(client.hget(keys(run_id)[0], "spent") or 0) == 700_000_000
+    assert int(client.hget(keys(run_id)[0], "held") or 0) == 0
+
+
+def test_without_redis_a_hold_is_checked_against_the_database(engine: Engine, run_id: str) -> None:
+    meter, recorded = SpendMeter(None), Recorded(engine, run_id)
+    meter.settle(meter.hold(run_id, 0.9, 60, recorded), 0.9)  # nothing held, nothing counted
+    recorded.spend(0.5)
+    with pytest.raises(BudgetSpent, match="no room"):
+        meter.hold(run_id, 0.6, 60, recorded)

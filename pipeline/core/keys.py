@@ -68,7 +68,7 @@ BUDGET = RedisKey(
     "pipeline:budget:",
     "a day after the run's last call (SPEND_KEY_TTL_S)",
     "pipeline.llm.ratelimit.budget",
-    "{<run>}...: a run's spend against PIPELINE_RUN_BUDGET_USD",
+    "{<run>}...: a run's spend against PIPELINE_RUN_BUDGET_USD, and what its calls in flight hold",
 )
 STRUCTURED = RedisKey(
     "pipeline:structured:",

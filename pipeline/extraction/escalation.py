@@ -19,7 +19,7 @@ from typing import Protocol
 
 from pydantic import BaseModel
 
-from pipeline.context import Context, check_spend, escalation_llm
+from pipeline.context import Context, escalation_llm, spending
 from pipeline.core import errors
 from pipeline.extraction import filed
 from pipeline.extraction.confidence import SCALAR_FIELDS, Assessed, Assessor
@@ -125,7 +125,8 @@ def _ask(
     ctx: Context, work: Started, positions: Sequence[int], model: str, stage: str, temperature: float = 0.0
 ) -> dict[int, FilingExtraction]:
     """Each chunk's (by position) second answer from `model`; a chunk whose call fails is left
-    out (the first answer stands), a cancelled run or a spent budget stops the asking."""
+    out (the first answer stands); a cancelled run, or a call whose largest cost does not fit
+    what the run's budget has left, stops the asking."""
     answers: dict[int, FilingExtraction] = {}
     llm = escalation_llm(ctx)
     for position in positions:
@@ -133,17 +134,11 @@ def _ask(
         if (kept := second_answers.stored(chunk, model, temperature)) is not None:
             answers[position] = FilingExtraction.model_validate(kept)  # paid by an earlier attempt
             continue
-        if work.capped:
-            try:
-                check_spend(ctx, work.doc.run_id)
-            except errors.BudgetSpent:
-                log.info("document %s: the budget is spent; no more %s answers", work.doc.id, stage)
-                break
         messages, _ = chunk_messages(
             chunk, work.text, len(work.chunks), None, doc=work.doc, version=work.version
         )
         calls: list[CallRecord] = []
-        sink = llm.spending(work.doc.run_id, calls.append) if work.capped else calls.append
+        sink = spending(ctx, work.doc.run_id, calls.append, llm) if work.capped else calls.append
         try:
             answer = llm.structured(
                 messages,
@@ -158,6 +153,9 @@ def _ask(
             answers[position] = FilingExtraction.model_validate(answer.model_dump())
         except errors.RunCancelled:
             raise
+        except errors.BudgetSpent as exc:  # its largest cost does not fit: the first answers stand
+            log.info("document %s: no more %s answers: %s", work.doc.id, stage, exc)
+            break
         except errors.PipelineError as exc:
             log.info("document %s chunk %s: no %s answer (%s)", work.doc.id, chunk.idx, stage, exc)
         finally:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from pipeline.context import Context, check_spend, database_url, deadline_of, stop_check
+from pipeline.context import Context, check_spend, database_url, deadline_of, spending, stop_check
 from pipeline.core import errors, logs, tracing
 from pipeline.extraction import custom
 from pipeline.extraction.confidence import Assessed
@@ -130,7 +130,7 @@ def _extract(
             summary: str | None = None
             calls: list[CallRecord] = []
             if summarize is not None and not _budget_spent(ctx, work):
-                sink = ctx.llm.spending(work.doc.run_id, calls.append) if work.capped else calls.append
+                sink = spending(ctx, work.doc.run_id, calls.append) if work.capped else calls.append
                 summary = summarize(
                     work.query, result.grounded if isinstance(result, Assessed) else result, sink
                 )
@@ -221,7 +221,7 @@ class _Work:
     query: str
     """The run's question (what the summary is written for)."""
     capped: bool
-    """The run has a budget: check it before each call."""
+    """The run has a budget: each call holds its largest cost against it (`context.spending`)."""
     service_tier: str | None
     """"flex" for a flex run (or an auto run the planner sent to flex): its extract calls go at
     flex processing's tier..."""
@@ -363,8 +363,7 @@ def _chunk_result(ctx: Context, work: _Work, chunk: Chunk) -> tuple[BaseModel, s
     if _answered(chunk, work.version):
         answer_model = custom.load_schema(schema) if schema else FilingExtraction
         return answer_model.model_validate(first_answer(chunk.result or {})), chunk.model or ctx.llm.model
-    if work.capped:
-        check_spend(ctx, doc.run_id)
+    # A capped run's call holds its largest cost against the budget (in the client): no check here.
     model = ctx.llm.pick_model("extract", work.failed_attempts)
     count = len(work.chunks)
     messages, answer_model = chunk_messages(chunk, work.text, count, schema, doc=doc, version=work.version)
@@ -376,7 +375,7 @@ def _chunk_result(ctx: Context, work: _Work, chunk: Chunk) -> tuple[BaseModel, s
             answer_model,
             stage="extract",
             max_tokens=ctx.settings.extract_max_tokens,
-            sink=ctx.llm.spending(doc.run_id, calls.append) if work.capped else calls.append,
+            sink=spending(ctx, doc.run_id, calls.append) if work.capped else calls.append,
             model=model,
             service_tier=work.service_tier,
             standard_from=work.standard_from,

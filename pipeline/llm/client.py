@@ -15,13 +15,12 @@ the limiter's release, the cost and the record).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import random
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from typing import Any, TypeVar, cast
 
 import httpx
@@ -32,13 +31,14 @@ from pydantic import BaseModel
 from pipeline.core import errors, progress, tracing
 from pipeline.core.cost import call_cost
 from pipeline.core.settings import Settings
-from pipeline.llm import circuit, prompts, stops
+from pipeline.llm import circuit, prompts, spending, stops
 from pipeline.llm.admission import CircuitPass
 from pipeline.llm.answers import StructuredAnswers
 from pipeline.llm.cache_keys import CacheKeys
 from pipeline.llm.failures import STATUS_OF, Failure, circuit_outcome, map_error
 from pipeline.llm.pacing import Pacing
 from pipeline.llm.ratelimit import Permit, RedisLimiter, Scope, SpendMeter
+from pipeline.llm.ratelimit.budget import Recorded
 from pipeline.llm.ratelimit.policy import ProviderLimits, provider_limits
 from pipeline.llm.request import MAX_ERROR_CHARS as MAX_ERROR_CHARS
 from pipeline.llm.request import CallRecord as CallRecord
@@ -88,7 +88,7 @@ class LLMClient:
         self.cache_keys = CacheKeys(self.endpoint, limiter.client if limiter else None)
         """Whether the endpoint takes `prompt_cache_key` (sent until it refuses it)."""
         self.spend = SpendMeter(limiter.client if limiter else None)
-        """Capped runs' spend in Redis: `spend.check` before a call, `spending` counts its cost."""
+        """Capped runs' spend in Redis: each call of a `spending` sink holds its cost there."""
         if breaker is None and limiter is not None:
             breaker = circuit.Circuit.from_settings(settings, limiter.client, self.endpoint)
         self.circuit = breaker
@@ -115,16 +115,12 @@ class LLMClient:
     def close(self) -> None:
         self._http.close()
 
-    def spending(self, run_id: str, sink: CallSink) -> CallSink:
-        """`sink`, with each call's cost also counted against the run's budget as it is made (for
-        `spend.check`, which then needs no query before each call of a capped run)."""
-
-        def record(call: CallRecord) -> None:
-            sink(call)
-            if call.cost_usd:
-                self.spend.add(run_id, call.cost_usd)
-
-        return record
+    def spending(self, run_id: str, sink: CallSink, recorded: Recorded) -> CallSink:
+        """`sink`, for a capped run's calls: each HTTP attempt holds its largest cost against the
+        run's budget before it is sent (refused with BudgetSpent when it does not fit), and the
+        hold becomes what it cost when it comes back (`pipeline.llm.spending`). `recorded`: the
+        run's budget and recorded cost, from which the count in Redis is opened."""
+        return spending.Spending(self.spend, run_id, sink, recorded)
 
     def pick_model(self, stage: str, failed_attempts: int = 0) -> str:
         """The model for a call: weighted among the extract models, the fallback model once
@@ -275,7 +271,7 @@ class LLMClient:
                 done = self._send(permit, request)
             except Failure as failure:
                 error = failure.error
-                told = self._circuit_pass.report(gate, failure.outcome, str(error), _fingerprint(request))
+                told = self._circuit_pass.report(gate, failure.outcome, str(error), request.fingerprint())
                 if isinstance(error, errors.RateLimited):
                     self._pacing.pause(permit.scope, error)  # first, before the record
                 request.sink(failure.record)
@@ -309,13 +305,23 @@ class LLMClient:
 
     def _send(self, permit: Permit, request: LLMRequest) -> Completion:
         """One HTTP attempt, as a span of the document's trace (`pipeline.core.tracing`): its
-        stage, model, status, tokens and latency; never the prompt or the answer."""
-        with tracing.span("llm.call", {"llm.stage": request.stage, "llm.model": request.model}) as current:
+        stage, model, status, tokens and latency; never the prompt or the answer. A capped run's
+        attempt holds its largest cost against the budget first (`pipeline.llm.spending`)."""
+        flex = request.service_tier == "flex"
+        prices, life_s = (self._flex_prices, FLEX_TIMEOUT_S) if flex else (self._prices, 0.0)
+        life_s = 2 * max(life_s, self.settings.llm_timeout_s)  # _post may call twice
+        refused = partial(self._pacing.release, permit, None, 0)  # the permit handed back unused
+        with (
+            spending.holding(request, permit.tokens, prices, life_s, refused) as came_back,
+            tracing.span("llm.call", {"llm.stage": request.stage, "llm.model": request.model}) as current,
+        ):
             try:
                 done = self._attempt(permit, request)
             except Failure as failure:
+                came_back(failure.record)
                 _trace_record(current, failure.record)
                 raise
+            came_back(done.record)
             _trace_record(current, done.record)
             return done
 
@@ -419,13 +425,6 @@ class LLMClient:
         except BaseException:
             self._pacing.release(permit, None, 0)
             raise
-
-
-def _fingerprint(request: LLMRequest) -> str:
-    """What the request sends, hashed: the same for its retries and a redelivered task's, so
-    that the circuit tells one bad request from an outage."""
-    body = json.dumps(request.body(), sort_keys=True, default=str)
-    return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
 def _since_ms(started: float) -> int:

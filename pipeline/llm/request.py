@@ -7,6 +7,8 @@ other messages and another stage (`LLMRequest.asking`).
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -108,6 +110,12 @@ class LLMRequest:
     def at_standard_tier(self) -> LLMRequest:
         """The same request at the standard tier (flex could not answer it in time)."""
         return replace(self, service_tier=None, standard_from=None)
+
+    def fingerprint(self) -> str:
+        """What the request sends, hashed: the same for its retries and a redelivered task's, so
+        that the circuit tells one bad request from an outage."""
+        body = json.dumps(self.body(), sort_keys=True, default=str)
+        return hashlib.sha256(body.encode()).hexdigest()[:16]
 
     def body(self) -> dict[str, Any]:
         """The chat-completion body this request sends (also a Batch API line's body)."""

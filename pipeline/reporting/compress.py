@@ -7,7 +7,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from pipeline.context import Context, check_spend, database_url, stop_check
+from pipeline.context import Context, check_spend, database_url, spending, stop_check
 from pipeline.core.constants import DEFAULT_COMPRESS_MAX_TOKENS
 from pipeline.core.errors import PipelineError, UnknownToDatabase
 from pipeline.extraction import custom
@@ -63,7 +63,7 @@ def compress_document(
     sink: Callable[[CallRecord], None] = calls.append
     if budget is not None:
         check_spend(ctx, run_id)
-        sink = ctx.llm.spending(run_id, calls.append)
+        sink = spending(ctx, run_id, calls.append)
     try:
         with stops.checked_by(stop_check(ctx, run_id)):  # a cancelled run's is not asked for
             summary = _summary(ctx, query, facts, bool(schema), sink, failed_attempts)

@@ -12,7 +12,7 @@ from datetime import timedelta
 from itertools import chain
 from typing import TYPE_CHECKING, Any
 
-from pipeline.context import Context, check_spend, stop_check
+from pipeline.context import Context, check_spend, spending, stop_check
 from pipeline.core.constants import DEFAULT_SYNTHESIZE_MAX_TOKENS
 from pipeline.extraction import grounding
 from pipeline.llm import prompts, stops
@@ -245,7 +245,7 @@ def synthesize_batch(
                 prompts.synthesize_messages(query, batch),
                 stage="synthesize",
                 max_tokens=DEFAULT_SYNTHESIZE_MAX_TOKENS,
-                sink=ctx.llm.spending(run_id, calls.append) if budget_usd is not None else calls.append,
+                sink=spending(ctx, run_id, calls.append) if budget_usd is not None else calls.append,
                 model=model,
             )
     finally:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
-from pipeline.context import Context, check_spend
+from pipeline.context import Context, check_spend, spending
 from pipeline.core import errors
 from pipeline.extraction.prompting import chunk_messages
 from pipeline.llm.client import CallRecord, Completion
@@ -72,7 +72,7 @@ def settle(
 
 def sink_for(ctx: Context, run: Run, calls: list[CallRecord]) -> Callable[[CallRecord], None]:
     """Where a line's calls go: `calls`, each cost also counted against a capped run's budget."""
-    return ctx.llm.spending(run.id, calls.append) if run.budget_usd is not None else calls.append
+    return spending(ctx, run.id, calls.append) if run.budget_usd is not None else calls.append
 
 
 def _refuse_once_spent(
