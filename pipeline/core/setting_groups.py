@@ -307,8 +307,9 @@ class RunSettings(BaseSettings):
     run_budget_usd: float | None = Field(
         default=None,
         gt=0,
-        description="a run's spending cap, fixed at submit: once spent, no new LLM call is made, its "
-        "remaining documents fail with reason 'budget' and the report says so",
+        description="a run's spending cap, fixed at submit: each call holds its largest cost against it "
+        "first and is not made when that would not fit; the documents then left fail with reason "
+        "'budget' (an escalation not made leaves the first answer) and the report says so",
     )
     plan_history_runs: int = Field(
         default=5,
