@@ -10,6 +10,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from migrations import kept
+
 revision: str = "0005"
 down_revision: str | None = "0004"
 branch_labels: str | Sequence[str] | None = None
@@ -59,9 +61,16 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column("cost_usd", sa.Float(), nullable=True))
     for name, body in VIEWS.items():
         op.execute(f"create view {name} as {body}")
+    # After a downgrade (migrations/kept.py): the runs' budgets and spending, the calls' cost.
+    kept.put_back(revision, "runs", "id", ["budget_usd", "cost_usd"])
+    kept.put_back(revision, "llm_calls", "id", ["cost_usd"])
 
 
 def downgrade() -> None:
+    kept.keep(
+        revision, "runs", "id", ["budget_usd", "cost_usd"], where="budget_usd IS NOT NULL OR cost_usd <> 0"
+    )
+    kept.keep(revision, "llm_calls", "id", ["cost_usd"], where="cost_usd IS NOT NULL")
     for name in VIEWS:
         op.execute(f"drop view if exists {name}")
     with op.batch_alter_table("llm_calls") as batch_op:

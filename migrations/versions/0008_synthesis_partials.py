@@ -10,6 +10,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from migrations import kept
+
 revision: str = "0008"
 down_revision: str | None = "0007"
 branch_labels: str | Sequence[str] | None = None
@@ -30,6 +32,8 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id"),
     )
     op.create_index("ix_synthesis_partials_run_id", "synthesis_partials", ["run_id"], unique=False)
+    # After a downgrade (migrations/kept.py): a run's partials.
+    kept.put_back_table(revision, "synthesis_partials", PARTIAL_COLUMNS, {"run_id": "runs"})
     if "partial_id" in _columns("extractions"):
         pass  # a SQLite downgrade left it
     elif op.get_bind().dialect.name == "sqlite":
@@ -48,9 +52,17 @@ def upgrade() -> None:
             ["id"],
         )
     op.create_index("ix_extractions_run_partial", "extractions", ["run_id", "partial_id"], unique=False)
+    # After a downgrade (migrations/kept.py): the summaries the partials took in (the final
+    # synthesis reads those partials instead of the summaries).
+    kept.put_back(revision, "extractions", "id", ["partial_id"])
+
+
+PARTIAL_COLUMNS = ["id", "run_id", "text", "documents", "created_at"]
 
 
 def downgrade() -> None:
+    kept.keep_table(revision, "synthesis_partials")
+    kept.keep(revision, "extractions", "id", ["partial_id"], where="partial_id IS NOT NULL")
     op.drop_index("ix_extractions_run_partial", table_name="extractions")
     if op.get_bind().dialect.name != "sqlite":
         op.drop_constraint("fk_extractions_partial_id", "extractions", type_="foreignkey")

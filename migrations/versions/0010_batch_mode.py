@@ -11,6 +11,8 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
+from migrations import kept
+
 revision: str = "0010"
 down_revision: str | None = "0009"
 branch_labels: str | Sequence[str] | None = None
@@ -78,9 +80,58 @@ def upgrade() -> None:
         op.add_column("chunks", sa.Column("batch_id", ID_TYPE, nullable=True))
         op.create_foreign_key("fk_chunks_batch_id", "chunks", "llm_batches", ["batch_id"], ["id"])
     op.create_index("ix_chunks_batch_id", "chunks", ["batch_id"], unique=False)
+    # After a downgrade (migrations/kept.py): a run's batches, its mode and deadline, the
+    # chunks a batch holds, the calls' mode and what batch saved.
+    kept.put_back_table(revision, "llm_batches", BATCH_COLUMNS, {"run_id": "runs"})
+    for table, names in KEPT.items():
+        kept.put_back(revision, table, "id", names)
+
+
+KEPT = {
+    "chunks": ["batch_id", "batch_tries"],
+    "llm_calls": [c.name for c in _call_columns()],
+    "runs": [c.name for c in _run_columns()],
+}
+BATCH_COLUMNS = [
+    "id",
+    "run_id",
+    "provider_batch_id",
+    "input_file_id",
+    "output_file_id",
+    "error_file_id",
+    "status",
+    "requests",
+    "completed",
+    "failed",
+    "enqueued_tokens",
+    "output_lines_done",
+    "error_lines_done",
+    "attempts",
+    "failures",
+    "error",
+    "created_at",
+    "updated_at",
+    "submitted_at",
+    "ended_at",
+    "cancelled_at",
+    "ingested_at",
+]
 
 
 def downgrade() -> None:
+    kept.keep_table(revision, "llm_batches")
+    kept.keep(revision, "chunks", "id", KEPT["chunks"], where="batch_id IS NOT NULL OR batch_tries <> 0")
+    kept.keep(
+        revision, "llm_calls", "id", KEPT["llm_calls"], where="mode <> 'sync' OR sync_cost_usd IS NOT NULL"
+    )
+    kept.keep(
+        revision,
+        "runs",
+        "id",
+        KEPT["runs"],
+        where="mode <> 'sync' OR "
+        + " OR ".join(f"{name} IS NOT NULL" for name in KEPT["runs"] if name != "mode"),
+    )
     op.drop_index("ix_chunks_batch_id", table_name="chunks")
     sqlite = op.get_bind().dialect.name == "sqlite"
     if not sqlite:

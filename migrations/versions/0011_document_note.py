@@ -10,6 +10,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from migrations import kept
+
 revision: str = "0011"
 down_revision: str | None = "0010"
 branch_labels: str | Sequence[str] | None = None
@@ -24,8 +26,10 @@ def upgrade() -> None:
         "UPDATE documents SET note = error, error = NULL "
         "WHERE status IN ('pending', 'running') AND error LIKE 'not UTF-8%'"
     )
+    kept.put_back(revision, "documents", "id", ["note"])  # after a downgrade (migrations/kept.py)
 
 
 def downgrade() -> None:
+    kept.keep(revision, "documents", "id", ["note"], where="note IS NOT NULL")
     with op.batch_alter_table("documents") as batch:
         batch.drop_column("note")

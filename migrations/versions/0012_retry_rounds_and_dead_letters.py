@@ -10,6 +10,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from migrations import kept
+
 revision: str = "0012"
 down_revision: str | None = "0011"
 branch_labels: str | Sequence[str] | None = None
@@ -69,9 +71,27 @@ def upgrade() -> None:
     )
     op.create_index("ix_document_attempts_run_id", "document_attempts", ["run_id"])
     op.execute(f"create view dead_letters as {DEAD_LETTERS}")
+    # After a downgrade (migrations/kept.py): the documents' earlier rounds.
+    parents = {"document_id": "documents", "run_id": "runs"}
+    kept.put_back_table(revision, "document_attempts", ATTEMPT_COLUMNS, parents)
+
+
+ATTEMPT_COLUMNS = [
+    "id",
+    "document_id",
+    "run_id",
+    "round",
+    "status",
+    "error",
+    "attempts",
+    "started_at",
+    "finished_at",
+    "retried_at",
+]
 
 
 def downgrade() -> None:
+    kept.keep_table(revision, "document_attempts")
     op.execute("drop view if exists dead_letters")
     op.drop_index("ix_document_attempts_run_id", table_name="document_attempts")
     op.drop_table("document_attempts")

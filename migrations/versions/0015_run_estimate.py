@@ -10,6 +10,8 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
+
+from migrations import kept
 from sqlalchemy.dialects import postgresql
 
 revision: str = "0015"
@@ -27,8 +29,10 @@ def upgrade() -> None:
                 nullable=True,
             )
         )
+    kept.put_back(revision, "runs", "id", ["estimate"])  # after a downgrade (migrations/kept.py)
 
 
 def downgrade() -> None:
+    kept.keep(revision, "runs", "id", ["estimate"], where="estimate IS NOT NULL")
     with op.batch_alter_table("runs") as batch:
         batch.drop_column("estimate")

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from migrations import kept
+
 revision: str = "0016"
 down_revision: str | None = "0015"
 branch_labels: str | Sequence[str] | None = None
@@ -28,9 +30,25 @@ def upgrade() -> None:
     with op.batch_alter_table("documents") as batch:
         batch.add_column(sa.Column("tier", sa.String(8), nullable=True))
         batch.add_column(sa.Column("tier_reason", sa.Text(), nullable=True))
+    # After a downgrade (migrations/kept.py): the runs' tiers and the documents' (the report's
+    # per-tier figures read them).
+    kept.put_back(revision, "runs", "id", RUN_COLUMNS)
+    kept.put_back(revision, "documents", "id", DOCUMENT_COLUMNS)
+
+
+RUN_COLUMNS = ["extract_tier", "standard_from", "tier_reason"]
+DOCUMENT_COLUMNS = ["tier", "tier_reason"]
 
 
 def downgrade() -> None:
+    kept.keep(revision, "runs", "id", RUN_COLUMNS, where=" OR ".join(f"{c} IS NOT NULL" for c in RUN_COLUMNS))
+    kept.keep(
+        revision,
+        "documents",
+        "id",
+        DOCUMENT_COLUMNS,
+        where=" OR ".join(f"{c} IS NOT NULL" for c in DOCUMENT_COLUMNS),
+    )
     with op.batch_alter_table("documents") as batch:
         batch.drop_column("tier_reason")
         batch.drop_column("tier")

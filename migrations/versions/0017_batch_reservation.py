@@ -12,6 +12,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from migrations import kept
+
 revision: str = "0017"
 down_revision: str | None = "0016"
 branch_labels: str | Sequence[str] | None = None
@@ -21,8 +23,11 @@ depends_on: str | Sequence[str] | None = None
 def upgrade() -> None:
     with op.batch_alter_table("llm_batches") as batch:
         batch.add_column(sa.Column("estimated_cost_usd", sa.Float(), nullable=True))
+    # After a downgrade (migrations/kept.py): what a batch holds against its run's budget.
+    kept.put_back(revision, "llm_batches", "id", ["estimated_cost_usd"])
 
 
 def downgrade() -> None:
+    kept.keep(revision, "llm_batches", "id", ["estimated_cost_usd"], where="estimated_cost_usd IS NOT NULL")
     with op.batch_alter_table("llm_batches") as batch:
         batch.drop_column("estimated_cost_usd")

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
+
+from migrations import kept
 from sqlalchemy.dialects import postgresql
 
 revision: str = "0018"
@@ -120,9 +122,43 @@ def upgrade() -> None:
     op.execute(f"create view reviewed_extractions as {REVIEWED_EXTRACTIONS}")
     op.execute(f"create view reviewed_risk_factors as {REVIEWED_RISK_FACTORS}")
     op.execute(f"create view latest_extractions as {LATEST_EXTRACTIONS}")
+    # After a downgrade (migrations/kept.py): the reviewers' corrections, the fields' confidence.
+    parents = {"run_id": "runs", "document_id": "documents"}
+    kept.put_back_table(revision, "corrections", CORRECTION_COLUMNS, parents)
+    for table, columns in KEPT.items():
+        kept.put_back(revision, table, "id", columns)
+
+
+KEPT = {
+    "extractions": [
+        "company_confidence",
+        "fiscal_year_confidence",
+        "revenue_confidence",
+        "revenue_match",
+        "escalated",
+    ],
+    "chunks": ["token_p"],
+    "risk_factors": ["confidence", "match"],
+}
+CORRECTION_COLUMNS = [
+    "id",
+    "run_id",
+    "document_id",
+    "field",
+    "position",
+    "value",
+    "original",
+    "reviewer",
+    "reviewed_at",
+    "source",
+    "created_at",
+]
 
 
 def downgrade() -> None:
+    kept.keep_table(revision, "corrections")
+    for table, columns in KEPT.items():
+        kept.keep(revision, table, "id", columns, where=" OR ".join(f"{c} IS NOT NULL" for c in columns))
     op.execute("drop view if exists latest_extractions")
     op.execute("drop view if exists reviewed_risk_factors")
     op.execute("drop view if exists reviewed_extractions")
