@@ -12,7 +12,7 @@ import pytest
 from pipeline_dev.sim import SimConfig, SimServer
 from pipeline_dev.sim.bill import Bill, parse_prices
 from pipeline_dev.sim.prompt_cache import BLOCK_CHARS, MIN_CACHED_TOKENS, STEP_TOKENS, PromptCache
-from pipeline_dev.sim.request import CHARS_PER_TOKEN, estimate_tokens
+from pipeline_dev.sim.request import CHARS_PER_TOKEN, estimate_tokens, parse
 from tests.test_sim import RESPONSE_FORMAT, messages
 from tests.test_sim_batches import QUICK, download, request_line, submit, wait
 
@@ -178,3 +178,61 @@ def test_prompt_cache_key_is_accepted_or_refused_as_configured() -> None:
         ):
             ask(client(sim), "A chunk.", extra_body={"prompt_cache_key": "filing-1"})
         assert ask(client(sim), "A chunk.").choices, "without the key: answered"
+
+
+# --- the structured output's schema: counted, and first in the cached prefix ------------------
+
+LONG_FORMAT: Any = {
+    "type": "json_schema",
+    "json_schema": {
+        **RESPONSE_FORMAT["json_schema"],
+        "schema": {**RESPONSE_FORMAT["json_schema"]["schema"], "description": PREFIX},
+    },
+}
+"""A json_schema response_format of about 2,400 tokens, for messages of a few dozen."""
+
+
+def test_a_json_schema_counts_in_the_prompt_tokens_and_other_formats_do_not() -> None:
+    body = {"model": "sim-1", "messages": messages("Revenue was $5 million.")}
+    plain = parse({**body, "response_format": {"type": "json_object"}})
+    structured = parse({**body, "response_format": RESPONSE_FORMAT})
+    assert plain.prompt_tokens == estimate_tokens(plain.prompt) and plain.schema_prefix == ""
+    assert structured.schema_prefix and structured.prompt == plain.prompt
+    assert structured.prompt_tokens == estimate_tokens(structured.schema_prefix + structured.prompt)
+    assert structured.prompt_tokens > plain.prompt_tokens + 50
+
+
+def test_the_schema_is_served_from_the_cache_before_the_messages_sync_and_batch() -> None:
+    """OpenAI: the schema "serves as a prefix to the system message and can be cached". Short
+    messages under a long schema: the second request is served the schema (old code: nothing,
+    its messages being under 1,024 tokens)."""
+    with SimServer(SimConfig(p50_s=0, p95_s=0, seed=3)) as sim:
+        sdk = client(sim)
+        asked = [
+            sdk.chat.completions.create(
+                model="sim-1", messages=messages(f"Revenue was ${n} million."), response_format=LONG_FORMAT
+            )
+            for n in (5, 6)
+        ]
+    usage = [a.usage for a in asked]
+    assert all(u is not None and u.prompt_tokens_details is not None for u in usage)
+    first, second = usage[0], usage[1]
+    assert first is not None and second is not None
+    assert first.prompt_tokens > estimate_tokens(PREFIX)
+    assert second.prompt_tokens_details is not None
+    served = second.prompt_tokens_details.cached_tokens
+    assert served is not None and served >= MIN_CACHED_TOKENS and served % STEP_TOKENS == 0
+    assert estimate_tokens(PREFIX) - STEP_TOKENS <= served < first.prompt_tokens
+
+    lines = [
+        request_line(f"chunk-{i}", response_format=LONG_FORMAT, messages=messages(f"Chunk {i}."))
+        for i in range(3)
+    ]
+    with SimServer(SimConfig(**QUICK, batch_duration_s=0.1)) as sim:
+        sdk = client(sim)
+        batch, _ = wait(sdk, submit(sdk, lines))
+        output = download(sdk, batch.output_file_id)
+    body_usage = [line["response"]["body"]["usage"] for line in output]
+    assert all(u["prompt_tokens"] > estimate_tokens(PREFIX) for u in body_usage)
+    cached = sorted(u["prompt_tokens_details"]["cached_tokens"] for u in body_usage)
+    assert cached[0] == 0 and all(c >= MIN_CACHED_TOKENS for c in cached[1:])

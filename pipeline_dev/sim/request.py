@@ -64,7 +64,8 @@ class ChatRequest:
     service_tier: str = "default"  # what the request asked for: auto, default, flex or priority
     logprobs: bool = False  # `logprobs: true`: each answer token's log-probability is returned
     temperature: float = 0.0  # above 0 a sample: the adversarial faults are drawn afresh
-    cache_scope: str = ""  # what precedes the messages in a cached prefix: the response_format
+    cache_scope: str = ""  # the response_format, hashed: another schema is another cache
+    schema_prefix: str = ""  # the json_schema response_format's schema, as the prompt's start
     prompt_cache_key: str | None = None  # accepted; only steers routing at OpenAI
 
 
@@ -218,6 +219,7 @@ def parse(body: Any) -> ChatRequest:
         elif format_type == "json_object" and isinstance(fmt.get("schema"), dict):
             schema = fmt["schema"]  # llama-cpp-python's form, enforced by grammar there
     prompt = prompt_text(messages)
+    prefix = schema_prefix(fmt)
     shape = request_shape(format_type, fmt)
     if schema is None and format_type != "text":
         schema = schema_in_prompt(messages)  # a model that follows the prompt's instruction
@@ -230,15 +232,27 @@ def parse(body: Any) -> ChatRequest:
         max_tokens=_max_tokens(body),
         params=frozenset(body),
         prompt=prompt,
-        prompt_tokens=estimate_tokens(prompt),
+        prompt_tokens=estimate_tokens(prefix + prompt),
         hooks=frozenset(hook for hook in HOOKS if f"[[sim:{hook}]]" in prompt),
         kept=kept_items(messages),
         service_tier=_service_tier(body),
         logprobs=body.get("logprobs") is True,
         temperature=float(body.get("temperature") or 0.0),
         cache_scope=_cache_scope(fmt),
+        schema_prefix=prefix,
         prompt_cache_key=_prompt_cache_key(body),
     )
+
+
+def schema_prefix(fmt: Any) -> str:
+    """The text a `json_schema` response_format adds before the messages: OpenAI's prompt-caching
+    guide says a structured output's schema "serves as a prefix to the system message and can be
+    cached", and usage counts it in `prompt_tokens`. Its compact JSON is what the simulator
+    counts (the provider's rendering of it is not published); other formats add nothing (a
+    `json_object` schema, llama-cpp-python's form, is a grammar, not prompt text)."""
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema":
+        return ""
+    return json.dumps(fmt.get("json_schema"), separators=(",", ":"), sort_keys=True) + "\n"
 
 
 def _cache_scope(fmt: Any) -> str:

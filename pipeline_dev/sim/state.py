@@ -231,7 +231,8 @@ class SimState:
     def serve_prompt(self, chat: ChatRequest, now: float) -> int:
         """The request's prompt tokens served from the prompt cache (its prefix then cached)."""
         self.prompt_cache.ttl_s = self.config.prompt_cache_ttl_s  # POST /sim/config may change it
-        return self.prompt_cache.serve(chat.model, chat.cache_scope, chat.prompt, now)
+        prompt = chat.schema_prefix + chat.prompt  # the schema first, as OpenAI caches it
+        return self.prompt_cache.serve(chat.model, chat.cache_scope, prompt, now)
 
     def invoice(self) -> dict[str, Any]:
         """GET /sim/bill: the usage served, priced with `config.prices`."""
