@@ -106,8 +106,9 @@ def test_after_a_run_the_plan_of_the_next_one_is_within_ten_percent_of_its_token
     """The first run teaches the plan what calls of this model take; the second run, of other
     filings of the same kind, then uses what the plan said, within ±10 %. The plan learns from
     that run alone: the session's database holds other tests' runs, with faults and other
-    sizes, which a night's history would not."""
-    pipeline_env = {**pipeline_env, "PIPELINE_PLAN_HISTORY_RUNS": "1"}
+    sizes, which a night's history would not. The cached layout, set (auto takes the compact one
+    at the session's 75 % cached discount), estimates the cached tokens too."""
+    pipeline_env = {**pipeline_env, "PIPELINE_PLAN_HISTORY_RUNS": "1", "PIPELINE_PROMPT_LAYOUT": "cached"}
     first, second = tmp_path / "first", tmp_path / "second"
     write_filings(first, 4, seed=703, sizes=[30_000, 45_000, 20_000, 35_000])
     write_filings(second, 4, seed=704, sizes=[40_000, 25_000, 30_000, 35_000])

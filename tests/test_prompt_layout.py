@@ -9,15 +9,16 @@ for two chunks of one filing through the real client.
 from __future__ import annotations
 
 import hashlib
+import json
 from datetime import date
 from typing import Any
 
 import pytest
 
-from pipeline.core.constants import COMPACT_PROMPT_VERSION, PROMPT_VERSION
+from pipeline.core.constants import CACHED_LAYOUT_BREAK_EVEN, COMPACT_PROMPT_VERSION, PROMPT_VERSION
 from pipeline.core.errors import ConfigError
 from pipeline.core.settings import Settings
-from pipeline.extraction import examples, layout
+from pipeline.extraction import examples, layout, layout_choice
 from pipeline.extraction.prompting import cache_key, chunk_messages, prompt_version
 from pipeline.extraction.schemas import FilingExtraction
 from pipeline.ingest import filing_context, sections
@@ -26,7 +27,7 @@ from pipeline.llm.client import CallRecord, LLMClient
 from pipeline.storage.models import Chunk, Document
 from pipeline_dev.sim import SimConfig, SimServer
 from pipeline_dev.sim.prompt_cache import MIN_CACHED_TOKENS
-from pipeline_dev.sim.request import document_text, estimate_tokens
+from pipeline_dev.sim.request import document_text, estimate_tokens, schema_prefix
 from pipeline_dev.synth_filings import generate_filing
 
 
@@ -54,15 +55,31 @@ def _asked(doc: Document, text: str, chunks: list[Chunk], version: str = PROMPT_
     return [chunk_messages(c, text, len(chunks), None, doc=doc, version=version)[0] for c in chunks]
 
 
+def _shared_prefix(count: Any) -> int:
+    """The tokens every call shares: the answer's schema, which OpenAI counts and caches as a
+    prefix to the system message (the simulator too), and the system message."""
+    schema = prompts.response_format(FilingExtraction)
+    assert schema is not None
+    return int(count(json.dumps(schema["json_schema"]))) + int(
+        count(layout.system_message(FilingExtraction, custom=False))
+    )
+
+
 def test_the_part_every_call_shares_passes_the_caching_minimum_in_every_count() -> None:
-    system = layout.system_message(FilingExtraction, custom=False)
+    """Schema, instructions and examples just reach 1,024 tokens: over it by a margin in both
+    OpenAI encodings, and in the simulator's count (which counts this text as fewer tokens);
+    every token over the minimum is paid on every call, cached or not."""
     counts = {
-        "o200k_base": tokens.counter_for("gpt-4o")(system),
-        "cl100k_base": tokens.counter_for("gpt-4")(system),
-        "the simulator's": estimate_tokens(system),
+        "o200k_base": _shared_prefix(tokens.counter_for("gpt-4o")),
+        "cl100k_base": _shared_prefix(tokens.counter_for("gpt-4")),
     }
-    assert min(counts.values()) >= MIN_CACHED_TOKENS + 32, counts  # a margin over 1,024
-    assert max(counts.values()) <= 1_400, f"every token here is paid on every call: {counts}"
+    assert min(counts.values()) >= MIN_CACHED_TOKENS + 64, counts  # a margin over 1,024
+    assert max(counts.values()) <= MIN_CACHED_TOKENS + 160, (
+        f"every token here is paid on every call: {counts}"
+    )
+    schema = prompts.response_format(FilingExtraction)
+    simulated = estimate_tokens(schema_prefix(schema) + layout.system_message(FilingExtraction, custom=False))
+    assert MIN_CACHED_TOKENS <= simulated <= MIN_CACHED_TOKENS + 128, simulated
 
 
 def test_the_worked_examples_answer_as_the_schema_and_the_rules_say() -> None:
@@ -106,11 +123,19 @@ def test_the_compact_layout_is_the_prompt_of_before() -> None:
 
 
 def test_the_schema_is_stated_once_in_every_structured_output_mode() -> None:
+    """In response_format where the mode carries it (not again in the messages), at the system
+    message's end where it does not."""
     doc, text, chunks = _filing()
     messages = _asked(doc, text, chunks[:1])[0]
+    assert "<schema>" not in messages[0]["content"]
     for mode in prompts.STRUCTURED_MODES:
-        asked, _ = prompts.structured_request(messages, FilingExtraction, mode)
-        assert asked == messages and asked[0]["content"].count("<schema>") == 1, mode
+        asked, fmt = prompts.structured_request(messages, FilingExtraction, mode)
+        stated = asked[0]["content"].count("<schema>")
+        if mode in prompts.CARRIES_SCHEMA:
+            assert asked == messages and fmt is not None and stated == 0, mode
+        else:
+            assert stated == 1 and asked[0]["content"].startswith(messages[0]["content"]), mode
+            assert asked[1:] == messages[1:], mode
 
 
 def test_the_filing_context_is_bounded_and_follows_the_metadata() -> None:
@@ -147,10 +172,35 @@ def test_a_filing_s_cache_key_is_the_same_for_its_chunks_and_names_no_file() -> 
 def test_a_context_too_small_for_the_cached_layout_says_to_choose_the_compact_one() -> None:
     small = {"model_context_tokens": 2_048, "extract_max_tokens": 256}
     with pytest.raises(ConfigError, match="PIPELINE_PROMPT_LAYOUT=compact"):
-        Settings(_env_file=None, **small).chunk_budget_tokens()  # type: ignore[call-arg]
-    assert (
-        Settings(_env_file=None, prompt_layout="compact", **small).chunk_budget_tokens() == 2_048 - 600 - 256
-    )  # type: ignore[call-arg]
+        Settings(_env_file=None, prompt_layout="cached", **small).chunk_budget_tokens()  # type: ignore[call-arg]
+    for layout_setting in ("compact", "auto"):  # auto takes the compact layout there
+        settings = Settings(_env_file=None, prompt_layout=layout_setting, **small)  # type: ignore[call-arg]
+        assert settings.chunk_budget_tokens() == 2_048 - 600 - 256
+        assert layout_choice.chosen(settings).layout == "compact"
+
+
+def test_auto_takes_the_cached_layout_only_where_the_model_s_cached_discount_pays_for_it() -> None:
+    """Per call the cached layout sends `extra` tokens more to be `served` a prefix at the
+    cached-input price: it pays above a discount of extra / served (about 80 % here)."""
+
+    def chosen(model: str, prices: str | None = None) -> layout_choice.Choice:
+        settings = Settings(_env_file=None, llm_model=model, llm_prices=prices)  # type: ignore[call-arg]
+        return layout_choice.chosen(settings)
+
+    for model in ("gpt-4o-mini", "gpt-4"):  # o200k_base and cl100k_base
+        needed = layout_choice.break_even_discount(model)
+        assert abs(needed - CACHED_LAYOUT_BREAK_EVEN) <= 0.03, (model, needed)
+    cheap = chosen("gpt-4o-mini")  # the price table: cached input 50 % off
+    assert cheap.layout == "compact" and cheap.prompt_version == COMPACT_PROMPT_VERSION
+    assert cheap.reason.startswith("layout: compact, because gpt-4o-mini's cached input is only 50 % off")
+    assert chosen("gpt-4.1-mini").layout == "compact"  # 75 % off
+    deep = chosen("gpt-5-mini")  # 90 % off
+    assert deep.layout == "cached" and deep.prompt_version == PROMPT_VERSION, deep
+    assert chosen("sim-1", "sim-1:1/2/0.05").layout == "cached", "PIPELINE_LLM_PRICES decides too"
+    assert chosen("sim-1", "sim-1:1/2/0.5").layout == "compact"
+    assert "no cached-input price" in chosen("sim-1", "sim-1:1/2").reason
+    explicit = Settings(_env_file=None, llm_model="gpt-4o-mini", prompt_layout="cached")  # type: ignore[call-arg]
+    assert layout_choice.chosen(explicit).layout == "cached", "a layout set is kept"
 
 
 def test_a_filing_s_later_chunks_are_served_instructions_and_context_from_the_cache() -> None:
@@ -171,7 +221,8 @@ def test_a_filing_s_later_chunks_are_served_instructions_and_context_from_the_ca
                 served[version] = [r.cached_tokens for r in records]
         finally:
             client.close()
-    system = layout.system_message(FilingExtraction, custom=False)
+    schema = prompts.response_format(FilingExtraction)
+    shared = estimate_tokens(schema_prefix(schema) + layout.system_message(FilingExtraction, custom=False))
     assert served[PROMPT_VERSION][0] == 0, "the first call pays for everything"
-    assert served[PROMPT_VERSION][1] >= estimate_tokens(system) // 128 * 128 >= MIN_CACHED_TOKENS
+    assert served[PROMPT_VERSION][1] >= shared // 128 * 128 >= MIN_CACHED_TOKENS
     assert served[COMPACT_PROMPT_VERSION] == [0, 0]

@@ -7,6 +7,7 @@ import json
 import logging
 import shutil
 import sys
+from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -67,6 +68,9 @@ def show_plan(settings: Settings, paths: list[str], as_json: bool, reuse: bool =
     deadline = None
     if settings.run_deadline:
         deadline = fixed_deadline(settings.run_deadline, now, deadline_source(settings), "this host's clock")
+    from pipeline.extraction.layout_choice import chosen
+
+    choice = chosen(settings)
     surveyed = survey(settings, paths)
     usage, batch_seconds, history_note = _history(settings)
     if reuse:
@@ -74,11 +78,20 @@ def show_plan(settings: Settings, paths: list[str], as_json: bool, reuse: bool =
     estimate = plan_run(settings, surveyed, usage, limits_for(settings), now, deadline, batch_seconds)
     if as_json:
         click.echo(
-            json.dumps({**estimate.as_json(), "history": history_note, "files": surveyed.files}, indent=2)
+            json.dumps(
+                {
+                    **estimate.as_json(),
+                    "layout": asdict(choice),
+                    "history": history_note,
+                    "files": surveyed.files,
+                },
+                indent=2,
+            )
         )
     else:
         _print_files(surveyed.files)
         _print(estimate, history_note)
+        _stdout().print(escape(choice.reason), highlight=False)
     if estimate.over_budget:
         console.print(
             f"[bold red]error:[/] the {estimate.chosen.mode} run is estimated at "

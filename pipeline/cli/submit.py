@@ -178,6 +178,7 @@ def submit_and_wait(
         return refused
     try:
         mode = start_run(engine, settings, plan)
+        _say_layout(settings)
         submitted = f"submitted {plan.submitted} documents" + (" (batch mode)" if mode == "batch" else "")
         if not wait:
             console.print(submitted)
@@ -195,6 +196,14 @@ def submit_and_wait(
         if check is None or isinstance(exc, RunInterrupted):
             raise
         raise RunInterrupted(plan.run_id, stopped_by(exc)) from None  # `pipeline run` marks it
+
+
+def _say_layout(settings: Settings) -> None:
+    """Under PIPELINE_PROMPT_LAYOUT=auto, which layout the run is asked in and why (once)."""
+    if settings.prompt_layout == "auto":
+        from pipeline.extraction.layout_choice import chosen
+
+        console.print(escape(chosen(settings).reason))
 
 
 def _warn_without_workers(settings: Settings, run_id: str) -> None:

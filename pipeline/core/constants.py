@@ -1,13 +1,19 @@
 """Fixed values and names, with their units in their names (settings' defaults are written in
 `pipeline.core.setting_groups`, once)."""
 
-PROMPT_VERSION = "extract-v4"
+PROMPT_VERSION = "extract-v5"
 """Bump when a prompt changes: stored answers are keyed on it. This is the cached layout's
-(PIPELINE_PROMPT_LAYOUT=cached: instructions, schema and examples, then the filing's context,
-then the chunk; issue 50)."""
+(PIPELINE_PROMPT_LAYOUT=cached: instructions and examples, then the filing's context, then the
+chunk; issue 50; v5: the schema only in response_format where the mode carries it)."""
 COMPACT_PROMPT_VERSION = "extract-v3"
 """The compact layout's (PIPELINE_PROMPT_LAYOUT=compact: the prompt as it was before issue 50,
 byte for byte), so that its stored answers stay reusable."""
+CACHED_LAYOUT_BREAK_EVEN = 0.8
+"""The cached-input discount (1 - cached-input price / input price) above which the cached
+layout costs less per filing than the compact one: its extra prompt tokens per call over the
+tokens it is served from the cache (`pipeline.extraction.layout_choice.break_even_discount`
+counts it from the layout, 0.815 in o200k_base; tests/test_prompt_layout.py keeps the two
+within 0.03). PIPELINE_PROMPT_LAYOUT=auto takes the cached layout above it."""
 PROMPT_VERSIONS = {"cached": PROMPT_VERSION, "compact": COMPACT_PROMPT_VERSION}
 """A run's prompt version (`runs.prompt_version`) by its layout: the workers ask in the layout
 of the version the run was submitted with."""

@@ -68,13 +68,15 @@ class InputSettings(BaseSettings):
         f"({c.CACHED_PROMPT_RESERVE_TOKENS:,} tokens in the cached layout, {c.EXTRACT_PROMPT_RESERVE_TOKENS} "
         "in the compact one) and PIPELINE_EXTRACT_MAX_TOKENS, and at most PIPELINE_CHUNK_TOKENS",
     )
-    prompt_layout: Literal["cached", "compact"] = Field(
-        default="cached",
-        description="how an extraction prompt is laid out; cached: instructions, schema and worked "
-        "examples (over 1,024 tokens, the same for every call), then the filing's metadata, cover and "
-        "contents (the same for its chunks), then the chunk, so that a provider's prompt cache serves "
-        "what repeats; compact: the layout before issue 50 (~400 tokens around the chunk, nothing "
-        "cached), for a model with a small context",
+    prompt_layout: Literal["auto", "cached", "compact"] = Field(
+        default="auto",
+        description="how an extraction prompt is laid out; cached: the answer's schema, instructions and "
+        "worked examples (just over 1,024 tokens, the same for every call), then the filing's metadata, "
+        "cover and contents (the same for its chunks), then the chunk, so that a provider's prompt cache "
+        "serves what repeats; compact: the layout before issue 50 (~400 tokens around the chunk, nothing "
+        "cached), for a model with a small context or a small cached-input discount; auto: cached where "
+        "the model's cached-input price (the price table, PIPELINE_LLM_PRICES) makes it cost less, "
+        "compact where it does not, said at submit and in the plan",
     )
     chunk_overlap_tokens: int = Field(default=200, ge=0, description="overlap between consecutive chunks")
     extract_max_tokens: int = Field(default=1_500, ge=64, description="`max_tokens` of an extraction answer")

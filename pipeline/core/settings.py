@@ -168,8 +168,11 @@ class Settings(
 
     def chunk_budget_tokens(self) -> int:
         """Chunk size: the model's context less the prompt (of the layout) and answer, at most
-        chunk_tokens. Raises ConfigError when the cached layout leaves no room for a chunk."""
-        cached = self.prompt_layout == "cached"
+        chunk_tokens. Raises ConfigError when the cached layout leaves no room for a chunk; under
+        `auto` a context too small for it takes the compact layout's."""
+        cached = self.prompt_layout == "cached" or (
+            self.prompt_layout == "auto" and self.fits_cached_layout()
+        )
         reserve = c.CACHED_PROMPT_RESERVE_TOKENS if cached else c.EXTRACT_PROMPT_RESERVE_TOKENS
         room = self.model_context_tokens - reserve - self.extract_max_tokens
         if cached and room < c.MIN_CHUNK_TOKENS:
@@ -182,9 +185,41 @@ class Settings(
             )
         return max(c.MIN_CHUNK_TOKENS, min(self.chunk_tokens, room))
 
+    def fits_cached_layout(self) -> bool:
+        """Whether the model's context holds the cached layout's prompt, an answer and a chunk."""
+        room = self.model_context_tokens - c.CACHED_PROMPT_RESERVE_TOKENS - self.extract_max_tokens
+        return room >= c.MIN_CHUNK_TOKENS
+
     def prompt_version(self) -> str:
-        """The prompt version a run submitted now is asked in (its layout's)."""
-        return c.PROMPT_VERSIONS[self.prompt_layout]
+        """The prompt version a run submitted now is asked in (its layout's, `chosen_layout`)."""
+        return c.PROMPT_VERSIONS[self.chosen_layout()[0]]
+
+    def chosen_layout(self) -> tuple[str, str]:
+        """(cached or compact, why in one line): PIPELINE_PROMPT_LAYOUT, or under `auto` the
+        cached layout where the model's cached-input discount (`prices`: the table and
+        PIPELINE_LLM_PRICES) is over c.CACHED_LAYOUT_BREAK_EVEN and its context holds it."""
+        if self.prompt_layout != "auto":
+            return self.prompt_layout, f"layout: {self.prompt_layout} (PIPELINE_PROMPT_LAYOUT)"
+        model, needed = self.llm_model, round(c.CACHED_LAYOUT_BREAK_EVEN * 100)
+        if not self.fits_cached_layout():
+            return (
+                "compact",
+                "layout: compact, because PIPELINE_MODEL_CONTEXT_TOKENS is too small for the cached one",
+            )
+        price = self.prices().get(model)
+        if price is None or price.cached_input_usd_per_m is None or price.input_usd_per_m <= 0:
+            return "compact", f"layout: compact, because {model} has no cached-input price"
+        off = 1 - price.cached_input_usd_per_m / price.input_usd_per_m
+        if off > c.CACHED_LAYOUT_BREAK_EVEN:
+            return (
+                "cached",
+                f"layout: cached, because {model}'s cached input is {off * 100:.0f} % off (it pays above {needed} %)",
+            )
+        return (
+            "compact",
+            f"layout: compact, because {model}'s cached input is only {off * 100:.0f} % off "
+            f"(the cached layout pays above {needed} %)",
+        )
 
     @property
     def resolved_database_url(self) -> str:

@@ -298,7 +298,7 @@ def _count_context(
     settings: Settings, plan: SubmitPlan, number: int, loaded: inputs.LoadedFile, found: sections.Found | None
 ) -> None:
     """The tokens of the document's context in the cached layout (`filing_context`), for the plan."""
-    if settings.prompt_layout != "cached" or loaded.text is None:
+    if settings.chosen_layout()[0] != "cached" or loaded.text is None:
         return
     facts = filing_context.FilingFacts.read(loaded.intake.meta if loaded.intake else None)
     context = filing_context.build(loaded.text, facts, found.sections if found else None)

@@ -21,38 +21,24 @@ Repairs and second answers, which repeat a whole prompt, are not counted.
 from __future__ import annotations
 
 from pipeline.core.settings import Settings
-from pipeline.extraction import custom, layout
-from pipeline.extraction.schemas import FilingExtraction
+from pipeline.extraction import layout_choice
 from pipeline.ingest.producer import SubmitPlan
 from pipeline.llm import prompts
-from pipeline.llm.tokens import MESSAGE_OVERHEAD_TOKENS, counter_for
+from pipeline.llm.tokens import counter_for
 from pipeline.runs.mode import PROMPT_OVERHEAD_TOKENS
 
-MIN_CACHED_TOKENS = 1_024
-"""The shortest prefix a provider caches (OpenAI)."""
-STEP_TOKENS = 128
-"""Cached prefixes grow in steps of this many tokens."""
-
-
-def servable(shared_tokens: int) -> int:
-    """What a prefix of `shared_tokens` tokens seen before is served from the cache."""
-    return shared_tokens // STEP_TOKENS * STEP_TOKENS if shared_tokens >= MIN_CACHED_TOKENS else 0
+servable = layout_choice.servable
 
 
 def shared_tokens(settings: Settings, schema: str | None = None) -> tuple[int, int]:
-    """(the tokens every call of the run begins with, those a filing's calls share besides its
-    context's), counted with the model's tokenizer."""
-    count = counter_for(settings.llm_model)
-    answer_model = custom.load_schema(schema) if schema else FilingExtraction
-    system = layout.system_message(answer_model, custom=schema is not None)
-    return count(system) + MESSAGE_OVERHEAD_TOKENS, count(
-        layout.shared_by_the_filing("")
-    ) + MESSAGE_OVERHEAD_TOKENS
+    """(the tokens every call of the run begins with, the answer's schema first, those a
+    filing's calls share besides its context's), counted with the model's tokenizer."""
+    return layout_choice.shared_tokens(settings.llm_model, schema)
 
 
 def cached_tokens(settings: Settings, survey: SubmitPlan, schema: str | None = None) -> int:
     """The run's extract calls' prompt tokens the provider is estimated to serve from its cache."""
-    if settings.prompt_layout != "cached":
+    if layout_choice.chosen(settings).layout != "cached":
         return 0
     every_call, per_filing = shared_tokens(settings, schema)
     total, first = 0, True
@@ -72,10 +58,10 @@ def prompt_overhead_tokens(settings: Settings, survey: SubmitPlan, schema: str |
     in the cached layout that, less the compact layout's own instructions, plus the cached
     layout's (instructions, schema and examples, the filing's context on average, the part's
     line)."""
-    if settings.prompt_layout != "cached":
+    if layout_choice.chosen(settings).layout != "cached":
         return PROMPT_OVERHEAD_TOKENS
     count = counter_for(settings.llm_model)
-    compact = sum(count(m["content"]) + MESSAGE_OVERHEAD_TOKENS for m in prompts.extract_messages("", 0, 1))
+    compact = layout_choice.compact_tokens(settings.llm_model)
     every_call, per_filing = shared_tokens(settings, schema)
     contexts = list(survey.context_tokens.values())
     context = sum(contexts) // len(contexts) if contexts else 0
