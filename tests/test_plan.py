@@ -77,6 +77,12 @@ def test_plan_prices_every_mode_and_sends_and_stores_nothing(
     assert text.returncode == 0, text.stderr
     assert "3 documents" in text.stdout and "empty.txt: empty or whitespace-only file" in text.stdout
     assert "the run would go sync" in text.stdout
+    # PIPELINE_PROMPT_LAYOUT=auto, said once: the session's model is priced 75 % off cached.
+    said = (
+        "layout: compact, because sim-1's cached input is only 75 % off (the cached layout pays above 80 %)"
+    )
+    assert plan["layout"] == {"layout": "compact", "reason": said}
+    assert text.stdout.count(said) == 1
     assert _runs(engine) == runs and _requests(sim_url) == requests
 
 
