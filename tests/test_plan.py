@@ -10,6 +10,7 @@ import httpx
 import pytest
 from sqlalchemy import Engine, func, select
 
+from pipeline.core.constants import COMPACT_PROMPT_VERSION
 from pipeline.core.cost import parse_prices
 from pipeline.storage.db import session_scope
 from pipeline.storage.models import LLMCall, Run
@@ -178,10 +179,12 @@ def test_a_flex_run_asks_at_the_flex_tier_rides_out_refusals_and_pays_batch_pric
     finally:
         sim_configure(sim_url, flex_unavailable_rate=0.0, flex_slowdown=3.0)
     assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    assert submitted.stderr.count("layout: compact, because sim-1's cached input is only 75 % off") == 1
     run_id = submitted.stdout.strip().splitlines()[-1]
     with session_scope(engine) as session:
         run = session.get(Run, run_id)
         assert run is not None and run.mode == "flex" and run.status == "completed"
+        assert run.prompt_version == COMPACT_PROMPT_VERSION, "auto's choice, kept by the run"
         calls = session.execute(
             select(
                 LLMCall.stage,
