@@ -123,20 +123,28 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 SLOW_FILES_FIRST = (
-    "test_local_run_stop.py",
     "test_chaos.py",
+    "test_batch.py",
+    "test_limits_integration.py",
     "test_redaction.py",
     "test_real_model.py",
     "test_local_run.py",
-    "test_readme_sql.py",
-    "test_clock_skew.py",
-    "test_round_trips.py",
     "test_outage.py",
+    "test_clock_skew.py",
+    "test_retry.py",
+    "test_bench.py",
+    "test_migrations.py",
+    "test_prefork.py",
+    "test_local_run_stop.py",
+    "test_schedule.py",
+    "test_readme_sql.py",
+    "test_prune.py",
+    "test_round_trips.py",
+    "test_timeouts.py",
+    "test_ratelimit.py",
     "test_escalation.py",
-    "test_batch.py",
-    "test_limits_integration.py",
 )
-"""Files of 20 s or more (a clean CI run's `--durations`, 2026-12-06), longest first.
+"""Files of 17 s or more in all (a clean run's `--durations=0` at a load of ~4, 2026-12-06, afternoon), longest first.
 xdist hands files out in the order of this list, then in collection order (see
 `pytest_configure`): the longest start first, on different processes, and the many short files
 fill in behind them. Handed out last, one long file alone keeps the suite waiting for it."""
