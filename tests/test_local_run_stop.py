@@ -20,7 +20,7 @@ def test_sigterm_ends_what_pipeline_run_started_and_marks_its_run(tmp_path: Path
     from tests.conftest import eventually, running_simulator
 
     err = tmp_path / "stderr.txt"
-    with running_simulator(tmp_path, "--p50", "5", "--p95", "6") as slow:  # the run is still going
+    with running_simulator(tmp_path, "--p50", "2", "--p95", "3") as slow:  # the run is still going
         with err.open("w") as stderr:
             command = subprocess.Popen(
                 [sys.executable, "-m", "pipeline", "run", str(ROOT / "examples" / "filings")],
