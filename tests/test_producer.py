@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import random
 from pathlib import Path
+from typing import Any
 
-from sqlalchemy import func, select
+import pytest
+from sqlalchemy import Engine, event, func, select, text
 
 from pipeline.core.settings import Settings
 from pipeline.ingest import inputs
@@ -219,3 +221,67 @@ def test_early_documents_that_all_end_before_the_rest_is_stored_do_not_finalize_
     with session_scope(engine) as session:  # as while the producer still stores the rest
         session.execute(update(Run).where(Run.id == plan.run_id).values(stored_at=None))
     assert ready_to_report(engine, first) is None
+
+
+def test_a_batch_is_stored_in_a_few_statements_and_a_refused_file_alone_is_skipped(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """Submit stores a batch of files in multi-row statements, not a round trip per file; where
+    the database refuses one file (here a trigger of this test's, as a constraint or a value it
+    cannot take would), the batch is stored again file by file and that file alone is `skipped`
+    with the database's reason."""
+    if engine.dialect.name != "postgresql":
+        pytest.skip("a trigger refusing one row: Postgres")
+    for i in range(30):
+        (tmp_path / f"f{i:02}.txt").write_text(f"Item 7. Company {i} revenue was ${i + 1} million.\n" * 40)
+    (tmp_path / "f07-refuse-me.txt").write_text("Item 7. Revenue was $7 million.\n" * 41)
+    inserts: list[int] = []
+
+    def count(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
+        if statement.lstrip().upper().startswith("INSERT INTO DOCUMENTS"):
+            inserts.append(1)
+
+    refuse = """
+        create or replace function refuse_me() returns trigger language plpgsql as $$
+        begin
+          if strpos(new.path, 'refuse-me') > 0 and new.status = 'pending' then
+            raise exception 'this test refuses this file';
+          end if;
+          return new;
+        end $$;
+        create trigger refuse_me before insert on documents for each row execute function refuse_me();
+    """
+    settings = _settings(engine.url.render_as_string(hide_password=False))
+    event.listen(engine, "before_cursor_execute", count)
+    try:
+        prepare_run(engine, settings, [str(tmp_path)])
+        assert len(inserts) == 1, "31 files, one multi-row insert of their documents"
+        inserts.clear()
+        with engine.begin() as conn:
+            conn.execute(text(refuse))
+        plan = prepare_run(
+            engine, _settings(engine.url.render_as_string(hide_password=False)), [str(tmp_path)]
+        )
+    finally:
+        event.remove(engine, "before_cursor_execute", count)
+        with engine.begin() as conn:
+            conn.exec_driver_sql(
+                "drop trigger if exists refuse_me on documents; drop function if exists refuse_me()"
+            )
+    # One multi-row insert for the batch (refused), then one per file of it, then the skipped row.
+    assert len(inserts) == 1 + 31 + 1, "the batch in one statement; file by file only once refused"
+    assert len(plan.document_ids) == 30 and [path for path, _ in plan.rejected] == [
+        str(tmp_path / "f07-refuse-me.txt")
+    ]
+    with session_scope(engine) as session:
+        docs = {
+            Path(d.path).name: d
+            for d in session.scalars(select(Document).where(Document.run_id == plan.run_id))
+        }
+        chunks = session.scalar(select(func.count()).select_from(Chunk).where(Chunk.run_id == plan.run_id))
+    assert len(docs) == 31 and chunks == 30
+    refused = docs["f07-refuse-me.txt"]
+    assert refused.status == "skipped" and refused.error is not None
+    assert refused.error.startswith("could not be stored: this test refuses"), refused.error
+    assert all(d.status == "pending" and d.chunk_count == 1 for d in docs.values() if d is not refused)
+    assert plan.tokens == sum(t for _, spans in plan.spans.values() for *_, t in spans), "counted once"

@@ -82,6 +82,18 @@ def traceparent(span: Span) -> str | None:
     return carrier.get("traceparent")
 
 
+def start(name: str, attributes: dict[str, Any] | None = None) -> Span:
+    """A span named `name` under the current one, not made current: its caller ends it (a
+    batch's spans, open until the batch is stored; `failed` when it is not)."""
+    clean = {key: value for key, value in (attributes or {}).items() if value is not None}
+    return tracer().start_span(name, attributes=clean, record_exception=False, set_status_on_exception=False)
+
+
+def failed(current: Span, exc: BaseException) -> None:
+    """The span ends in error, naming the exception's type, not its text (it may quote what it was sent)."""
+    current.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+
+
 @contextmanager
 def span(name: str, attributes: dict[str, Any] | None = None, parent: str | None = None) -> Iterator[Span]:
     """A span named `name`, current while the block runs: under the span of the W3C
@@ -95,8 +107,8 @@ def span(name: str, attributes: dict[str, Any] | None = None, parent: str | None
     ) as current:
         try:
             yield current
-        except BaseException as exc:  # its type only: an error's text may quote what it was sent
-            current.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+        except BaseException as exc:
+            failed(current, exc)
             raise
 
 

@@ -119,17 +119,17 @@ def prepare_run(
     for number, batch in enumerate(_batches(candidates, COMMIT_EVERY_DOCUMENTS, first=first)):
         if number >= 1 and on_early and plan.document_ids:
             _stream(engine, plan, on_early)  # the batch stored before this one goes to the queue
+        loaded_files = []
+        for candidate in batch:
+            if only_new and candidate.problem in inputs.NOTHING_THERE:
+                continue  # an empty inbox tonight is not a run
+            loaded_files.append(inputs.load(candidate, settings.max_file_bytes, reading))
+            if on_file:
+                on_file(loaded_files[-1])
         with session_scope(engine) as session:
-            for candidate in batch:
-                if only_new and candidate.problem in inputs.NOTHING_THERE:
-                    continue  # an empty inbox tonight is not a run
-                loaded = inputs.load(candidate, settings.max_file_bytes, reading)
-                if on_file:
-                    on_file(loaded)
-                if only_new and loaded.sha256 and intake.content_extracted(session, loaded.sha256):
-                    plan.already_processed.append(loaded.path)
-                    continue
-                _add_file_or_skip(session, settings, plan, loaded, first_path_of)
+            if only_new:
+                loaded_files = _not_extracted(session, plan, loaded_files)
+            _store_batch(session, settings, plan, loaded_files, first_path_of)
     if only_new and not plan.submitted and not plan.rejected:
         with session_scope(engine) as session:
             intake.delete_run(session, plan.run_id)
@@ -184,91 +184,135 @@ def enqueue_order(document_ids: list[int], chunk_counts: dict[int, int], seed: s
     return head + by_length[cut:]
 
 
-def _add_file_or_skip(
+def _not_extracted(
+    session: Session, plan: SubmitPlan, files: list[inputs.LoadedFile]
+) -> list[inputs.LoadedFile]:
+    """`only_new`: the files whose content no run extracted yet; the others noted in the plan."""
+    done = intake.extracted_contents(session, {f.sha256 for f in files if f.sha256})
+    plan.already_processed += [f.path for f in files if f.sha256 in done]
+    return [f for f in files if f.sha256 not in done]
+
+
+def _store_batch(
     session: Session,
     settings: Settings,
     plan: SubmitPlan,
-    loaded: inputs.LoadedFile,
+    files: list[inputs.LoadedFile],
     first_path_of: dict[str, str],
 ) -> None:
-    """`_add_file` in a savepoint of its own: a file the database refuses becomes its own
-    `skipped` row with the database's reason, and the batch's other files are stored."""
-    tokens = plan.tokens
+    """Store the files in a savepoint, in a few multi-row statements (`_add_files`). Where the
+    database refuses the batch (e.g. a NUL in a text, a lone surrogate), it is stored again file
+    by file, and the one file refused becomes its own `skipped` row with the database's reason."""
+    tokens, known = plan.tokens, set(first_path_of)
     try:
         with session.begin_nested():
-            _add_file(session, settings, plan, loaded, first_path_of)
-    except (db.REFUSED, UnicodeError) as exc:  # e.g. a NUL in text, a lone surrogate
-        plan.tokens = tokens
-        if loaded.sha256 and first_path_of.get(loaded.sha256) == loaded.path:
-            del first_path_of[loaded.sha256]
+            _add_files(session, settings, plan, files, first_path_of)
+        return
+    except (db.REFUSED, UnicodeError) as exc:
+        plan.tokens = tokens  # as before the batch: its rows are not stored
+        for sha256 in set(first_path_of) - known:
+            del first_path_of[sha256]
         said = db.driver_error(exc)
-        reason = f"could not be stored: {str(said).splitlines()[0][:300]}"
-        skipped = inputs.LoadedFile(inputs.printable(loaded.path), loaded.size_bytes, problem=reason)
-        _add_file(session, settings, plan, skipped, first_path_of)
+    if len(files) > 1:
+        for loaded in files:
+            _store_batch(session, settings, plan, [loaded], first_path_of)
+        return
+    reason = f"could not be stored: {str(said).splitlines()[0][:300]}"
+    skipped = inputs.LoadedFile(inputs.printable(files[0].path), files[0].size_bytes, problem=reason)
+    _add_files(session, settings, plan, [skipped], first_path_of)
 
 
-def _add_file(
+def _add_files(
     session: Session,
     settings: Settings,
     plan: SubmitPlan,
-    loaded: inputs.LoadedFile,
+    files: list[inputs.LoadedFile],
     first_path_of: dict[str, str],
 ) -> None:
-    """Store one file as its document, as the first span of the document's trace (its
-    traceparent stored with it: every delivery's extract span opens under it)."""
-    with tracing.span(
-        "submit document", {"run.id": plan.run_id, "document.bytes": loaded.size_bytes}
-    ) as current:
-        _add_traced_file(session, settings, plan, loaded, first_path_of, current)
+    """Store the files as their documents, each with the first span of its document's trace (its
+    traceparent stored with it: every delivery's extract span opens under it), open until the
+    rows are stored; the plan learns of them once they are."""
+    opened: list[Span] = []
+    try:
+        entries = []
+        for loaded in files:
+            opened.append(
+                tracing.start("submit document", {"run.id": plan.run_id, "document.bytes": loaded.size_bytes})
+            )
+            entries.append(_entry(settings, plan, loaded, first_path_of, opened[-1]))
+        ids = intake.add_documents(session, plan.run_id, [new for new, _ in entries])
+        for document_id, loaded, (new, found), current in zip(ids, files, entries, opened, strict=True):
+            _account(settings, plan, document_id, loaded, new, found, current)
+    except BaseException as exc:
+        for current in opened:
+            tracing.failed(current, exc)
+        raise
+    finally:
+        for current in opened:
+            current.end()
 
 
-def _add_traced_file(
-    session: Session,
+def _entry(
     settings: Settings,
     plan: SubmitPlan,
     loaded: inputs.LoadedFile,
     first_path_of: dict[str, str],
     current: Span,
-) -> None:
+) -> tuple[intake.NewDocument, sections.Found | None]:
+    """The file's document as it is to be stored (chunked, or skipped with its reason)."""
     spans, tokens, problem, found = _chunk(settings, plan, loaded, first_path_of)
     stored = inputs.stored_path(loaded.path)  # what is shown (plan.rejected) stays as typed
+    trace_parent = tracing.traceparent(current)
     if problem or loaded.text is None or loaded.sha256 is None:
-        reason = problem or "unusable"
-        intake.add_document(
-            session,
-            plan.run_id,
+        skipped = intake.NewDocument(
             stored,
-            sha256=None,
-            size_bytes=loaded.size_bytes,
+            None,
+            loaded.size_bytes,
             status=DocStatus.SKIPPED,
-            error=reason,
-            trace_parent=tracing.traceparent(current),
+            error=problem or "unusable",
+            trace_parent=trace_parent,
             read=_read_of(loaded),
         )
-        current.set_attribute("document.status", "skipped")
-        plan.rejected.append((loaded.path, reason))
-        return
+        return skipped, None
     first_path_of[loaded.sha256] = loaded.path
-    offsets = loaded.intake.offsets if loaded.intake else []
-    intake.store_content(session, loaded.sha256, loaded.text, loaded.size_bytes, offsets)
     plan.tokens += tokens
     finding = injection.detect(loaded.text)
-    document_id = intake.add_document(
-        session,
-        plan.run_id,
+    new = intake.NewDocument(
         stored,
-        sha256=loaded.sha256,
-        size_bytes=loaded.size_bytes,
+        loaded.sha256,
+        loaded.size_bytes,
         note=loaded.note,
         spans=spans,
         injection_excerpt=finding.excerpt if finding else None,
-        trace_parent=tracing.traceparent(current),
+        trace_parent=trace_parent,
         read=_read_of(loaded, found),
+        text=loaded.text,
+        offsets=loaded.intake.offsets if loaded.intake else (),
     )
-    current.set_attributes({"document.id": document_id, "document.chunks": len(spans)})
+    return new, found
+
+
+def _account(
+    settings: Settings,
+    plan: SubmitPlan,
+    document_id: int,
+    loaded: inputs.LoadedFile,
+    new: intake.NewDocument,
+    found: sections.Found | None,
+    current: Span,
+) -> None:
+    """The stored document in the plan: to enqueue (its chunks, for the plan's estimate), or rejected."""
+    if new.status == DocStatus.SKIPPED:
+        current.set_attribute("document.status", "skipped")
+        plan.rejected.append((loaded.path, new.error or "unusable"))
+        return
+    current.set_attributes({"document.id": document_id, "document.chunks": len(new.spans)})
     plan.document_ids.append(document_id)
-    plan.chunk_counts[document_id] = len(spans)
-    plan.spans[document_id] = (loaded.sha256, [(c.char_start, c.char_end, c.token_estimate) for c in spans])
+    plan.chunk_counts[document_id] = len(new.spans)
+    plan.spans[document_id] = (
+        new.sha256 or "",
+        [(c.char_start, c.char_end, c.token_estimate) for c in new.spans],
+    )
     _count_context(settings, plan, document_id, loaded, found)
 
 

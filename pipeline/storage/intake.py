@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, fields
 from datetime import date
 from typing import TYPE_CHECKING, Any
@@ -65,12 +65,16 @@ def delete_run(session: Session, run_id: str) -> None:
     session.execute(delete(Run).where(Run.id == run_id))
 
 
-def content_extracted(session: Session, sha256: str) -> bool:
-    """Whether some run already extracted this exact content."""
-    found = session.scalar(
-        select(Document.id).where(Document.sha256 == sha256, Document.status == DocStatus.EXTRACTED).limit(1)
+def extracted_contents(session: Session, sha256s: Collection[str]) -> set[str]:
+    """Of these contents, those some run already extracted (one query for a batch of files)."""
+    if not sha256s:
+        return set()
+    found = session.scalars(
+        select(Document.sha256)
+        .where(Document.sha256.in_(sorted(sha256s)), Document.status == DocStatus.EXTRACTED)
+        .distinct()
     )
-    return found is not None
+    return {sha for sha in found if sha is not None}
 
 
 @dataclass(frozen=True)
@@ -107,14 +111,19 @@ def store_content(
     transaction ends (even when its WHERE leaves it unchanged), so a concurrent prune skips a
     text a document being submitted uses, and one that pruned it first is undone here."""
     session.execute(
-        _store_statement(session.get_bind().dialect.name),
-        {
-            "sha256": sha256,
-            "text": text,
-            "bytes": size_bytes,
-            "source_offsets": [list(pair) for pair in offsets] or None,
-        },
+        _store_statement(session.get_bind().dialect.name), _content_row(sha256, text, size_bytes, offsets)
     )
+
+
+def _content_row(
+    sha256: str, text: str, size_bytes: int, offsets: Sequence[tuple[int, int]]
+) -> dict[str, Any]:
+    return {
+        "sha256": sha256,
+        "text": text,
+        "bytes": size_bytes,
+        "source_offsets": [list(pair) for pair in offsets] or None,
+    }
 
 
 @functools.lru_cache(maxsize=4)
@@ -134,60 +143,93 @@ def _store_statement(dialect: str) -> Any:
     )
 
 
-def add_document(
-    session: Session,
-    run_id: str,
-    path: str,
-    *,
-    sha256: str | None,
-    size_bytes: int,
-    status: DocStatus = DocStatus.PENDING,
-    error: str | None = None,
-    note: str | None = None,
-    spans: Sequence[ChunkSpan] = (),
-    injection_excerpt: str | None = None,
-    trace_parent: str | None = None,
-    read: Read | None = None,
-) -> int:
-    """Store the document and its chunks; its id. Core statements: a night's thousands of
-    filings go through here one by one."""
-    document_id: int = session.execute(
-        insert(table_of(Document)).returning(table_of(Document).c.id),
+@dataclass(frozen=True)
+class NewDocument:
+    """One file of a run as `add_documents` stores it: its document row, its content (when it is
+    extracted) and its chunk rows."""
+
+    path: str
+    sha256: str | None
+    size_bytes: int
+    status: DocStatus = DocStatus.PENDING
+    error: str | None = None
+    note: str | None = None
+    spans: Sequence[ChunkSpan] = ()
+    injection_excerpt: str | None = None
+    trace_parent: str | None = None
+    read: Read | None = None
+    text: str | None = None
+    """Stored once per content (`store_content`) before the document; None for a skipped file."""
+    offsets: Sequence[tuple[int, int]] = ()
+
+
+_READ_COLUMNS = Read(source_format="").columns().keys()
+
+
+def add_documents(session: Session, run_id: str, documents: Sequence[NewDocument]) -> list[int]:
+    """Store the documents, their contents and chunks, in a few statements for the whole list
+    (each a multi-row insert): a night's tens of thousands of filings are stored a batch at a
+    time, not a round trip per row. Their ids, in the order given."""
+    if not documents:
+        return []
+    contents = {d.sha256: d for d in documents if d.text is not None and d.sha256 is not None}
+    if contents:
+        session.execute(
+            _store_statement(session.get_bind().dialect.name),
+            [_content_row(sha, d.text or "", d.size_bytes, d.offsets) for sha, d in contents.items()],
+        )
+    now = clock.now(session) if any(d.status in TERMINAL_DOC_STATUSES for d in documents) else None
+    rows = [_document_row(run_id, d, now) for d in documents]
+    ids: list[int] = list(
+        session.scalars(
+            insert(table_of(Document)).returning(table_of(Document).c.id, sort_by_parameter_order=True),
+            rows,
+        )
+    )
+    facts = [
+        {"document_id": doc_id, "run_id": run_id, "field": "revenue_usd", **d.read.revenue}
+        for doc_id, d in zip(ids, documents, strict=True)
+        if d.read and d.read.revenue is not None and d.status != DocStatus.SKIPPED
+    ]
+    if facts:
+        session.execute(insert(table_of(XbrlFact)), facts)
+    chunks = [
         {
+            "document_id": doc_id,
             "run_id": run_id,
-            "path": path,
-            "sha256": sha256,
-            "bytes": size_bytes,
-            "status": status,
-            "error": error,
-            "note": note,
-            "chunk_count": len(spans),
-            "finished_at": clock.now(session) if status in TERMINAL_DOC_STATUSES else None,
-            "injection_flag": injection_excerpt is not None,
-            "injection_excerpt": injection_excerpt,
-            "trace_parent": trace_parent,
-            **(read.columns() if read else {}),
-        },
-    ).scalar_one()
-    if read and read.revenue is not None and status != DocStatus.SKIPPED:
-        session.execute(
-            insert(table_of(XbrlFact)),
-            {"document_id": document_id, "run_id": run_id, "field": "revenue_usd", **read.revenue},
-        )
-    if spans:
-        session.execute(
-            insert(table_of(Chunk)),
-            [
-                {
-                    "document_id": document_id,
-                    "run_id": run_id,
-                    "idx": s.idx,
-                    "char_start": s.char_start,
-                    "char_end": s.char_end,
-                    "token_estimate": s.token_estimate,
-                    "section": s.section,
-                }
-                for s in spans
-            ],
-        )
-    return document_id
+            "idx": s.idx,
+            "char_start": s.char_start,
+            "char_end": s.char_end,
+            "token_estimate": s.token_estimate,
+            "section": s.section,
+        }
+        for doc_id, d in zip(ids, documents, strict=True)
+        for s in d.spans
+    ]
+    if chunks:
+        session.execute(insert(table_of(Chunk)), chunks)
+    return ids
+
+
+def _document_row(run_id: str, d: NewDocument, now: Any) -> dict[str, Any]:
+    """The `documents` row of `d`, every column named (a multi-row insert takes rows of one shape)."""
+    return {
+        "run_id": run_id,
+        "path": d.path,
+        "sha256": d.sha256,
+        "bytes": d.size_bytes,
+        "status": d.status,
+        "error": d.error,
+        "note": d.note,
+        "chunk_count": len(d.spans),
+        "finished_at": now if d.status in TERMINAL_DOC_STATUSES else None,
+        "injection_flag": d.injection_excerpt is not None,
+        "injection_excerpt": d.injection_excerpt,
+        "trace_parent": d.trace_parent,
+        **(d.read.columns() if d.read else dict.fromkeys(_READ_COLUMNS)),
+    }
+
+
+def add_document(session: Session, run_id: str, path: str, **fields: Any) -> int:
+    """Store one document (the fields of `NewDocument`) and its chunks; its id."""
+    return add_documents(session, run_id, [NewDocument(path, **fields)])[0]
