@@ -41,7 +41,7 @@ from pipeline.reporting import charts
 from pipeline.reporting.html_parts import Html, figure, join, note
 from pipeline.reporting.page_data import CostRow, PageInput
 from pipeline.reporting.render import money
-from pipeline.reporting.timeline import Timeline, build_timeline, percentile
+from pipeline.reporting.timeline import CallDigest, Timeline, percentile_of
 
 MIN_TIME_BINS = 3
 """The calls over time are charted when they were sent over at least this many bins."""
@@ -229,12 +229,13 @@ def grounding(r: dict[str, Any]) -> Choice | None:
 
 
 def timeline(page: PageInput) -> Choice | None:
-    binned = build_timeline(page.calls)
+    digest = page.call_digest()
+    binned = digest.timeline
     if binned is None:
         return None
     busy = [i for i, _ in enumerate(binned.starts_s) if any(s[i] for s in binned.sent_per_s.values())]
     if busy[-1] - busy[0] + 1 < MIN_TIME_BINS:
-        return Said("timeline", _short_timeline(page, binned, busy))
+        return Said("timeline", _short_timeline(digest, binned, busy))
     quota = page.quota
     fig = charts.timeline_chart(binned, quota.per_s if quota else None, quota.label if quota else "")
     caption = (
@@ -244,22 +245,17 @@ def timeline(page: PageInput) -> Choice | None:
     return Drawn("timeline", fig, caption)
 
 
-def _short_timeline(page: PageInput, binned: Timeline, busy: list[int]) -> str:
-    went = [c for c in page.calls if c.outcome != "held"]  # a held call was never sent
-    sent = sorted(c.sent_s for c in went)
+def _short_timeline(digest: CallDigest, binned: Timeline, busy: list[int]) -> str:
     span_s = (busy[-1] - busy[0] + 1) * binned.bin_s
-    outcomes = Counter(c.outcome for c in went)
+    outcomes = digest.outcomes  # of the calls sent: a held call was never sent
     ended = ", ".join(
         f"{outcomes[o]:,} {word}"
         for o, word in (("answered", "answered"), ("429", "refused with 429"), ("error", "failed"))
         if outcomes[o]
     )
-    calls = "The one LLM call was" if len(sent) == 1 else f"All {len(sent):,} LLM calls were"
-    when = (
-        f"{max(0.0, sent[0]):.1f} s"
-        if len(sent) == 1
-        else f"between {max(0.0, sent[0]):.1f} s and {max(0.0, sent[-1]):.1f} s"
-    )
+    first, last = max(0.0, digest.first_sent_s), max(0.0, digest.last_sent_s)
+    calls = "The one LLM call was" if digest.sent == 1 else f"All {digest.sent:,} LLM calls were"
+    when = f"{first:.1f} s" if digest.sent == 1 else f"between {first:.1f} s and {last:.1f} s"
     return (
         f"{calls} sent within {span_s} s, {when} after the run was submitted: too short a time for a "
         f"chart of calls per second. {ended.capitalize()}."
@@ -267,26 +263,27 @@ def _short_timeline(page: PageInput, binned: Timeline, busy: list[int]) -> str:
 
 
 def latency(page: PageInput) -> Choice | None:
-    if not page.calls:
+    digest = page.call_digest()
+    if not digest.recorded:
         return None
-    answered = sorted(c.latency_s for c in page.calls if c.outcome == "answered")
+    answered = digest.latencies_s
     if not answered:
         return Said("latency", "No call was answered, so there is no latency to show.")
-    p50, p95 = percentile(answered, 0.5), percentile(answered, 0.95)
-    if len(answered) < MIN_LATENCIES or answered[-1] - answered[0] < 0.001:
-        if len(answered) == 1:
-            return Said("latency", f"The one answered call took {answered[0]:.2f} s.")
+    n, fastest, slowest = sum(answered.values()), min(answered), max(answered)
+    p50, p95 = percentile_of(answered, 0.5), percentile_of(answered, 0.95)
+    if n < MIN_LATENCIES or slowest - fastest < 0.001:
+        if n == 1:
+            return Said("latency", f"The one answered call took {fastest:.2f} s.")
         return Said(
             "latency",
-            f"The {len(answered)} answered calls took {answered[0]:.2f} s to {answered[-1]:.2f} s "
-            f"(median {p50:.2f} s).",
+            f"The {n} answered calls took {fastest:.2f} s to {slowest:.2f} s (median {p50:.2f} s).",
         )
     caption = "Time from sending a call to its answer, for the calls the provider answered."
     return Drawn("latency", charts.histogram_chart(answered, p50, p95), caption)
 
 
 def cost(page: PageInput) -> Choice | None:
-    if not page.calls and not page.by_stage:
+    if not page.call_digest().recorded and not page.by_stage:
         return None
     priced = any(r.cost_usd is not None for r in page.by_stage)
 

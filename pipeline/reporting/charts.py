@@ -14,7 +14,7 @@ and a y label, and a value axis starts at 0.
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -219,10 +219,18 @@ def timeline_chart(timeline: Timeline, quota_per_s: float | None, quota_label: s
         return fig
 
 
-def histogram_chart(latencies_s: Sequence[float], p50: float | None, p95: float | None) -> Figure:
-    """The latency distribution of answered calls, with its median and 95th percentile."""
+def histogram_chart(latencies_s: Mapping[float, int], p50: float | None, p95: float | None) -> Figure:
+    """The latency distribution of answered calls ({latency: how many calls took it}), with
+    its median and 95th percentile."""
+    values = sorted(latencies_s)
+    calls = sum(latencies_s.values())
     with chart("latency", 2.6) as (fig, (ax,)):
-        counts, _, _ = ax.hist(latencies_s, bins=min(40, max(5, len(latencies_s) // 4)), color=COLORS["main"])
+        counts, _, _ = ax.hist(
+            values,
+            bins=min(40, max(5, calls // 4)),
+            weights=[latencies_s[v] for v in values],
+            color=COLORS["main"],
+        )
         for value, name in ((p50, "p50"), (p95, "p95")):
             if value is not None:
                 ax.axvline(value, color=COLORS["line"], linestyle="--", linewidth=1)
@@ -235,7 +243,7 @@ def histogram_chart(latencies_s: Sequence[float], p50: float | None, p95: float 
                     va="top",
                     fontsize=8,
                 )
-        ax.set_title(f"Latency of answered calls ({len(latencies_s)})")
+        ax.set_title(f"Latency of answered calls ({calls})")
         ax.set_xlabel("seconds from sending a call to its answer")
         ax.set_ylabel("calls")
         ax.set_ylim(0, max(counts) * 1.2)  # room for the p50 and p95 labels under the top

@@ -178,7 +178,17 @@ def _filings(page: PageInput) -> Html:
             cells = [custom_cell(data.get(f), f, bad) for f in custom.fields]
             rows.append([_file(d), *cells, f"{d.get('quotes_grounded', 0)}/{d.get('quotes_total', 0)}"])
         headers = ["File", *custom.fields, "Quotes found"]
-        return section("filings", f"Filings ({custom.schema})", intro, table(headers, rows))
+        rest = page.custom_total - len(custom.rows)
+        more = (
+            note(
+                f"The first {len(custom.rows):,} of {page.custom_total:,} filings by path; {rest:,} more: "
+                f"every document is in {render.documents_csv(str(r['run_id']))} (`pipeline report "
+                f"{r['run_id']} --format csv`), and each answer in the database (extractions.data by run_id)."
+            )
+            if rest > 0
+            else ""
+        )
+        return section("filings", f"Filings ({custom.schema})", intro, table(headers, rows), more)
     if r.get("documents_complete") is False:
         return section("filings", "Filings", intro, note(_table_elsewhere(r)))
     done = extracted(r)

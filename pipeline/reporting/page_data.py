@@ -3,6 +3,8 @@ calls, cost per stage and model, the slowest documents, and a custom schema's ex
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -13,7 +15,8 @@ from pipeline.core.errors import ConfigError
 from pipeline.core.settings import Settings
 from pipeline.extraction.custom import GROUNDING_KEY, load_schema
 from pipeline.llm.ratelimit.policy import limit_in_force
-from pipeline.reporting.timeline import CallSpan
+from pipeline.reporting import report_rows
+from pipeline.reporting.timeline import CallDigest, CallSpan, digest_of, fold_calls
 from pipeline.storage import run_page, runs
 from pipeline.storage.db import session_scope
 from pipeline.storage.llm_calls import CallTotals, call_totals
@@ -70,6 +73,8 @@ class PageInput:
     created_at: datetime
     finished_at: datetime | None
     calls: list[CallSpan] = field(default_factory=list)
+    """The run's calls, when a page is built from them (tests); `load_page` folds them into
+    `digest` as it reads them and leaves this empty."""
     quota: Quota | None = None
     by_stage: list[CostRow] = field(default_factory=list)
     by_model: list[CostRow] = field(default_factory=list)
@@ -79,6 +84,13 @@ class PageInput:
     """The run's calls as `pipeline status` counts them now (None: the stored report's totals)."""
     pruned_at: datetime | None = None
     """When `pipeline prune` deleted the run's call rows (the charts of them went with them)."""
+    digest: CallDigest | None = None
+    custom_total: int = 0
+    """How many documents a custom schema's run extracted (its table lists LISTED_ROWS)."""
+
+    def call_digest(self) -> CallDigest:
+        """What the page says of the run's calls: `digest`, or folded from `calls`."""
+        return self.digest if self.digest is not None else digest_of(self.calls)
 
 
 class NoReport(LookupError):
@@ -109,25 +121,36 @@ def load_page(
         if run is None or report is None:
             raise NoReport(f"run {run_id} has no report yet (see `pipeline status {run_id}`)")
         start = aware(run.created_at)
-        calls = [
-            CallSpan((aware(end) - start).total_seconds(), latency / 1000, wait / 1000, status)
-            for end, latency, wait, status in run_page.call_timings(session, run_id)
-        ]
         by_stage, by_model = (_costs(session, run_id, key) for key in ("stage", "model"))
+        custom = _custom(session, run_id, run.schema) if run.schema else None
         return PageInput(
             report=report,
             status=run.status,
             created_at=start,
             finished_at=aware(run.finished_at) if run.finished_at else None,
-            calls=calls,
+            digest=_calls(session, run_id, start),
             quota=quota(limiter, {r.key for r in by_model}, settings),
             by_stage=by_stage,
             by_model=by_model,
             slowest=_slowest(session, run_id),
-            custom=_custom(session, run_id, run.schema) if run.schema else None,
+            custom=custom,
+            custom_total=run_page.extracted_count(session, run_id) if custom else 0,
             totals=_totals(session, run),
             pruned_at=aware(run.pruned_at) if run.pruned_at else None,
         )
+
+
+def _calls(session: Session, run_id: str, start: datetime) -> CallDigest:
+    """The run's calls folded as they are read, in the orders the fold needs: the page holds
+    its charts' bins, not the calls (a 20,000-document run records 100,000 of them)."""
+
+    def spans(order: run_page.CallOrder) -> Iterator[CallSpan]:
+        for end, latency, wait, status in run_page.call_timings(session, run_id, order):
+            yield CallSpan((aware(end) - start).total_seconds(), latency / 1000, wait / 1000, status)
+
+    last = run_page.last_sent_call(session, run_id)
+    end_s = None if last is None else (aware(last) - start).total_seconds()
+    return fold_calls(spans("sent"), spans("queued"), spans("held"), end_s)
 
 
 def _totals(session: Session, run: Run) -> CallTotals:
@@ -162,19 +185,24 @@ def _costs(session: Session, run_id: str, key: Literal["stage", "model"]) -> lis
 
 
 def _slowest(session: Session, run_id: str) -> list[SlowDocument]:
-    calls = run_page.calls_per_document(session, run_id)
-    found = [
-        SlowDocument(
-            path, status, (aware(end) - aware(begin)).total_seconds(), calls.get(doc_id, 0), chunks or 0
-        )
+    """The SLOWEST_DOCUMENTS documents that took longest from start to end, from the run's
+    documents streamed (only those few held), with their calls."""
+    timed = (
+        (doc_id, path, status, (aware(end) - aware(begin)).total_seconds(), chunks or 0)
         for doc_id, path, status, begin, end, chunks in run_page.timed_documents(session, run_id)
-        if begin is not None and end is not None
+        if begin is not None and end is not None  # the query's WHERE: they are not
+    )
+    found = heapq.nlargest(SLOWEST_DOCUMENTS, timed, key=lambda d: d[3])
+    calls = run_page.calls_per_document(session, run_id, [d[0] for d in found])
+    return [
+        SlowDocument(path, status, seconds, calls.get(doc_id, 0), chunks)
+        for doc_id, path, status, seconds, chunks in found
     ]
-    return sorted(found, key=lambda d: -d.seconds)[:SLOWEST_DOCUMENTS]
 
 
 def _custom(session: Session, run_id: str, schema: str) -> CustomTable:
-    rows = run_page.custom_rows(session, run_id)
+    """A custom schema's table: its first LISTED_ROWS documents by path (the report's limit)."""
+    rows = run_page.custom_rows(session, run_id, report_rows.LISTED_ROWS)
     try:
         fields = list(load_schema(schema).model_fields)
     except ValueError:  # not importable here: the fields the answers hold, in order

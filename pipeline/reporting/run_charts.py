@@ -8,30 +8,36 @@ from pipeline.reporting import chart_rules
 from pipeline.reporting.chart_rules import Drawn, show
 from pipeline.reporting.html_parts import Html, join, note, section, table, tag
 from pipeline.reporting.page_data import PageInput
-from pipeline.reporting.timeline import build_timeline
 
 
 def calls_section(page: PageInput) -> Html:
-    if not page.calls and page.pruned_at:
+    digest = page.call_digest()
+    if not digest.recorded and page.pruned_at:
         said = f"The run's call rows were deleted by `pipeline prune` on {page.pruned_at:%Y-%m-%d}."
         return section("calls", "LLM calls", note(said))
-    if not page.calls:
+    if not digest.recorded:
         return section("calls", "LLM calls", note("No LLM call was recorded for this run."))
     return section(
-        "calls", "LLM calls over the run", _timeline(page), _latency(page), _costs(page), _slowest(page)
+        "calls",
+        "LLM calls over the run",
+        _timeline(page),
+        _latency(page),
+        _costs(page),
+        _slowest(page),
     )
 
 
 def _timeline(page: PageInput) -> Html:
-    held = sum(1 for c in page.calls if c.outcome == "held")
+    digest = page.call_digest()
+    held = digest.held
     held_text = f" {held:,} more were held by the endpoint's open circuit, never sent." if held else ""
-    timeline = build_timeline(page.calls)
+    timeline = digest.timeline
     if timeline is None:
         return note(f"No LLM call was sent.{held_text}")
     choice = chart_rules.timeline(page)
-    sent = [c for c in page.calls if c.outcome != "held"]
-    refused = sum(1 for c in sent if c.outcome == "429")
-    waited_s = sum(c.wait_s for c in sent)
+    sent = digest.sent
+    refused = digest.outcomes["429"]
+    waited_s = digest.waited_s
     quota = page.quota
     if quota is None:
         quota_text = "No request quota was configured or learned from the provider's headers."
@@ -47,7 +53,7 @@ def _timeline(page: PageInput) -> Html:
         else ""
     )
     summary = (
-        f"{len(sent):,} {'call' if len(sent) == 1 else 'calls'} sent, {refused:,} refused with 429 ({refused / len(sent):.1%}), "
+        f"{sent:,} {'call' if sent == 1 else 'calls'} sent, {refused:,} refused with 429 ({refused / sent:.1%}), "
         f"{len(timeline.pauses)} pauses after a 429, at most {max(timeline.in_flight)} in flight at once; "
         f"{waited_s:,.1f} s waited in the limiter in all.{held_text}{outage_text} {quota_text}"
     )
