@@ -38,7 +38,9 @@ def _report_query(run_id: str) -> Select[Any]:
             Extraction.fiscal_year_confidence,
             Extraction.revenue_confidence,
         )
-        .outerjoin(Extraction, Extraction.document_id == Document.id)
+        # Joined on the run as well (an extraction is its document's run's): the run's
+        # extractions come through their run's index, not a scan of every run's.
+        .outerjoin(Extraction, (Extraction.document_id == Document.id) & (Extraction.run_id == run_id))
         .where(Document.run_id == run_id)
     )
 

@@ -131,6 +131,8 @@ class Document(Base):
     __table_args__ = (
         Index("ix_documents_run_status", "run_id", "status"),
         Index("ix_documents_status_lease", "status", "lease_expires_at"),
+        # A run's documents in the order they are listed (the documents CSV), with no sort.
+        Index("ix_documents_run_path", "run_id", "path", "id"),
     )
 
     id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)

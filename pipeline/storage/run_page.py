@@ -122,7 +122,7 @@ def custom_rows(session: Session, run_id: str, limit: int) -> list[tuple[str, di
         for path, data in session.execute(
             select(Document.path, Extraction.data)
             .join(Extraction, Extraction.document_id == Document.id)
-            .where(Document.run_id == run_id)
+            .where(Document.run_id == run_id, Extraction.run_id == run_id)
             .order_by(Document.path, Document.id)
             .limit(limit)
         ).tuples()

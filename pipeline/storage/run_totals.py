@@ -56,7 +56,7 @@ def grounding_rows(session: Session, run_id: str) -> list[tuple[str, int, int, b
             Document.injection_flag,
         )
         .join(Extraction, Extraction.document_id == Document.id)
-        .where(Document.run_id == run_id)
+        .where(Document.run_id == run_id, Extraction.run_id == run_id)  # both through their run's index
         .order_by(Document.path)
     ).all()
     return [(path, total, grounded, revenue, flag) for path, total, grounded, revenue, flag in rows]
