@@ -15,7 +15,6 @@ from pipeline.core.errors import ConfigError
 from pipeline.core.settings import Settings
 from pipeline.extraction.custom import GROUNDING_KEY, load_schema
 from pipeline.llm.ratelimit.policy import limit_in_force
-from pipeline.reporting import report_rows
 from pipeline.reporting.timeline import CallDigest, CallSpan, digest_of, fold_calls
 from pipeline.storage import run_page, runs
 from pipeline.storage.db import session_scope
@@ -202,6 +201,8 @@ def _slowest(session: Session, run_id: str) -> list[SlowDocument]:
 
 def _custom(session: Session, run_id: str, schema: str) -> CustomTable:
     """A custom schema's table: its first LISTED_ROWS documents by path (the report's limit)."""
+    from pipeline.reporting import report_rows  # here: it loads the LLM client, 30 MB a page needs not
+
     rows = run_page.custom_rows(session, run_id, report_rows.LISTED_ROWS)
     try:
         fields = list(load_schema(schema).model_fields)
