@@ -8,6 +8,7 @@ from typing import Any
 
 from celery import signals
 
+from pipeline.extraction import prompting
 from pipeline.recovery import deliveries
 from pipeline.recovery.heartbeat import Heartbeat, Reclaimed
 from pipeline.runs.inbox import InboxWatch
@@ -45,6 +46,9 @@ def poll_batches(run_id: str) -> None:
 def _start(name: str) -> None:
     ctx = worker_context()
     ctx.llm.warm_up()  # before the first task, not during it
+    # The prompt layout a run submitted with this environment takes (a run of the other layout
+    # builds what it needs on its first filing).
+    prompting.warm_up(ctx.settings.prompt_version())
     beat = Heartbeat(
         ctx.engine,
         redis_client(),

@@ -88,6 +88,13 @@ def build(text: str, facts: FilingFacts, found: list[sections.Section] | None = 
     return "\n".join(parts)
 
 
+def warm_up() -> None:
+    """Build the encoding the contexts are counted with, once per process: a worker does it at
+    its start, before it takes a task, not on its first filing (under the first documents' clock,
+    while every thread waits for it)."""
+    tokens.counter_for(COUNTED_AS)
+
+
 def _lines(text: str) -> list[str]:
     """Non-blank lines, each with its runs of whitespace made one space (grounding matches
     quotes the same way, so a quote copied from here is found in the filing)."""
