@@ -31,7 +31,7 @@ from pydantic import BaseModel
 from pipeline.core import errors, progress, tracing
 from pipeline.core.cost import call_cost
 from pipeline.core.settings import Settings
-from pipeline.llm import circuit, prompts, spending, stops
+from pipeline.llm import circuit, prompts, spending, stops, warm
 from pipeline.llm.admission import CircuitPass
 from pipeline.llm.answers import StructuredAnswers
 from pipeline.llm.cache_keys import CacheKeys
@@ -135,8 +135,8 @@ class LLMClient:
 
     def warm_up(self) -> None:
         """Load at start-up what a process's first call would load on its way (the SDK's
-        lazily imported resources, each model's token counter), so that the first call of a
-        run does not wait for imports."""
+        lazily imported resources and lazily built types, gone through offline: `warm`; each
+        model's token counter), so that the first call of a run does not wait for them."""
         for model in {
             *self.extract_model_names(),
             self.pick_model("compress"),
@@ -145,6 +145,8 @@ class LLMClient:
             reserving_for(model)
         for client in self._clients:
             _ = client.chat.completions.with_raw_response
+        asked = self.structured_request(warm.MESSAGES, warm.Answer, model=self.model, max_tokens=16)
+        warm.dry_run(warm.bodies(asked.body()))
 
     def extract_model_names(self) -> list[str]:
         """Every model an extract call may go to (stored answers of these can be reused)."""
