@@ -130,9 +130,10 @@ def _history(settings: Settings) -> tuple[RecentUsage, float | None, str]:
     except Exception as exc:  # no database yet, or it does not answer: assumed figures
         log.debug("no history: %s", exc)
         return RecentUsage(), None, f"none: the database could not be read ({type(exc).__name__})"
+    layout = f"in the {settings.chosen_layout()[0]} layout ({settings.prompt_version()})"
     if not usage.runs:
-        return usage, batch_seconds, f"none: no completed sync run of {settings.llm_model} yet"
-    return usage, batch_seconds, f"the last {usage.runs} completed run(s) of {settings.llm_model}"
+        return usage, batch_seconds, f"none: no completed sync run of {settings.llm_model} {layout} yet"
+    return usage, batch_seconds, f"the last {usage.runs} completed run(s) of {settings.llm_model} {layout}"
 
 
 FILES_SHOWN = 200

@@ -314,8 +314,9 @@ class RunSettings(BaseSettings):
     plan_history_runs: int = Field(
         default=5,
         ge=1,
-        description="the last completed sync runs of the model whose usage scales `pipeline plan`'s "
-        "estimates (and the one a run keeps at submit); fewer follow a changed corpus sooner",
+        description="the last completed sync runs of the model, in the prompt layout the run takes, "
+        "whose usage scales `pipeline plan`'s estimates (and the one a run keeps at submit); fewer "
+        "follow a changed corpus sooner",
     )
     run_failure_threshold: float = Field(
         default=0.10,

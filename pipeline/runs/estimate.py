@@ -402,9 +402,12 @@ def keep_estimate(engine: Engine, settings: Settings, submitted: SubmitPlan) -> 
 
 
 def history(engine: Engine, settings: Settings) -> tuple[RecentUsage, float | None]:
-    """The last runs' usage of the model (PIPELINE_PLAN_HISTORY_RUNS), and the last batches' time."""
+    """The last runs' usage of the model in the prompt layout a run submitted now takes
+    (PIPELINE_PLAN_HISTORY_RUNS), and the last batches' time."""
     with session_scope(engine) as session:
-        usage = recent_usage(session, settings.llm_model, settings.plan_history_runs)
+        usage = recent_usage(
+            session, settings.llm_model, settings.plan_history_runs, settings.prompt_version()
+        )
         return usage, recent_batch_seconds(session)
 
 

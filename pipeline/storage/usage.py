@@ -37,13 +37,18 @@ class RecentUsage:
     stages: dict[str, StageUsage] = field(default_factory=dict)
 
 
-def recent_usage(session: Session, model: str, runs: int = 5) -> RecentUsage:
+def recent_usage(
+    session: Session, model: str, runs: int = 5, prompt_version: str | None = None
+) -> RecentUsage:
     """The last `runs` completed sync runs of `model` that made calls (a run that reused every
-    answer says nothing of what calls take)."""
+    answer says nothing of what calls take), asked in `prompt_version` where given: a prompt
+    layout's calls carry its own tokens around each chunk (the cached layout ~900 more than the
+    compact one), so one layout's runs do not tell what the other's calls take."""
     found = RecentUsage()
+    version = [Run.prompt_version == prompt_version] if prompt_version is not None else []
     candidates = session.execute(
         select(Run.id, Run.started_at, Run.created_at, Run.finished_at)
-        .where(Run.model == model, Run.status == RunStatus.COMPLETED, Run.mode == "sync")
+        .where(Run.model == model, Run.status == RunStatus.COMPLETED, Run.mode == "sync", *version)
         .where(Run.schema.is_(None))
         .where(Run.finished_at.is_not(None))
         .order_by(Run.finished_at.desc())
