@@ -143,6 +143,7 @@ def submit_and_wait(
     from pipeline.cli.celery_app import connect_in_background, enqueue_early, start_run
     from pipeline.ingest.producer import new_run_id, prepare_run
     from pipeline.runs.mode import SENT_AT_ONCE, fix_deadline
+    from pipeline.runtime import reading_pool
 
     if schema:
         _check_schema(schema)
@@ -167,6 +168,7 @@ def submit_and_wait(
             if settings.llm_mode in SENT_AT_ONCE
             else None,  # batch: one file, at the end
             run_id=run_id,
+            reader=reading_pool.reader(settings),
         )
     except KeyboardInterrupt as exc:
         _abandon(engine, run_id, f"`pipeline submit`, stopped by {stopped_by(exc)} as it stored its files")

@@ -59,6 +59,15 @@ class InputSettings(BaseSettings):
     """A run's first documents sent while the rest is stored: their chunks (several each, answered
     side by side) keep two workers of 32 threads busy for the seconds that storing hundreds of
     filings takes, and storing fewer first starts the calls sooner."""
+    submit_processes: int = Field(
+        default=0,
+        ge=0,
+        le=64,
+        description="processes that read and chunk a submit's files side by side after its first 1,000 "
+        "(0: one per CPU, at most 4; 1: none, the submitting process reads every file)",
+    )
+    """Reading (the intake's parsing, tiktoken, the section and injection scans) is most of a
+    submit's CPU: `pipeline.ingest.readers`."""
 
     chunk_tokens: int = Field(default=6_000, ge=200, description="largest chunk, in estimated tokens")
     model_context_tokens: int = Field(

@@ -16,7 +16,7 @@ from opentelemetry.trace import Span
 
 from pipeline.core import tracing
 from pipeline.core.settings import Settings
-from pipeline.ingest import chunking, filing_context, injection, inputs, sections
+from pipeline.ingest import filing_context, inputs, readers, sections
 from pipeline.llm.tokens import counter_for
 from pipeline.storage import db, intake, run_state
 from pipeline.storage.db import session_scope
@@ -82,9 +82,9 @@ def prepare_run(
     reuse_answers: bool = True,
     only_new: bool = False,
     schema: str | None = None,
-    on_file: Callable[[inputs.LoadedFile], None] | None = None,
     on_early: Callable[[list[int]], None] | None = None,
     run_id: str | None = None,
+    reader: readers.Reader | None = None,
 ) -> SubmitPlan:
     """Store a run (of `run_id`, or a new id) and its documents; rejected files are stored
     `skipped` with their reason.
@@ -96,7 +96,8 @@ def prepare_run(
     With `on_early`, a run of more than `settings.early_documents` files starts at once: the first ones
     are handed to it (the run is then `running`) as soon as they are stored, then every batch of
     COMMIT_EVERY_DOCUMENTS as it is committed, so the calls begin while the rest is read and the
-    queue is fed all along; the caller's finalize (sent once the run is marked stored) reports."""
+    queue is fed all along; the caller's finalize (sent once the run is marked stored) reports.
+    `reader` reads the files, batch by batch (`readers.read_batches`, in this process, by default)."""
     inputs.check_bases(paths)  # a mistyped directory is refused before a run is stored
     plan = SubmitPlan(run_id or new_run_id())
     with session_scope(engine) as session:
@@ -113,23 +114,20 @@ def prepare_run(
             schema=schema,
         )
     first_path_of: dict[str, str] = {}
-    reading = inputs.reading(settings)
-    candidates = inputs.expand(paths, follow_links=settings.follow_links)
+    candidates = (
+        candidate
+        for candidate in inputs.expand(paths, follow_links=settings.follow_links)
+        if not (only_new and candidate.problem in inputs.NOTHING_THERE)  # an empty inbox tonight is not a run
+    )
     first = settings.early_documents if on_early else COMMIT_EVERY_DOCUMENTS
-    for number, batch in enumerate(_batches(candidates, COMMIT_EVERY_DOCUMENTS, first=first)):
-        if number >= 1 and on_early and plan.document_ids:
-            _stream(engine, plan, on_early)  # the batch stored before this one goes to the queue
-        loaded_files = []
-        for candidate in batch:
-            if only_new and candidate.problem in inputs.NOTHING_THERE:
-                continue  # an empty inbox tonight is not a run
-            loaded_files.append(inputs.load(candidate, settings.max_file_bytes, reading))
-            if on_file:
-                on_file(loaded_files[-1])
+    batches = _batches(candidates, COMMIT_EVERY_DOCUMENTS, first=first)
+    for files, last in (reader or readers.read_batches)(readers.Spec.of(settings), batches):
         with session_scope(engine) as session:
             if only_new:
-                loaded_files = _not_extracted(session, plan, loaded_files)
-            _store_batch(session, settings, plan, loaded_files, first_path_of)
+                files = _not_extracted(session, plan, files)
+            _store_batch(session, settings, plan, files, first_path_of)
+        if on_early and not last and plan.document_ids:
+            _stream(engine, plan, on_early)  # this batch goes to the queue while the next is stored
     if only_new and not plan.submitted and not plan.rejected:
         with session_scope(engine) as session:
             intake.delete_run(session, plan.run_id)
@@ -185,19 +183,19 @@ def enqueue_order(document_ids: list[int], chunk_counts: dict[int, int], seed: s
 
 
 def _not_extracted(
-    session: Session, plan: SubmitPlan, files: list[inputs.LoadedFile]
-) -> list[inputs.LoadedFile]:
+    session: Session, plan: SubmitPlan, files: list[readers.ReadFile]
+) -> list[readers.ReadFile]:
     """`only_new`: the files whose content no run extracted yet; the others noted in the plan."""
-    done = intake.extracted_contents(session, {f.sha256 for f in files if f.sha256})
-    plan.already_processed += [f.path for f in files if f.sha256 in done]
-    return [f for f in files if f.sha256 not in done]
+    done = intake.extracted_contents(session, {f.loaded.sha256 for f in files if f.loaded.sha256})
+    plan.already_processed += [f.loaded.path for f in files if f.loaded.sha256 in done]
+    return [f for f in files if f.loaded.sha256 not in done]
 
 
 def _store_batch(
     session: Session,
     settings: Settings,
     plan: SubmitPlan,
-    files: list[inputs.LoadedFile],
+    files: list[readers.ReadFile],
     first_path_of: dict[str, str],
 ) -> None:
     """Store the files in a savepoint, in a few multi-row statements (`_add_files`). Where the
@@ -214,19 +212,20 @@ def _store_batch(
             del first_path_of[sha256]
         said = db.driver_error(exc)
     if len(files) > 1:
-        for loaded in files:
-            _store_batch(session, settings, plan, [loaded], first_path_of)
+        for read in files:
+            _store_batch(session, settings, plan, [read], first_path_of)
         return
     reason = f"could not be stored: {str(said).splitlines()[0][:300]}"
-    skipped = inputs.LoadedFile(inputs.printable(files[0].path), files[0].size_bytes, problem=reason)
-    _add_files(session, settings, plan, [skipped], first_path_of)
+    refused = files[0].loaded
+    skipped = inputs.LoadedFile(inputs.printable(refused.path), refused.size_bytes, problem=reason)
+    _add_files(session, settings, plan, [readers.ReadFile(skipped)], first_path_of)
 
 
 def _add_files(
     session: Session,
     settings: Settings,
     plan: SubmitPlan,
-    files: list[inputs.LoadedFile],
+    files: list[readers.ReadFile],
     first_path_of: dict[str, str],
 ) -> None:
     """Store the files as their documents, each with the first span of its document's trace (its
@@ -235,14 +234,13 @@ def _add_files(
     opened: list[Span] = []
     try:
         entries = []
-        for loaded in files:
-            opened.append(
-                tracing.start("submit document", {"run.id": plan.run_id, "document.bytes": loaded.size_bytes})
-            )
-            entries.append(_entry(settings, plan, loaded, first_path_of, opened[-1]))
+        for read in files:
+            attributes = {"run.id": plan.run_id, "document.bytes": read.loaded.size_bytes}
+            opened.append(tracing.start("submit document", attributes))
+            entries.append(_entry(settings, plan, read, first_path_of, opened[-1]))
         ids = intake.add_documents(session, plan.run_id, [new for new, _ in entries])
-        for document_id, loaded, (new, found), current in zip(ids, files, entries, opened, strict=True):
-            _account(settings, plan, document_id, loaded, new, found, current)
+        for document_id, read, (new, found), current in zip(ids, files, entries, opened, strict=True):
+            _account(settings, plan, document_id, read.loaded, new, found, current)
     except BaseException as exc:
         for current in opened:
             tracing.failed(current, exc)
@@ -255,12 +253,13 @@ def _add_files(
 def _entry(
     settings: Settings,
     plan: SubmitPlan,
-    loaded: inputs.LoadedFile,
+    read: readers.ReadFile,
     first_path_of: dict[str, str],
     current: Span,
 ) -> tuple[intake.NewDocument, sections.Found | None]:
     """The file's document as it is to be stored (chunked, or skipped with its reason)."""
-    spans, tokens, problem, found = _chunk(settings, plan, loaded, first_path_of)
+    loaded = read.loaded
+    problem = _problem(settings, plan, read, first_path_of)
     stored = inputs.stored_path(loaded.path)  # what is shown (plan.rejected) stays as typed
     trace_parent = tracing.traceparent(current)
     if problem or loaded.text is None or loaded.sha256 is None:
@@ -275,21 +274,20 @@ def _entry(
         )
         return skipped, None
     first_path_of[loaded.sha256] = loaded.path
-    plan.tokens += tokens
-    finding = injection.detect(loaded.text)
+    plan.tokens += read.tokens
     new = intake.NewDocument(
         stored,
         loaded.sha256,
         loaded.size_bytes,
         note=loaded.note,
-        spans=spans,
-        injection_excerpt=finding.excerpt if finding else None,
+        spans=read.spans,
+        injection_excerpt=read.injection_excerpt,
         trace_parent=trace_parent,
-        read=_read_of(loaded, found),
+        read=_read_of(loaded, read.found),
         text=loaded.text,
         offsets=loaded.intake.offsets if loaded.intake else (),
     )
-    return new, found
+    return new, read.found
 
 
 def _account(
@@ -316,26 +314,16 @@ def _account(
     _count_context(settings, plan, document_id, loaded, found)
 
 
-def _chunk(
-    settings: Settings, plan: SubmitPlan, loaded: inputs.LoadedFile, first_path_of: dict[str, str]
-) -> tuple[list[chunking.ChunkSpan], int, str | None, sections.Found | None]:
-    """The file's chunks, their estimated tokens and its sections, or why it is not taken."""
-    problem = loaded.problem
+def _problem(
+    settings: Settings, plan: SubmitPlan, read: readers.ReadFile, first_path_of: dict[str, str]
+) -> str | None:
+    """Why the file is not taken (unreadable, a duplicate, over a token cap), or None."""
+    loaded = read.loaded
     if loaded.sha256 and loaded.sha256 in first_path_of:
-        problem = f"duplicate of {first_path_of[loaded.sha256]} in this batch"
-    if problem or loaded.text is None:
-        return [], 0, problem, None
-    form = loaded.intake.meta.form if loaded.intake else None
-    found = sections.locate(loaded.text, form)
-    spans = sections.split_by_section(
-        loaded.text,
-        settings.chunk_budget_tokens(),
-        min(settings.chunk_overlap_tokens, settings.chunk_budget_tokens() // 4),
-        found.sections,
-        counter_for(settings.llm_model),
-    )
-    tokens = sum(s.token_estimate for s in spans)
-    return spans, tokens, _over_token_caps(settings, plan, tokens), found
+        return f"duplicate of {first_path_of[loaded.sha256]} in this batch"
+    if loaded.problem or loaded.text is None:
+        return loaded.problem
+    return _over_token_caps(settings, plan, read.tokens)
 
 
 def _count_context(
@@ -385,11 +373,13 @@ def survey(settings: Settings, paths: Sequence[str]) -> SubmitPlan:
     inputs.check_bases(paths)
     plan = SubmitPlan(run_id="")
     first_path_of: dict[str, str] = {}
-    reading = inputs.reading(settings)
+    spec = readers.Spec.of(settings)
     for candidate in inputs.expand(paths, follow_links=settings.follow_links):
-        loaded = inputs.load(candidate, settings.max_file_bytes, reading)
-        spans, tokens, problem, found = _chunk(settings, plan, loaded, first_path_of)
-        plan.files.append(file_view(loaded, found, tokens, problem))
+        read = readers.read_file(spec, candidate)
+        loaded, found, spans, tokens = read.loaded, read.found, read.spans, read.tokens
+        readable = loaded.text is not None and not loaded.problem and loaded.sha256 not in first_path_of
+        problem = _problem(settings, plan, read, first_path_of)
+        plan.files.append(file_view(loaded, found if readable else None, tokens if readable else 0, problem))
         if problem or loaded.sha256 is None:
             plan.rejected.append((loaded.path, problem or "unusable"))
             continue
