@@ -3,6 +3,7 @@ worker starts from what it found; a configured mode that is rejected fails at on
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -17,6 +18,7 @@ from pipeline.llm.prompts import extract_messages
 from pipeline.llm.ratelimit import RedisLimiter
 from pipeline.runs.status import limiter_views
 from pipeline_dev.sim import SimConfig, SimServer
+from tests.conftest import eventually
 
 FILING = "Item 7. Revenue was $12.5 million in fiscal 2023. Item 1A. Risk: suppliers may fail."
 
@@ -93,3 +95,56 @@ def test_a_configured_mode_the_endpoint_rejects_fails_at_once_with_the_reason(cl
             _extract(client_for(sim.base_url, "json_schema"), records)  # type: ignore[operator]
         assert [r.status for r in records] == ["rejected"]
         assert sim.stats()["requests_total"] == 1
+
+
+def test_auto_lets_one_call_try_a_mode_and_then_every_waiting_call_go_together() -> None:
+    """Until a call of the process is answered in the current mode, `auto` lets one call at a
+    time try it; once one is answered, the calls that waited all go at once. They went one
+    after another through a lock, each handing it to the next only once it had the interpreter:
+    in a worker's first seconds, 32 threads starting at once, the last waited seconds (at a load
+    of 30: 2.3 s, the probe answered in 1.4 s). A probe that fails hands the turn to one waiter."""
+    modes = structured.ModeStore("auto", None)
+    endpoint, model = "http://endpoint.invalid/v1", "shape-test"
+    trying, answer = threading.Event(), threading.Event()
+    inside: list[str] = []
+    together = threading.Barrier(2)
+    failed: list[str] = []
+    alone: list[bool] = []
+
+    def first() -> None:
+        try:
+            with modes.probing(endpoint, model):
+                trying.set()
+                answer.wait()
+                raise RuntimeError("refused")  # the first try fails: the turn goes to one waiter
+        except RuntimeError as exc:
+            failed.append(str(exc))
+
+    def waiting(name: str) -> None:
+        with modes.probing(endpoint, model):
+            inside.append(name)
+            if len(inside) == 1:  # the next try: the two others wait until it is answered
+                try:
+                    eventually("the others waiting", lambda: len(modes._turn._waiters) == 2, 30)  # type: ignore[attr-defined]
+                    alone.append(True)
+                except BaseException:
+                    alone.append(False)
+                modes.confirm(endpoint, model)
+                return
+            together.wait(timeout=60)  # the two others, side by side
+
+    threads = [threading.Thread(target=first)]
+    threads[0].start()
+    trying.wait()
+    threads += [threading.Thread(target=waiting, args=(f"w{i}",)) for i in range(3)]
+    for thread in threads[1:]:
+        thread.start()
+    eventually("three calls waiting for the probe", lambda: len(modes._turn._waiters) == 3)  # type: ignore[attr-defined]
+    assert inside == []
+    answer.set()
+    for thread in threads:
+        thread.join()
+    assert failed == ["refused"]
+    assert alone == [True]
+    assert sorted(inside) == ["w0", "w1", "w2"]
+    assert not together.broken

@@ -66,8 +66,9 @@ class ModeStore:
         self._client = client
         self._known: dict[str, str] = {}
         self._confirmed: set[str] = set()
-        self._probes: dict[str, threading.Lock] = {}
-        self._guard = threading.Lock()
+        self._trying: set[str] = set()
+        """The keys whose probe is in flight (one call at a time until one is answered)."""
+        self._turn = threading.Condition()
         self._step_down = client.register_script(_STEP_DOWN) if client is not None else None
 
     @property
@@ -83,17 +84,25 @@ class ModeStore:
         if not self.auto or k in self._confirmed:
             yield
             return
-        with self._guard:
-            lock = self._probes.setdefault(k, threading.Lock())
-        lock.acquire()
-        if k in self._confirmed:  # answered while this call waited: no more probing
-            lock.release()
+        # The calls that waited go all at once when the probe is answered, not one after another
+        # through a lock: each handing it to the next had to get the interpreter first, and in a
+        # worker's first seconds (every thread starting at once) the last waited seconds for that.
+        with self._turn:
+            self._turn.wait_for(lambda: k in self._confirmed or k not in self._trying)
+            if k in self._confirmed:  # answered while this call waited: no more probing
+                probe = False
+            else:
+                self._trying.add(k)
+                probe = True
+        if not probe:
             yield
             return
         try:
             yield
         finally:
-            lock.release()
+            with self._turn:
+                self._trying.discard(k)
+                self._turn.notify_all()  # answered: all go; else the next one tries
 
     def confirm(self, endpoint: str, model: str) -> None:
         """A call in the current mode was answered: the mode works (no more probing)."""
