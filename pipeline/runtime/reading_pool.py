@@ -14,6 +14,7 @@ import os
 import signal
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from multiprocessing.context import BaseContext
 from multiprocessing.pool import AsyncResult, Pool
 
 from pipeline.core.settings import Settings
@@ -81,8 +82,10 @@ def _send(pool: Pool, batch: list[Candidate], workers: int) -> AsyncResult[list[
 def _pool(spec: readers.Spec, workers: int) -> Iterator[Pool]:
     """Reader processes forked from a fresh server process (not from this one, whose threads
     and connections a fork would copy), stopped when done or interrupted."""
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([__name__])
+    context: BaseContext = multiprocessing.get_context("spawn")  # Windows
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        context = server = multiprocessing.get_context("forkserver")
+        server.set_forkserver_preload([__name__])
     pool = context.Pool(workers, initializer=_start_reader, initargs=(spec,))
     try:
         yield pool
