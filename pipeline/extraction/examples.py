@@ -3,8 +3,10 @@ correct answer, for the 10-K schema. Written here, invented (no real company or 
 factors with verbatim quotes and no revenue, a revenue in a table in thousands, and a part that
 states nothing asked for and holds an instruction, which the answer does not follow.
 
-They teach what the rules say (small models follow an example better than a rule) and they are
-what makes the constant part of every request reach a provider's 1,024-token caching minimum.
+They show what the rules say, and they are what makes the constant part of every request reach
+a provider's 1,024-token caching minimum. A very small model copies them instead: SmolLM2-135M
+named every filing after the first example's company (docs/benchmarks.md, "Prompt caching
+against a real model server"); `auto` gives such a model the compact layout.
 """
 
 from __future__ import annotations

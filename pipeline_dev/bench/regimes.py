@@ -660,6 +660,12 @@ def _caching(cfg: BenchConfig) -> Result:
     return caching(cfg)
 
 
+def _caching_real(cfg: BenchConfig) -> Result:
+    from pipeline_dev.bench.caching_real import caching_real
+
+    return caching_real(cfg)
+
+
 def _r11(cfg: BenchConfig) -> Result:
     from pipeline_dev.bench.trust import r11_trust
 
@@ -687,6 +693,7 @@ REGIMES: dict[str, Callable[[BenchConfig], Result]] = {
     "R10": r10_plan,  # issue 32: estimates against actuals, the three-tier planner, an expired batch  # Postgres only: the database's size per 1,000 filings, before and after prune
     "R11": _r11,  # issue 33: calibration, escalation, a real model
     "caching": _caching,  # issue 50: the cached prompt layout against the compact one, cost and accuracy
+    "caching-real": _caching_real,  # issue 50: both layouts against SmolLM2 on llama-cpp-python's server
     "growth": _growth,  # issue 49: each read path at 10k and 100k documents (Postgres only)
     "finalize": _finalize,  # issue 49: the synthesizing worker's peak at 500 and 20,000 documents
     "intake": _intake,  # issue 46: real filings' formats, no model: tokens, sections, speed, memory
