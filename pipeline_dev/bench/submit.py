@@ -73,8 +73,11 @@ from documents where path like :files
 """
 
 
-def submit_side_by_side(cfg: BenchConfig) -> Result:
-    """Each code's submits, alternating; the goals judged on the new code's (worst round)."""
+def submit_side_by_side(cfg: BenchConfig, *, alone: bool = False) -> Result:
+    """Each code's submits, alternating; the goals judged on the new code's (worst round). With
+    `alone` (`submit-alone`), no worker runs: the submit command by itself, with the machine's
+    CPUs to itself (the old code's workers sat idle while it stored; the new code's extract, on
+    the same CPUs, as the submit stores)."""
     from pipeline_dev.bench.regimes import filings
 
     n = cfg.count(FILINGS)
@@ -86,7 +89,8 @@ def submit_side_by_side(cfg: BenchConfig) -> Result:
             order = [code for code in order if code == "new"]
         runs = []
         for i, code in enumerate(order):
-            runs.append({"code": code, **measure(cfg, files, roots[code], f"{code}{i}")})  # type: ignore[arg-type]
+            measured = measure(cfg, files, roots[code], f"{code}{i}", alone=alone)  # type: ignore[arg-type]
+            runs.append({"code": code, **measured})
             print(f"submit regime, {code}: {json.dumps(runs[-1])}", flush=True)  # a long regime
     new = summary([r for r in runs if r["code"] == "new"])
     old = summary([r for r in runs if r["code"] == "old"]) if old_root else None
@@ -102,6 +106,8 @@ def submit_side_by_side(cfg: BenchConfig) -> Result:
         if wall_ratio is None
         else wall_ratio <= GOAL_WALL_RATIO,
     }
+    if alone:  # no worker takes a document
+        goals = {key: met for key, met in goals.items() if key.startswith("submit wall")}
     return {
         "documents": n,
         "wall_s": new["wall_s"],
@@ -149,7 +155,7 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def measure(cfg: BenchConfig, files: Path, root: Path, tag: str) -> dict[str, Any]:
+def measure(cfg: BenchConfig, files: Path, root: Path, tag: str, *, alone: bool = False) -> dict[str, Any]:
     """One submit of `files` by the code at `root`, on a fresh database, Redis and workers."""
     logs = Path(tempfile.mkdtemp(dir=cfg.work_dir, prefix=f"logs-submit-{tag}-"))
     redis_child, redis_url = embedded.start_redis(logs / "redis")
@@ -170,17 +176,19 @@ def measure(cfg: BenchConfig, files: Path, root: Path, tag: str) -> dict[str, An
                 embedded.start_worker(
                     full_env, logs / f"worker-{i}.log", cfg.concurrency, f"submit-{tag}-{i}"
                 )
-                for i in range(cfg.workers)
+                for i in range(0 if alone else cfg.workers)
             ]
             try:
                 embedded.wait_until_ready(children, procs.READY_TIMEOUT_S)
-                watched = watch_submit(env, files, db_url)
+                watched = watch_submit(env, files, db_url, 0.0 if alone else SEEN_TIMEOUT_S)
             finally:
                 embedded.stop_all(children)
     return {"imported": imported["pipeline"], **watched}
 
 
-def watch_submit(env: dict[str, str], files: Path, db_url: str) -> dict[str, Any]:
+def watch_submit(
+    env: dict[str, str], files: Path, db_url: str, seen_timeout_s: float = SEEN_TIMEOUT_S
+) -> dict[str, Any]:
     """`pipeline submit FILES --fresh` with `env` (workers running), watched from its start on
     `db_url` (the documents of `files` alone) until it ends and a first document is extracted
     (or SEEN_TIMEOUT_S after it ends)."""
@@ -192,7 +200,7 @@ def watch_submit(env: dict[str, str], files: Path, db_url: str) -> dict[str, Any
             procs.pipeline_cli("submit", str(files), "--fresh"), env, timeout_s=3 * 3600
         )
         watch.submit_ended()
-        seen = watch.wait_extracted(SEEN_TIMEOUT_S)
+        seen = watch.wait_extracted(seen_timeout_s)
     finally:
         watch.stop()
     return {
