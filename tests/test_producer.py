@@ -324,7 +324,7 @@ def test_files_read_in_processes_side_by_side_are_stored_as_in_one(engine: Engin
 
     alone = stored(None)
     side_by_side = stored(
-        lambda spec, batches: reading_pool.read_side_by_side(spec, batches, 2, from_files=0)
+        lambda spec, batches: reading_pool.read_side_by_side(spec, batches, 1, from_files=0)
     )
     assert side_by_side == alone
     assert (
