@@ -238,9 +238,9 @@ def _add_files(
             attributes = {"run.id": plan.run_id, "document.bytes": read.loaded.size_bytes}
             opened.append(tracing.start("submit document", attributes))
             entries.append(_entry(settings, plan, read, first_path_of, opened[-1]))
-        ids = intake.add_documents(session, plan.run_id, [new for new, _ in entries])
-        for document_id, read, (new, found), current in zip(ids, files, entries, opened, strict=True):
-            _account(settings, plan, document_id, read.loaded, new, found, current)
+        ids = intake.add_documents(session, plan.run_id, entries)
+        for document_id, read, new, current in zip(ids, files, entries, opened, strict=True):
+            _account(settings, plan, document_id, read, new, current)
     except BaseException as exc:
         for current in opened:
             tracing.failed(current, exc)
@@ -256,14 +256,14 @@ def _entry(
     read: readers.ReadFile,
     first_path_of: dict[str, str],
     current: Span,
-) -> tuple[intake.NewDocument, sections.Found | None]:
+) -> intake.NewDocument:
     """The file's document as it is to be stored (chunked, or skipped with its reason)."""
     loaded = read.loaded
     problem = _problem(settings, plan, read, first_path_of)
     stored = inputs.stored_path(loaded.path)  # what is shown (plan.rejected) stays as typed
     trace_parent = tracing.traceparent(current)
     if problem or loaded.text is None or loaded.sha256 is None:
-        skipped = intake.NewDocument(
+        return intake.NewDocument(
             stored,
             None,
             loaded.size_bytes,
@@ -272,10 +272,9 @@ def _entry(
             trace_parent=trace_parent,
             read=_read_of(loaded),
         )
-        return skipped, None
     first_path_of[loaded.sha256] = loaded.path
     plan.tokens += read.tokens
-    new = intake.NewDocument(
+    return intake.NewDocument(
         stored,
         loaded.sha256,
         loaded.size_bytes,
@@ -287,22 +286,20 @@ def _entry(
         text=loaded.text,
         offsets=loaded.intake.offsets if loaded.intake else (),
     )
-    return new, read.found
 
 
 def _account(
     settings: Settings,
     plan: SubmitPlan,
     document_id: int,
-    loaded: inputs.LoadedFile,
+    read: readers.ReadFile,
     new: intake.NewDocument,
-    found: sections.Found | None,
     current: Span,
 ) -> None:
     """The stored document in the plan: to enqueue (its chunks, for the plan's estimate), or rejected."""
     if new.status == DocStatus.SKIPPED:
         current.set_attribute("document.status", "skipped")
-        plan.rejected.append((loaded.path, new.error or "unusable"))
+        plan.rejected.append((read.loaded.path, new.error or "unusable"))
         return
     current.set_attributes({"document.id": document_id, "document.chunks": len(new.spans)})
     plan.document_ids.append(document_id)
@@ -311,7 +308,7 @@ def _account(
         new.sha256 or "",
         [(c.char_start, c.char_end, c.token_estimate) for c in new.spans],
     )
-    _count_context(settings, plan, document_id, loaded, found)
+    _count_context(settings, plan, document_id, read.loaded, read.found)
 
 
 def _problem(

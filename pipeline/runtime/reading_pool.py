@@ -30,7 +30,7 @@ and token encoding each)."""
 
 
 def processes(settings: Settings) -> int:
-    """The reading processes of a submit of more than one batch (1: the submitting one alone)."""
+    """The reading processes of a submit past its first FROM_FILES files (1: the submitting one alone)."""
     if settings.submit_processes:
         return settings.submit_processes
     return max(1, min(os.cpu_count() or 1, AUTO_PROCESSES_AT_MOST))
