@@ -33,17 +33,20 @@ def status(run: str | None, as_json: bool) -> None:
     from pipeline.cli.status_json import status_json
     from pipeline.cli.status_view import render
 
-    page = status_page(run)
+    page = status_page(run, every_document=as_json)
     if as_json:
         click.echo(json.dumps(status_json(page), indent=2))
         return
     Console().print(render(page))
 
 
-def status_page(run: str | None) -> StatusPage:
+def status_page(run: str | None, *, every_document: bool = False) -> StatusPage:
     """Gather what `pipeline status` shows: the run from the database, workers and the limiter
-    from Redis (left out, with the reason, when it does not answer)."""
+    from Redis (left out, with the reason, when it does not answer). The page's table holds the
+    few documents worth a look (read as such); `every_document` (--json): every document's
+    grounding."""
     from pipeline.cli.status_page import StatusPage
+    from pipeline.cli.status_tables import GROUNDING_ROWS
     from pipeline.runs.failures import run_failures
     from pipeline.runs.status import (
         UnknownRun,
@@ -64,10 +67,15 @@ def status_page(run: str | None) -> StatusPage:
         fail(str(exc))
     workers = worker_views(settings)
     broker_down = bool(settings.redis_url) and workers is None
+    if every_document:
+        grounding, worth = document_grounding(engine, view.run_id)[0], None
+    else:
+        grounding, worth = document_grounding(engine, view.run_id, worth_only=True, limit=GROUNDING_ROWS)
     return StatusPage(
         view=view,
         failures=run_failures(engine, view.run_id),
-        grounding=document_grounding(engine, view.run_id),
+        grounding=grounding,
+        grounding_worth=worth,
         limiter=None if broker_down else limiter_views(settings),  # the rest is in the database
         workers=workers,
         broker_problem=broker_problem(settings) if broker_down else None,

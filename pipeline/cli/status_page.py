@@ -30,6 +30,9 @@ class StatusPage:
     view: RunStatusView
     failures: list[FailureGroup] = field(default_factory=list)
     grounding: list[DocumentGrounding] = field(default_factory=list)
+    grounding_worth: int | None = None
+    """How many documents are worth a look where `grounding` holds only the first of them (the
+    page's); None where it holds every document (--json)."""
     limiter: list[dict[str, Any]] | None = None
     """None: the broker did not answer (or there is none)."""
     workers: list[dict[str, Any]] | None = None

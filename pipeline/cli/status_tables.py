@@ -104,7 +104,8 @@ def grounding_table(page: StatusPage) -> Titled | None:
     if not worth:
         return None
     shown = worth[:GROUNDING_ROWS]
-    title = f"quotes found in the filing: {len(shown)} of {len(worth)} documents below 100 %"
+    total = len(worth) if page.grounding_worth is None else page.grounding_worth
+    title = f"quotes found in the filing: {len(shown)} of {total:,} documents below 100 %"
     table = _table("quotes", "found", "revenue", "flag", "document")
     for d in shown:
         revenue = {True: "found", False: "NOT FOUND", None: ""}[d.revenue_grounded]

@@ -216,15 +216,19 @@ class DocumentGrounding:
     injection_flag: bool
 
 
-def document_grounding(engine: Engine, run_id: str) -> list[DocumentGrounding]:
-    """Per extracted document: how many of its quotes were found in its text, lowest rate first."""
+def document_grounding(
+    engine: Engine, run_id: str, *, worth_only: bool = False, limit: int | None = None
+) -> tuple[list[DocumentGrounding], int]:
+    """Per extracted document: how many of its quotes were found in its text, lowest rate first;
+    and how many documents there are. `worth_only` and `limit`: the first of those worth a look
+    (`run_totals.grounding_rows`)."""
     with session_scope(engine) as session:
-        rows = run_totals.grounding_rows(session, run_id)
+        rows, total = run_totals.grounding_rows(session, run_id, worth_only=worth_only, limit=limit)
     found = [
-        DocumentGrounding(path, total, grounded, rate(grounded, total), revenue, bool(flag))
-        for path, total, grounded, revenue, flag in rows
+        DocumentGrounding(path, quotes, grounded, rate(grounded, quotes), revenue, flag)
+        for path, quotes, grounded, revenue, flag in rows
     ]
-    return sorted(found, key=lambda d: 1.0 if d.grounding_rate is None else d.grounding_rate)
+    return found, total
 
 
 def list_runs(engine: Engine, limit: int = 20, *, detail: bool = False) -> list[RunStatusView]:

@@ -3,7 +3,7 @@ reclaimed, per-document grounding, the newest failed call's error."""
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
+from sqlalchemy import case, func, or_, select
 from sqlalchemy.orm import Session
 
 from pipeline.storage.models import Chunk, Document, Extraction, LLMCall
@@ -44,22 +44,42 @@ def reclaims_by_owner(session: Session, run_id: str) -> dict[str, int]:
     return {str(owner): int(n) for owner, n in rows}
 
 
-def grounding_rows(session: Session, run_id: str) -> list[tuple[str, int, int, bool | None, bool]]:
-    """Per extracted document, by path: (path, quotes, quotes grounded, revenue grounded,
-    injection flag)."""
-    rows = session.execute(
+def grounding_rows(
+    session: Session, run_id: str, *, worth_only: bool = False, limit: int | None = None
+) -> tuple[list[tuple[str, int, int, bool | None, bool]], int]:
+    """Per extracted document: (path, quotes, quotes grounded, revenue grounded, injection flag),
+    the lowest share of quotes grounded first (none asked counts as all), then by path; and how
+    many documents there are in all. `worth_only`: only the documents worth a look (a quote or
+    the revenue not found, or flagged); `limit`: the first of them, ordered and cut by the
+    database, so that a page of the worst reads as much of a 20,000-document run as of a small one."""
+    share = case(
+        (Extraction.quotes_total > 0, Extraction.quotes_grounded * 1.0 / Extraction.quotes_total), else_=1.0
+    )
+    query = (
         select(
             Document.path,
             Extraction.quotes_total,
             Extraction.quotes_grounded,
             Extraction.revenue_grounded,
             Document.injection_flag,
+            func.count().over(),
         )
         .join(Extraction, Extraction.document_id == Document.id)
         .where(Document.run_id == run_id, Extraction.run_id == run_id)  # both through their run's index
-        .order_by(Document.path)
-    ).all()
-    return [(path, total, grounded, revenue, flag) for path, total, grounded, revenue, flag in rows]
+        .order_by(share, Document.path)
+        .limit(limit)
+    )
+    if worth_only:
+        query = query.where(
+            or_(
+                Document.injection_flag,
+                Extraction.revenue_grounded.is_(False),
+                Extraction.quotes_grounded < Extraction.quotes_total,
+            )
+        )
+    rows = session.execute(query).all()
+    found = [(path, total, grounded, revenue, bool(flag)) for path, total, grounded, revenue, flag, _ in rows]
+    return found, int(rows[0][5]) if rows else 0
 
 
 def last_call_error(session: Session, run_id: str) -> str | None:
