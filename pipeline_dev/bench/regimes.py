@@ -684,6 +684,12 @@ def _submit_alone(cfg: BenchConfig) -> Result:
     return submit_side_by_side(cfg, alone=True)
 
 
+def _submit_run(cfg: BenchConfig) -> Result:
+    from pipeline_dev.bench.submit import submit_side_by_side
+
+    return submit_side_by_side(cfg, until_finished=True)
+
+
 REGIMES: dict[str, Callable[[BenchConfig], Result]] = {
     "R1": r1_rate_bound,
     "R1t": r1t_token_bound,
@@ -707,4 +713,5 @@ REGIMES: dict[str, Callable[[BenchConfig], Result]] = {
     "peer-R4": lambda cfg: peer(cfg, "R4"),
     "submit": _submit,  # issue 49: the streaming submit against the submit of before, side by side
     "submit-alone": _submit_alone,  # the same, with no worker: the submit command by itself
+    "submit-run": _submit_run,  # the same, each run waited for to its report: the operator's wait
 }

@@ -24,6 +24,7 @@ HEADLINE = {
     "caching": ("cost per filing, cached layout / compact (gpt-4.1-mini's prices)", "cost_ratio"),
     "intake": ("tokens sent / readable; HTML MB/s per core; load VmHWM MB", "sent_per_readable"),
     "submit": ("submit wall, new / old; first extracted s; first taken s", "wall_ratio"),
+    "submit-run": ("run wall (submit to report), new / old; submit wall, new / old", "run_wall_ratio"),
     "peer-R1": ("our wall / peer wall", "wall_ratio_ours_to_peer"),
     "peer-R4": ("our wall / peer wall", "wall_ratio_ours_to_peer"),
 }
@@ -91,6 +92,8 @@ def markdown(results: dict[str, dict[str, Any]], meta: dict[str, Any]) -> str:
             )
         if name == "submit" and r.get("new"):
             value += f"; {_fmt(r['new']['first_extracted_s_worst'])}; {_fmt(r['new']['first_taken_s_worst'])}"
+        if name == "submit-run" and r.get("new"):
+            value += f"; {_fmt(r.get('wall_ratio'))}"
         if name.startswith("peer"):
             value += f"; peer text share {_fmt(r.get('text_share'))}, extracted {r.get('extracted')}"
         met = "" if r.get("met") is None else ("yes" if r["met"] else "no")

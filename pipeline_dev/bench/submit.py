@@ -11,13 +11,19 @@ the working directory, this checkout, first), so its own migrations create its s
 checks, in a child with that environment, that `pipeline` and `workers` are imported from it.
 
 For each submit: its wall and CPU seconds (wait4) from its start, and, polled from this process
-every POLL_S on the database: when the first document was taken by a worker (`started_at` set:
-workers busy) and when the first was extracted, both as seen by the poll and as stamped on the
-rows (the database's clock); how long the workers sat idle while the submit ran (polls in which
-no document was running and none was newly extracted) and how many documents were extracted by
-the submit's end. Once the submit has exited and a first extraction was seen, the workers are
-stopped: the run is not waited for. The codes alternate, old, new, new, old, so that the load
-of a shared machine weighs on both alike (one of each below ALTERNATE_FROM documents).
+every POLL_S on the database (`submit_watch`): when the first document was taken by a worker
+(`started_at` set: workers busy) and when the first was extracted, both as seen by the poll and
+as stamped on the rows (the database's clock); how long the workers sat idle while the submit
+ran (polls in which no document was running and none was newly extracted) and how many
+documents were extracted by the submit's end. Once the submit has exited and a first extraction
+was seen, the workers are stopped: the run is not waited for. The codes alternate, old, new,
+new, old, so that the load of a shared machine weighs on both alike (one of each below
+ALTERNATE_FROM documents).
+
+`pipeline bench --regimes submit-run` is the same, with the run waited for (at most
+RUN_TIMEOUT_S after the submit's end): what an operator waits for, the submit's start to the
+run's report (the run row's finished_at), the documents extracted and failed at its end, and
+the workers' idle seconds over the whole run, each code's, and new / old of both walls.
 """
 
 from __future__ import annotations
@@ -29,18 +35,15 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.runtime import embedded
 from pipeline_dev.bench import procs
+from pipeline_dev.bench.submit_watch import Watch
 
 if TYPE_CHECKING:
     from pipeline_dev.bench.regimes import BenchConfig, Result
@@ -54,9 +57,12 @@ sent the rest of the run as one chord, a round trip per message."""
 REPO = Path(__file__).resolve().parents[2]
 FILINGS = 20_000
 LOW_BYTES, HIGH_BYTES = 4_000, 30_000
-POLL_S = 0.05
 SEEN_TIMEOUT_S = 300.0
 """How long after the submit's end a first extraction is waited for before the workers stop."""
+RUN_TIMEOUT_S = 4 * 3600.0
+"""`submit-run`: how long after the submit's end the run's report is waited for (two workers
+extract ~20 of these documents a second from a simulator that answers at once: ~17 min at
+20,000)."""
 ALTERNATE_FROM = 1_000
 GOAL_FIRST_EXTRACTED_S = 5.0
 GOAL_BUSY_S = 10.0
@@ -64,20 +70,13 @@ GOAL_WALL_RATIO = 0.5
 ISSUE_OLD_WALL_S = 181.0
 """The issue's submit of 20,000 filings, on its machine (not this one: the ratio is measured)."""
 
-PROGRESS = """
-select count(*), count(started_at),
-       sum(case when status = 'running' then 1 else 0 end),
-       sum(case when status = 'extracted' then 1 else 0 end),
-       min(started_at), min(case when status = 'extracted' then finished_at end)
-from documents where path like :files
-"""
 
-
-def submit_side_by_side(cfg: BenchConfig, *, alone: bool = False) -> Result:
+def submit_side_by_side(cfg: BenchConfig, *, alone: bool = False, until_finished: bool = False) -> Result:
     """Each code's submits, alternating; the goals judged on the new code's (worst round). With
     `alone` (`submit-alone`), no worker runs: the submit command by itself, with the machine's
     CPUs to itself (the old code's workers sat idle while it stored; the new code's extract, on
-    the same CPUs, as the submit stores)."""
+    the same CPUs, as the submit stores). With `until_finished` (`submit-run`), each run is
+    waited for to its report, and its wall set beside the submit's."""
     from pipeline_dev.bench.regimes import filings
 
     n = cfg.count(FILINGS)
@@ -89,7 +88,8 @@ def submit_side_by_side(cfg: BenchConfig, *, alone: bool = False) -> Result:
             order = [code for code in order if code == "new"]
         runs = []
         for i, code in enumerate(order):
-            measured = measure(cfg, files, roots[code], f"{code}{i}", alone=alone)  # type: ignore[arg-type]
+            root: Path = roots[code]  # type: ignore[assignment]  # the old side runs where there is one
+            measured = measure(cfg, files, root, f"{code}{i}", alone=alone, until_finished=until_finished)
             runs.append({"code": code, **measured})
             print(f"submit regime, {code}: {json.dumps(runs[-1])}", flush=True)  # a long regime
     new = summary([r for r in runs if r["code"] == "new"])
@@ -108,6 +108,7 @@ def submit_side_by_side(cfg: BenchConfig, *, alone: bool = False) -> Result:
     }
     if alone:  # no worker takes a document
         goals = {key: met for key, met in goals.items() if key.startswith("submit wall")}
+    whole = run_ratios(runs, new, old) if until_finished else {}
     return {
         "documents": n,
         "wall_s": new["wall_s"],
@@ -124,6 +125,20 @@ def submit_side_by_side(cfg: BenchConfig, *, alone: bool = False) -> Result:
         "goals": goals,
         "goal": "; ".join(goals),
         "met": all(goals.values()) if None not in goals.values() else None,
+        **whole,
+    }
+
+
+def run_ratios(runs: list[dict[str, Any]], new: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
+    """`submit-run`'s figures beside the submit's: new / old of the run's wall, and the documents
+    no round saw final (`lost`: the most of any round, None when a round's run did not finish)."""
+    finished = all(r["run_finished"] for r in runs)
+    return {
+        "run_wall_ratio": round(new["run_wall_s"] / old["run_wall_s"], 3)
+        if old and new["run_wall_s"] and old["run_wall_s"]
+        else None,
+        "run_wall_s": new["run_wall_s"],
+        "lost": max((int(r["unfinished_at_finish"]) for r in runs), default=0) if finished else None,
     }
 
 
@@ -152,11 +167,25 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "first_extracted_s_worst": worst("first_extracted_s"),
         "idle_s_during_submit": mean("idle_s_during_submit"),
         "extracted_by_submit_end": mean("extracted_by_submit_end"),
+        **(
+            {
+                "run_wall_s": mean("run_wall_s"),
+                "run_wall_s_worst": worst("run_wall_s"),
+                "idle_s_during_run": mean("idle_s_during_run"),
+                "extracted_at_finish": mean("extracted_at_finish"),
+                "failed_at_finish": mean("failed_at_finish"),
+            }
+            if runs and "run_wall_s" in runs[0]
+            else {}
+        ),
     }
 
 
-def measure(cfg: BenchConfig, files: Path, root: Path, tag: str, *, alone: bool = False) -> dict[str, Any]:
-    """One submit of `files` by the code at `root`, on a fresh database, Redis and workers."""
+def measure(
+    cfg: BenchConfig, files: Path, root: Path, tag: str, *, alone: bool = False, until_finished: bool = False
+) -> dict[str, Any]:
+    """One submit of `files` by the code at `root`, on a fresh database, Redis and workers
+    (`until_finished`: and its run, to its report)."""
     logs = Path(tempfile.mkdtemp(dir=cfg.work_dir, prefix=f"logs-submit-{tag}-"))
     redis_child, redis_url = embedded.start_redis(logs / "redis")
     with redis_child, fresh_database(cfg.database_url, cfg.work_dir, tag) as db_url:
@@ -180,18 +209,30 @@ def measure(cfg: BenchConfig, files: Path, root: Path, tag: str, *, alone: bool 
             ]
             try:
                 embedded.wait_until_ready(children, procs.READY_TIMEOUT_S)
-                watched = watch_submit(env, files, db_url, 0.0 if alone else SEEN_TIMEOUT_S)
+                watched = watch_submit(
+                    env,
+                    files,
+                    db_url,
+                    0.0 if alone else SEEN_TIMEOUT_S,
+                    run_timeout_s=RUN_TIMEOUT_S if until_finished else None,
+                )
             finally:
                 embedded.stop_all(children)
     return {"imported": imported["pipeline"], **watched}
 
 
 def watch_submit(
-    env: dict[str, str], files: Path, db_url: str, seen_timeout_s: float = SEEN_TIMEOUT_S
+    env: dict[str, str],
+    files: Path,
+    db_url: str,
+    seen_timeout_s: float = SEEN_TIMEOUT_S,
+    *,
+    run_timeout_s: float | None = None,
 ) -> dict[str, Any]:
     """`pipeline submit FILES --fresh` with `env` (workers running), watched from its start on
     `db_url` (the documents of `files` alone) until it ends and a first document is extracted
-    (or SEEN_TIMEOUT_S after it ends)."""
+    (or `seen_timeout_s` after it ends). With `run_timeout_s`, until its run is finished (or
+    that long after the submit's end), and the run's figures too."""
     load_before = os.getloadavg()
     watch = Watch(db_url, str(files))
     watch.start()
@@ -199,8 +240,11 @@ def watch_submit(
         measured = procs.run_measured(
             procs.pipeline_cli("submit", str(files), "--fresh"), env, timeout_s=3 * 3600
         )
-        watch.submit_ended()
-        seen = watch.wait_extracted(seen_timeout_s)
+        said = measured.out.strip().splitlines()
+        watch.submit_ended(said[-1] if said else None)  # the run id: stdout's last line
+        if run_timeout_s is not None:
+            watch.wait_finished(run_timeout_s)
+        seen = watch.wait_extracted(0.0 if run_timeout_s is not None else seen_timeout_s)
     finally:
         watch.stop()
     return {
@@ -209,6 +253,7 @@ def watch_submit(
         "peak_mb": round(measured.peak_mb or 0.0, 1),
         **watch.figures(),
         "first_extracted_seen": seen,
+        **(watch.run_figures() if run_timeout_s is not None else {}),
         "load_average_before": [round(x, 1) for x in load_before],
         "load_average_after": [round(x, 1) for x in os.getloadavg()],
     }
@@ -225,101 +270,6 @@ def code_files(env: dict[str, str]) -> dict[str, str]:
         check=True,
     ).stdout.split()
     return {"pipeline": out[0], "workers": out[1]}
-
-
-@dataclass
-class Watch:
-    """Polls the documents of a directory's files from its submit's start (this process, every
-    POLL_S)."""
-
-    url: str
-    files: str
-    started: float = 0.0
-    started_wall: datetime = field(default_factory=lambda: datetime.now(UTC))
-    ended: float | None = None
-    first_taken: float | None = None
-    first_extracted: float | None = None
-    stamped_taken: datetime | None = None
-    stamped_extracted: datetime | None = None
-    idle_s: float = 0.0
-    at_end: tuple[int, int] = (0, 0)
-    polls: int = 0
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _extracted: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        from sqlalchemy import create_engine
-
-        self._engine = create_engine(self.url)
-        self._connection = self._engine.connect()  # connected before the clock starts
-        self.started, self.started_wall = time.monotonic(), datetime.now(UTC)
-        self._thread = threading.Thread(target=self._poll, name="submit-watch", daemon=True)
-        self._thread.start()
-
-    def _poll(self) -> None:
-        from sqlalchemy import text
-
-        last_extracted, last_t = 0, 0.0
-        while not self._stop.is_set():
-            row = self._connection.execute(text(PROGRESS), {"files": self.files + "%"}).one()
-            self._connection.rollback()  # no snapshot kept between polls (SQLite)
-            t = time.monotonic() - self.started
-            stored, taken, running, extracted = (int(x or 0) for x in row[:4])
-            self.polls += 1
-            if taken and self.first_taken is None:
-                self.first_taken, self.stamped_taken = t, _aware(row[4])
-            if extracted and self.first_extracted is None:
-                self.first_extracted, self.stamped_extracted = t, _aware(row[5])
-                self._extracted.set()
-            if self.ended is None:
-                if self.first_taken is not None and not running and extracted == last_extracted:
-                    self.idle_s += t - last_t
-                self.at_end = (stored, extracted)
-            last_extracted, last_t = extracted, t
-            self._stop.wait(POLL_S)
-
-    def submit_ended(self) -> None:
-        self.ended = time.monotonic() - self.started
-
-    def wait_extracted(self, timeout_s: float) -> bool:
-        return self._extracted.wait(timeout_s)
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread:
-            self._thread.join()
-        self._connection.close()
-        self._engine.dispose()
-
-    def figures(self) -> dict[str, Any]:
-        def since_start(stamp: datetime | None) -> float | None:
-            return None if stamp is None else round((stamp - self.started_wall).total_seconds(), 2)
-
-        return {
-            "first_taken_s": _round(self.first_taken),
-            "first_extracted_s": _round(self.first_extracted),
-            "first_taken_stamped_s": since_start(self.stamped_taken),
-            "first_extracted_stamped_s": since_start(self.stamped_extracted),
-            "idle_s_during_submit": round(self.idle_s, 2),
-            "stored_by_submit_end": self.at_end[0],
-            "extracted_by_submit_end": self.at_end[1],
-            "polls": self.polls,
-        }
-
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 2)
-
-
-def _aware(value: Any) -> datetime | None:
-    """A row's timestamp as an aware UTC datetime (SQLite's come back naive, or as text)."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    stamp: datetime = value
-    return stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)
 
 
 @contextmanager
