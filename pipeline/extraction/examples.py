@@ -6,7 +6,8 @@ states nothing asked for and holds an instruction, which the answer does not fol
 They show what the rules say, and they are what makes the constant part of every request reach
 a provider's 1,024-token caching minimum. A very small model copies them instead: SmolLM2-135M
 named every filing after the first example's company (docs/benchmarks.md, "Prompt caching
-against a real model server"); `auto` gives such a model the compact layout.
+against a real model server"); `auto` gives such a model the compact layout, and what an
+answer copies from them is dropped before the merge (`pipeline.extraction.copied`).
 """
 
 from __future__ import annotations

@@ -13,6 +13,13 @@ from typing import Any
 
 from pipeline_dev.sim.answers import build_json_answer
 from pipeline_dev.sim.faults import Draw
+from pipeline_dev.sim.hooked import (
+    blank_one_item,
+    lengthen_first_string,
+    nul_in_one_item,
+    raw_newline_in_a_string,
+    recite_examples,
+)
 from pipeline_dev.sim.replies import build_text_answer, malformed_json, truncate, violate_schema
 from pipeline_dev.sim.ungrounded import change_figures, make_up_items, replace_quotes
 
@@ -30,13 +37,15 @@ HOOKS = (
     "nulchar",
     "longstring",
     "slowcopy",
+    "recite",
     *(f"fail-{status}" for status in FAILING_STATUSES),
 )
 """What a prompt can ask for with `[[sim:NAME]]`: a schema violation, a 5xx, broken JSON, a 401
 that echoes the key, and as small models write: a raw control character inside a string, one
 list item that breaks the schema (an empty string), an answer cut off at max_tokens mid-item;
 and answers valid JSON and schema allow but a database refuses: a NUL character (`\\u0000`) in
-one list item's string, a first string field of `LONG_STRING_CHARS` characters; and `slowcopy`:
+one list item's string, a first string field of `hooked.LONG_STRING_CHARS` characters; `recite`:
+an answer that recites the prompt's worked examples (`hooked.recite_examples`); and `slowcopy`:
 a request the simulator has had before (the same model and messages) is answered SLOW_COPY_S
 later, as the slower of hedged copies is. `fail-NNN`: OpenAI's documented error of that status
 (`pipeline_dev.sim.errors.DOCUMENTED`), on the chat endpoint and in a batch's lines."""
@@ -284,55 +293,8 @@ def _service_tier(body: dict[str, Any]) -> str:
     return str(tier)
 
 
-LONG_STRING_CHARS = 400
-"""What `[[sim:longstring]]` stretches the answer's first string field to (a VARCHAR(300) is
-shorter)."""
-
 CUTOFF_FRACTION = 0.85
 """Where `[[sim:cutoff]]` cuts an answer: inside its last list items, past the fields before them."""
-
-
-def blank_one_item(instance: Any) -> Any:
-    """`instance` with one string of the first list of objects emptied (a schema that wants it
-    non-empty then refuses that item alone)."""
-    if isinstance(instance, dict):
-        for value in instance.values():
-            if isinstance(value, list) and value and isinstance(value[0], dict):
-                for key, item in value[0].items():
-                    if isinstance(item, str):
-                        value[0] = {**value[0], key: ""}
-                        return instance
-    return instance
-
-
-def nul_in_one_item(instance: Any) -> Any:
-    """`instance` with a NUL character inside the first string of the first list of objects."""
-    if isinstance(instance, dict):
-        for value in instance.values():
-            if isinstance(value, list) and value and isinstance(value[0], dict):
-                for key, item in value[0].items():
-                    if isinstance(item, str):
-                        value[0] = {**value[0], key: f"{item[:1]}\x00{item[1:]}"}
-                        return instance
-    return instance
-
-
-def lengthen_first_string(instance: Any) -> Any:
-    """`instance` with its first top-level string repeated to `LONG_STRING_CHARS` characters."""
-    if isinstance(instance, dict):
-        for key, value in instance.items():
-            if isinstance(value, str) and value:
-                repeats = LONG_STRING_CHARS // len(value) + 1
-                return {**instance, key: " ".join([value] * repeats)[:LONG_STRING_CHARS]}
-    return instance
-
-
-def raw_newline_in_a_string(content: str) -> str:
-    """JSON `content` with its first escaped newline, or else its first string value, holding a
-    raw newline and tab instead (what strict JSON parsers refuse)."""
-    if "\\n" in content:
-        return content.replace("\\n", "\n\t", 1)
-    return re.sub(r'(:\s*"[^"\\]{2})', lambda m: m.group(1) + "\n\t", content, count=1)
 
 
 def compose(
@@ -364,6 +326,8 @@ def compose(
             instance = nul_in_one_item(instance)
         if "longstring" in chat.hooks:
             instance = lengthen_first_string(instance)
+        if "recite" in chat.hooks:
+            instance = recite_examples(instance, chat.messages)
         content = json.dumps(instance, ensure_ascii=False)
         if "ctrlchar" in chat.hooks:
             content = raw_newline_in_a_string(content)

@@ -1,0 +1,85 @@
+"""What the `[[sim:...]]` hooks do to an answer (pure): as small models write answers, and as a
+database refuses them."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+LONG_STRING_CHARS = 400
+"""What `[[sim:longstring]]` stretches the answer's first string field to (a VARCHAR(300) is
+shorter)."""
+
+
+def blank_one_item(instance: Any) -> Any:
+    """`instance` with one string of the first list of objects emptied (a schema that wants it
+    non-empty then refuses that item alone)."""
+    if isinstance(instance, dict):
+        for value in instance.values():
+            if isinstance(value, list) and value and isinstance(value[0], dict):
+                for key, item in value[0].items():
+                    if isinstance(item, str):
+                        value[0] = {**value[0], key: ""}
+                        return instance
+    return instance
+
+
+def nul_in_one_item(instance: Any) -> Any:
+    """`instance` with a NUL character inside the first string of the first list of objects."""
+    if isinstance(instance, dict):
+        for value in instance.values():
+            if isinstance(value, list) and value and isinstance(value[0], dict):
+                for key, item in value[0].items():
+                    if isinstance(item, str):
+                        value[0] = {**value[0], key: f"{item[:1]}\x00{item[1:]}"}
+                        return instance
+    return instance
+
+
+def lengthen_first_string(instance: Any) -> Any:
+    """`instance` with its first top-level string repeated to `LONG_STRING_CHARS` characters."""
+    if isinstance(instance, dict):
+        for key, value in instance.items():
+            if isinstance(value, str) and value:
+                repeats = LONG_STRING_CHARS // len(value) + 1
+                return {**instance, key: " ".join([value] * repeats)[:LONG_STRING_CHARS]}
+    return instance
+
+
+def raw_newline_in_a_string(content: str) -> str:
+    """JSON `content` with its first escaped newline, or else its first string value, holding a
+    raw newline and tab instead (what strict JSON parsers refuse)."""
+    if "\\n" in content:
+        return content.replace("\\n", "\n\t", 1)
+    return re.sub(r'(:\s*"[^"\\]{2})', lambda m: m.group(1) + "\n\t", content, count=1)
+
+
+_EXAMPLE_ANSWER = re.compile(r"^Answer: (\{.*\})$", re.MULTILINE)
+"""A worked example's answer, as a prompt shows it after the example's text (one line of JSON)."""
+
+
+def recite_examples(instance: Any, messages: list[dict[str, Any]]) -> Any:
+    """`instance` as a model that recites the prompt's worked examples writes it (SmolLM2-135M
+    named every filing after an example's company, docs/benchmarks.md): each of its fields from
+    the first example answer in the system messages that states it, its lists those of every
+    example; unchanged where the prompt shows no example (the compact layout)."""
+    shown = [m.get("content") for m in messages if m.get("role") == "system"]
+    answers = []
+    for text in shown:
+        for found in _EXAMPLE_ANSWER.finditer(text if isinstance(text, str) else ""):
+            try:
+                answer = json.loads(found.group(1))
+            except ValueError:
+                continue
+            answers += [answer] if isinstance(answer, dict) else []
+    if not answers or not isinstance(instance, dict):
+        return instance
+    recited = dict(instance)
+    for key in instance:
+        stated = [a[key] for a in answers if a.get(key) not in (None, [], "")]
+        if stated and isinstance(stated[0], list):
+            recited[key] = [item for items in stated if isinstance(items, list) for item in items]
+        elif stated:
+            recited[key] = stated[0]
+    return recited
