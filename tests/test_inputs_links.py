@@ -10,6 +10,7 @@ import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from celery import Celery
@@ -267,3 +268,33 @@ def test_a_file_swapped_for_a_link_after_it_was_found_is_not_read(tmp_path: Path
     filing.symlink_to(tmp_path / "secret.env")
     loaded = inputs.load(candidate, 1_000_000)
     assert loaded.text is None and (loaded.problem or "").startswith(NOT_FOLLOWED)
+
+
+def test_a_tree_is_listed_as_it_is_walked_in_the_same_sorted_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first files of a large tree are read before the rest is listed (a directory is listed
+    when the walk reaches it), in the order a full listing gives: sorted, directory by directory."""
+    from pipeline.ingest import walk
+
+    for directory, names in {"b": ["2.txt", "1.txt"], "a": ["9.txt", "3.txt"], "c/d": ["5.txt"]}.items():
+        (tmp_path / directory).mkdir(parents=True)
+        for name in names:
+            (tmp_path / directory / name).write_text(FILING)
+    (tmp_path / "0.txt").write_text(FILING)
+    listed: list[str] = []
+    listing = walk._listing
+
+    def listing_seen(real: str) -> Any:
+        listed.append(os.path.relpath(real, os.path.realpath(tmp_path)))
+        return listing(real)
+
+    monkeypatch.setattr(walk, "_listing", listing_seen)
+    found = expand([str(tmp_path)])
+    assert [os.path.relpath(next(found).path, tmp_path) for _ in range(2)] == ["0.txt", "a/3.txt"]
+    assert listed == [".", "a"], "b and c are listed once the walk reaches them"
+    rest = [os.path.relpath(c.path, tmp_path) for c in found]
+    assert rest == ["a/9.txt", "b/1.txt", "b/2.txt", "c/d/5.txt"]
+    glob_found = [os.path.relpath(c.path, tmp_path) for c in expand([f"{tmp_path}/*/*.txt"])]
+    assert glob_found == ["a/3.txt", "a/9.txt", "b/1.txt", "b/2.txt"]
+    assert [c.problem for c in expand([f"{tmp_path}/*/*.pdf"])] == ["the pattern matches no file"]

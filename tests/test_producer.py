@@ -12,7 +12,7 @@ from sqlalchemy import Engine, event, func, select, text
 
 from pipeline.core.settings import Settings
 from pipeline.ingest import inputs, readers
-from pipeline.ingest.producer import enqueue_order, prepare_run
+from pipeline.ingest.producer import FIRST_SENT_DOCUMENTS, enqueue_order, prepare_run
 from pipeline.runtime import reading_pool
 from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Chunk, Content, Document, Run
@@ -197,6 +197,46 @@ def test_a_large_run_starts_while_the_rest_is_stored(pipeline_env: dict[str, str
     calls: list[list[int]] = []
     plan = prepare_run(engine, settings, [str(small)], on_early=calls.append)
     assert calls == [] and plan.early_ids == [] and len(plan.document_ids) == 3, "a small run: one chord"
+
+
+def test_a_streamed_runs_first_documents_go_before_the_rest_of_its_early_ones_is_read(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """Of a streamed run's early documents, the first FIRST_SENT_DOCUMENTS go to the queue once
+    read and stored, before the others are read; then the rest of the early ones, then the rest.
+    A run of `early_documents` files or fewer still goes as one chord."""
+    early, count = 12, 30
+    for i in range(count):
+        (tmp_path / f"f{i:02}.txt").write_text(f"Item 7. Company {i} revenue was ${i + 1} million.\n" * 20)
+    read: list[str] = []
+
+    def reader(spec: readers.Spec, batches: Any) -> Any:  # this process's reader, counting the files read
+        for files, last in readers.read_batches(spec, batches):
+            read.extend(f.loaded.path for f in files)
+            yield files, last
+
+    settings = _settings(engine.url.render_as_string(hide_password=False)).model_copy(
+        update={"early_documents": early}
+    )
+    sent: list[tuple[int, int]] = []  # (documents sent, files read by then)
+    plan = prepare_run(
+        engine,
+        settings,
+        [str(tmp_path)],
+        on_early=lambda ids: sent.append((len(ids), len(read))),
+        reader=reader,
+    )
+    first = FIRST_SENT_DOCUMENTS
+    assert sent == [(first, first), (early - first, early), (count - early, count)]
+    assert plan.submitted == count and len(set(plan.early_ids)) == count
+
+    small = tmp_path / "small"
+    small.mkdir()
+    for i in range(early):
+        (small / f"s{i:02}.txt").write_text(f"Item 7. Revenue was ${i} million.\n" * 20)
+    sent.clear()
+    plan = prepare_run(engine, settings, [str(small)], on_early=lambda ids: sent.append((len(ids), 0)))
+    assert sent == [] and len(plan.document_ids) == early, "at most `early_documents` files: one chord"
 
 
 def test_early_documents_that_all_end_before_the_rest_is_stored_do_not_finalize_the_run(

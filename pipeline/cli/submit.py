@@ -4,6 +4,7 @@ the options they share with `run` (`--follow-links`, `--mode`, `--deadline`)."""
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -148,6 +149,7 @@ def submit_and_wait(
     if schema:
         _check_schema(schema)
     ping_broker(settings)  # a run is created only once its broker answered
+    _count_tokens_soon(settings)
     connect_in_background()
     engine = open_engine(settings)
     # Once, before the files are stored: "06:00" stays the instant it named at the start.
@@ -198,6 +200,17 @@ def submit_and_wait(
         if check is None or isinstance(exc, RunInterrupted):
             raise
         raise RunInterrupted(plan.run_id, stopped_by(exc)) from None  # `pipeline run` marks it
+
+
+def _count_tokens_soon(settings: Settings) -> None:
+    """Build the token encoding the first files' chunks are counted with (o200k_base: about half
+    a second) on a thread of its own, while the broker and the database answer, instead of once
+    the first file is read. Its build lock makes the first count wait for it, not build another."""
+    from pipeline.llm.tokens import counter_for
+
+    threading.Thread(
+        target=counter_for, args=(settings.llm_model,), name="pipeline-token-encoding", daemon=True
+    ).start()
 
 
 def _say_layout(settings: Settings) -> None:

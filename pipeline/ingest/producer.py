@@ -5,6 +5,7 @@ Enqueueing is the caller's (the Celery layer's) job: this returns the ids to enq
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import uuid
@@ -28,6 +29,9 @@ if TYPE_CHECKING:
 
 COMMIT_EVERY_DOCUMENTS = 200
 """Documents per transaction: bounds memory (text is held until commit) and lock time."""
+FIRST_SENT_DOCUMENTS = 8
+"""Of a streamed run's early documents, those sent as soon as they are stored, before the rest
+of them is read: each filing read is a few ms of CPU the first call waits for (more under load)."""
 
 T = TypeVar("T")
 
@@ -94,9 +98,10 @@ def prepare_run(
     content an earlier run extracted are left out, and no run is stored when nothing is new.
 
     With `on_early`, a run of more than `settings.early_documents` files starts at once: the first ones
-    are handed to it (the run is then `running`) as soon as they are stored, then every batch of
-    COMMIT_EVERY_DOCUMENTS as it is committed, so the calls begin while the rest is read and the
-    queue is fed all along; the caller's finalize (sent once the run is marked stored) reports.
+    are handed to it (the run is then `running`) as soon as they are stored (FIRST_SENT_DOCUMENTS,
+    then the rest of the early ones), then every batch of COMMIT_EVERY_DOCUMENTS as it is
+    committed, so the calls begin while the rest is read and the queue is fed all along; the
+    caller's finalize (sent once the run is marked stored) reports.
     `reader` reads the files, batch by batch (`readers.read_batches`, in this process, by default)."""
     inputs.check_bases(paths)  # a mistyped directory is refused before a run is stored
     plan = SubmitPlan(run_id or new_run_id())
@@ -119,8 +124,7 @@ def prepare_run(
         for candidate in inputs.expand(paths, follow_links=settings.follow_links)
         if not (only_new and candidate.problem in inputs.NOTHING_THERE)  # an empty inbox tonight is not a run
     )
-    first = settings.early_documents if on_early else COMMIT_EVERY_DOCUMENTS
-    batches = _batches(candidates, COMMIT_EVERY_DOCUMENTS, first=first)
+    batches = _batches(candidates, settings.early_documents if on_early else None)
     for files, last in (reader or readers.read_batches)(readers.Spec.of(settings), batches):
         with session_scope(engine) as session:
             if only_new:
@@ -421,14 +425,18 @@ def _over_token_caps(settings: Settings, plan: SubmitPlan, tokens: int) -> str |
     return None
 
 
-def _batches(items: Iterable[T], size: int, *, first: int | None = None) -> Iterator[list[T]]:
-    """`items` in lists of `size` (the first one of `first`)."""
-    batch: list[T] = []
-    limit = first or size
-    for item in items:
-        batch.append(item)
-        if len(batch) == limit:
-            yield batch
-            batch, limit = [], size
-    if batch:
+def _batches(items: Iterable[T], early: int | None = None) -> Iterator[list[T]]:
+    """`items` in lists of COMMIT_EVERY_DOCUMENTS. With `early`, a run of more than `early`
+    items starts with FIRST_SENT_DOCUMENTS of them, then the rest of its first `early`; a run of
+    at most `early` is one list (sent as one chord)."""
+    pending = iter(items)
+    if early:
+        head = list(itertools.islice(pending, early + 1))
+        if len(head) <= early:
+            yield from [head] if head else []
+            return
+        cut = min(FIRST_SENT_DOCUMENTS, early)
+        yield from (part for part in (head[:cut], head[cut:early]) if part)
+        pending = itertools.chain(head[early:], pending)
+    while batch := list(itertools.islice(pending, COMMIT_EVERY_DOCUMENTS)):
         yield batch

@@ -80,8 +80,9 @@ def _expand_one(pattern: str, follow_links: bool) -> Iterator[Candidate]:
         parts = Path(pattern).parts
         fixed = next(i for i, part in enumerate(parts) if glob.has_magic(part))
         walk = _Walk(os.path.join(*parts[:fixed]) if fixed else "", follow_links)
-        found = list(walk.run(walk.root, walk.real_root, parts[fixed:]))
-        yield from found or [Candidate(printable(pattern), NO_MATCH)]
+        yield from _or(
+            walk.run(walk.root, walk.real_root, parts[fixed:]), Candidate(printable(pattern), NO_MATCH)
+        )
         return
     path = str(Path(pattern))  # shown without "./" or a trailing slash, ".." kept
     if os.path.islink(pattern):  # "inbox/a.txt" or "inbox" as a link ("inbox/" resolves it)
@@ -91,9 +92,19 @@ def _expand_one(pattern: str, follow_links: bool) -> Iterator[Candidate]:
     elif os.path.isdir(pattern):
         walk = _Walk(pattern, follow_links)
         found = walk.run("" if path == "." else path, walk.real_root, None)
-        yield from found or [Candidate(printable(path), EMPTY_DIRECTORY)]
+        yield from _or(found, Candidate(printable(path), EMPTY_DIRECTORY))
     else:
         yield _file(path, path)
+
+
+def _or(found: Iterator[Candidate], nothing: Candidate) -> Iterator[Candidate]:
+    """`found`, as the walk finds it; `nothing` (why the named path gave no file) when it is empty."""
+    empty = True
+    for candidate in found:
+        empty = False
+        yield candidate
+    if empty:
+        yield nothing
 
 
 class _Walk:
@@ -109,24 +120,26 @@ class _Walk:
         self.linked: list[tuple[str, str, tuple[str, ...] | None]] = []
         """Followed links to directories, walked after the real ones: (shown, real, parts)."""
 
-    def run(self, shown: str, real: str, parts: tuple[str, ...] | None) -> list[Candidate]:
+    def run(self, shown: str, real: str, parts: tuple[str, ...] | None) -> Iterator[Candidate]:
         """What `parts` (None: every file) matches under the directory `real`, shown as
-        `shown`, then under the followed links found on the way."""
-        return list(self._match(shown, real, parts)) + self._linked_directories()
+        `shown`, then under the followed links found on the way. Found as it is taken: each
+        directory is listed (sorted) when the walk reaches it, so the first files of a large
+        directory tree are read while the rest is still to be listed."""
+        yield from self._match(shown, real, parts)
+        yield from self._linked_directories()
 
-    def run_link(self, shown: str, disk: str) -> list[Candidate]:
+    def run_link(self, shown: str, disk: str) -> Iterator[Candidate]:
         """A named path that is itself a link: a link in its parent directory."""
-        return list(self._link(shown, disk, self.real_root, None)) + self._linked_directories()
+        yield from self._link(shown, disk, self.real_root, None)
+        yield from self._linked_directories()
 
-    def _linked_directories(self) -> list[Candidate]:
-        found: list[Candidate] = []
+    def _linked_directories(self) -> Iterator[Candidate]:
         while self.linked:
             shown, target, parts = self.linked.pop(0)
             if (target, parts) in self.entered:
-                found.append(Candidate(printable(shown), link_read_already(printable(target))))
+                yield Candidate(printable(shown), link_read_already(printable(target)))
             else:
-                found.extend(self._match(shown, target, parts))
-        return found
+                yield from self._match(shown, target, parts)
 
     def _match(self, shown: str, real: str, parts: tuple[str, ...] | None) -> Iterator[Candidate]:
         """`parts` is the rest of a glob (`**` any depth of non-hidden directories, else one
