@@ -83,6 +83,8 @@ def submit_side_by_side(cfg: BenchConfig, *, alone: bool = False, until_finished
     files = filings(cfg, f"submit-{n}", n, LOW_BYTES, HIGH_BYTES)
     with tree(NEW_REVISION) as new_root, tree(OLD_REVISION) as old_root:
         roots = {"new": new_root or REPO, "old": old_root}
+        # What each side runs, read in its tree: HEAD may move while the regime runs.
+        commits = {code: _git("rev-parse", "HEAD", at=root) if root else None for code, root in roots.items()}
         order = ["old", "new", "new", "old"] if n >= ALTERNATE_FROM else ["old", "new"]
         if old_root is None:
             order = [code for code in order if code == "new"]
@@ -114,8 +116,8 @@ def submit_side_by_side(cfg: BenchConfig, *, alone: bool = False, until_finished
         "wall_s": new["wall_s"],
         "lost": None,
         "old_revision": OLD_REVISION,
-        "old_commit": _git("rev-parse", OLD_REVISION) if old_root else None,
-        "new_commit": _git("rev-parse", NEW_REVISION),
+        "old_commit": commits["old"],
+        "new_commit": commits["new"],
         "order": order,
         "runs": runs,
         "new": new,
@@ -322,8 +324,8 @@ def tree(revision: str) -> Iterator[Path | None]:
         shutil.rmtree(parent, ignore_errors=True)
 
 
-def _git(*args: str) -> str | None:
+def _git(*args: str, at: Path = REPO) -> str | None:
     if shutil.which("git") is None:
         return None
-    done = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, check=False)
+    done = subprocess.run(["git", "-C", str(at), *args], capture_output=True, text=True, check=False)
     return done.stdout.strip() if done.returncode == 0 else None
