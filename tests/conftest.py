@@ -39,7 +39,7 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
 from pipeline.runtime import embedded
-from pipeline.storage.db import get_engine, session_scope
+from pipeline.storage.db import get_engine, session_scope, upgrade
 from tests.cli_fork import Zygote
 
 T = TypeVar("T")
@@ -237,6 +237,22 @@ def postgres_url() -> Iterator[str | None]:
         return
     with new_database(admin) as url:
         yield url
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def each_database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A migrated database of each kind the pipeline runs on, in turn: the session's Postgres
+    database, then a fresh SQLite file."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'each.db'}"
+    else:
+        url = request.getfixturevalue("postgres_url")
+        if url is None:
+            if _in_ci():
+                pytest.fail("CI=true: no Postgres for the tests")
+            pytest.skip("no Postgres server reachable")
+    upgrade(url)
+    return url
 
 
 @pytest.fixture(scope="session")

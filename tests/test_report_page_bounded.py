@@ -9,7 +9,6 @@ import random
 import uuid
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from sqlalchemy import delete, select
@@ -19,23 +18,11 @@ from pipeline.reporting import report_rows
 from pipeline.reporting.html import render_page
 from pipeline.reporting.page_data import load_page
 from pipeline.reporting.timeline import CallSpan, digest_of
-from pipeline.storage.db import get_engine, session_scope, upgrade
+from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Document, Extraction, LLMCall, Report, Run, aware
 
 SCHEMA = "tests.custom_schema:SegmentFacts"
 STATUSES = ["ok"] * 6 + ["invalid", "rate_limited", "unavailable", "circuit_open"]
-
-
-@pytest.fixture(params=["postgresql", "sqlite"])
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'calls.db'}"
-    else:
-        url = request.getfixturevalue("postgres_url")
-        if url is None:
-            pytest.skip("no Postgres server reachable")
-    upgrade(url)
-    return url
 
 
 def _run(url: str, calls: int) -> str:
@@ -68,9 +55,9 @@ def _run(url: str, calls: int) -> str:
     return run_id
 
 
-def test_the_streamed_calls_say_what_the_same_calls_in_a_list_say(database: str) -> None:
-    run_id = _run(database, 400)
-    engine = get_engine(database)
+def test_the_streamed_calls_say_what_the_same_calls_in_a_list_say(each_database: str) -> None:
+    run_id = _run(each_database, 400)
+    engine = get_engine(each_database)
     try:
         with session_scope(engine) as session:
             start = aware(session.get_one(Run, run_id).created_at)
@@ -96,12 +83,12 @@ def test_the_streamed_calls_say_what_the_same_calls_in_a_list_say(database: str)
 
 
 def test_a_custom_schema_table_lists_the_first_documents_by_path_and_says_how_many_more(
-    database: str, monkeypatch: pytest.MonkeyPatch
+    each_database: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(report_rows, "LISTED_ROWS", 2)
     run_id = uuid.uuid4().hex
     start = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
-    engine = get_engine(database)
+    engine = get_engine(each_database)
     with session_scope(engine) as session:
         session.add(Run(id=run_id, query="q", model="m", prompt_version="p", schema=SCHEMA, created_at=start))
         session.flush()

@@ -5,12 +5,9 @@ cut by the database (issue 49: a 20,000-document run's page did not hold a row p
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
-
-import pytest
 
 from pipeline.runs.status import document_grounding
-from pipeline.storage.db import get_engine, session_scope, upgrade
+from pipeline.storage.db import get_engine, session_scope
 from pipeline.storage.models import Document, Extraction, Run
 
 # path: (quotes, grounded, revenue grounded, flagged)
@@ -23,18 +20,6 @@ DOCUMENTS = {
     "/in/no-quotes.txt": (0, 0, None, False),
     "/in/three-quarters.txt": (4, 3, True, False),
 }
-
-
-@pytest.fixture(params=["postgresql", "sqlite"])
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'grounding.db'}"
-    else:
-        url = request.getfixturevalue("postgres_url")
-        if url is None:
-            pytest.skip("no Postgres server reachable")
-    upgrade(url)
-    return url
 
 
 def _run(url: str) -> str:
@@ -61,9 +46,9 @@ def _run(url: str) -> str:
     return run_id
 
 
-def test_the_page_reads_the_worst_few_and_json_reads_them_all(database: str) -> None:
-    run_id = _run(database)
-    engine = get_engine(database)
+def test_the_page_reads_the_worst_few_and_json_reads_them_all(each_database: str) -> None:
+    run_id = _run(each_database)
+    engine = get_engine(each_database)
     try:
         every, total = document_grounding(engine, run_id)
         assert total == len(DOCUMENTS) == len(every)
