@@ -4,11 +4,14 @@ start's, not after it."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.test_local_run import ROOT, _quick_start_env
 
@@ -62,3 +65,21 @@ def _gone(process: Any) -> bool:
         return bool(process.status() == psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
         return True
+
+
+def test_a_sigterm_whose_exception_python_swallowed_is_raised_at_the_next_poll() -> None:
+    """A signal handler's exception lands wherever the main thread is; in a weakref callback
+    (importlib's module locks) Python prints it as ignored and goes on. The waiting loop's poll
+    raises it again, once (the CI run that found it: `pipeline run` went on to its end)."""
+    from pipeline.cli.base import Terminated, raise_if_terminated, stop_on_sigterm
+
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        stop_on_sigterm()
+        with contextlib.suppress(Terminated):  # where Python would have swallowed it
+            signal.raise_signal(signal.SIGTERM)
+        with pytest.raises(Terminated):
+            raise_if_terminated()
+        raise_if_terminated()  # raised once only
+    finally:
+        signal.signal(signal.SIGTERM, before)

@@ -146,14 +146,31 @@ class Terminated(KeyboardInterrupt):
     (its `with` blocks) on the way out."""
 
 
+_sigterm_pending = False
+"""SIGTERM came and its `Terminated` may not have reached the command: see raise_if_terminated."""
+
+
 def stop_on_sigterm() -> None:
     """Turn SIGTERM into `Terminated` for this command (`pipeline run`, `submit --wait`)."""
 
     def terminated(signum: int, frame: object) -> None:
+        global _sigterm_pending
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the way out is under way
+        _sigterm_pending = True
         raise Terminated
 
     signal.signal(signal.SIGTERM, terminated)
+
+
+def raise_if_terminated() -> None:
+    """Raise the `Terminated` of a SIGTERM that did not reach the command. A signal handler's
+    exception is raised wherever the main thread is, and where that is a weakref callback or a
+    `__del__` (importlib's module locks have one), Python prints it as ignored and goes on: a
+    `pipeline run` went on to its end after SIGTERM. Waiting loops call this at each poll."""
+    global _sigterm_pending
+    if _sigterm_pending:
+        _sigterm_pending = False
+        raise Terminated
 
 
 def stopped_by(exc: KeyboardInterrupt) -> str:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from rich.markup import escape
 
-from pipeline.cli.base import console, open_engine, outcome, stopped_by
+from pipeline.cli.base import console, open_engine, outcome, raise_if_terminated, stopped_by
 from pipeline.core import exits
 from pipeline.core.settings import Settings, get_settings
 
@@ -23,8 +23,12 @@ def follow(engine: Engine, run_id: str, check: Callable[[], str | None] | None =
     the embedded stack's (`pipeline run`), whose workers stop when this command ends."""
     from pipeline.runs.progress import WaitAborted, WaitStuck, wait_for_run
 
+    def checked() -> str | None:
+        raise_if_terminated()
+        return check() if check is not None else None
+
     try:
-        view = wait_for_run(engine, run_id, console, get_settings(), check=check)
+        view = wait_for_run(engine, run_id, console, get_settings(), check=checked)
     except WaitStuck as exc:
         console.print(f"[bold red]error:[/] run {run_id} is stuck: {escape(str(exc))}")
         goes_on = "the run goes on" if check is None else "the local workers stop with this command"
