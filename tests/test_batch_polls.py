@@ -103,6 +103,25 @@ def test_a_quiet_run_polled_by_another_deployment_is_not_restarted_here_until_st
     assert polled == [polled_run]
 
 
+def test_a_stored_run_never_polled_is_quiet_from_its_storing_not_stale_at_once(
+    engine: Engine, client: redis.Redis, polled_run: str
+) -> None:
+    """A batch run just stored by another deployment (no poll yet, no chain lease here) is not
+    an hour quiet: the heartbeats of a deployment sharing the database ticked it against their
+    own endpoint (a flaky budget test in a full suite: the session's workers took its run)."""
+    client.delete(step_key(batch_chain(polled_run)))
+    with session_scope(engine) as session:
+        session.execute(update(Run).where(Run.id == polled_run).values(batch_polled_at=None))
+    polled: list[str] = []
+    leases = Leases(lease_s=30.0)
+    with clock.moved(QUIET_S + 1):
+        restart_batch_polls(engine, client, leases, polled.append, QUIET_S, STALE_S)
+    assert polled_run not in polled, "restarted the poll of a run stored a minute ago elsewhere"
+    with clock.moved(STALE_S + 1):
+        restart_batch_polls(engine, client, leases, polled.append, QUIET_S, STALE_S)
+    assert polled == [polled_run], "quiet for an hour since it was stored: restarted here"
+
+
 def _context(base_url: str, engine: Engine) -> Context:
     settings = get_settings().model_copy(update={"llm_base_url": base_url, "llm_model": "sim-1"})
     return Context(settings, engine, LLMClient(settings, pool_size=1))

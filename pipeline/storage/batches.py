@@ -368,10 +368,9 @@ def overdue_runs(session: Session, quiet_s: float) -> list[str]:
                         exists().where(LLMBatch.run_id == Run.id, LLMBatch.status != INGESTED),
                     ),
                 ),
-                or_(
-                    Run.batch_polled_at.is_(None),
-                    Run.batch_polled_at < now - timedelta(seconds=quiet_s),
-                ),
+                # Never polled: quiet since it was stored (not since ever: a run another
+                # deployment has just stored is not stale for an hour before its first tick).
+                func.coalesce(Run.batch_polled_at, Run.stored_at) < now - timedelta(seconds=quiet_s),
                 Run.stored_at.is_not(None),
             )
         )
