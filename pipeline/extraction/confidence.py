@@ -34,7 +34,7 @@ from rapidfuzz import fuzz
 from pipeline.extraction.grounding import GroundedExtraction, Match, Source, ground, normalise
 from pipeline.extraction.merge import merge_chunks, risk_key
 from pipeline.extraction.schemas import FilingExtraction, RiskFactor
-from pipeline.extraction.signals import same_figure, states_figure
+from pipeline.extraction.signals import same_figure, states_figure, states_fiscal_year
 from pipeline.ingest.sections import find_sections
 
 MATCH_BASE = {"exact": 0.9, "normalised": 0.8, "fuzzy": 0.45, "short": 0.15, "none": 0.15}
@@ -238,7 +238,7 @@ class Assessor:
             return ABSENT
         chunk = _first([p.fiscal_year for p in parts], lambda v: v == value)
         text = self.source.text
-        if re.search(rf"fiscal(?:\s+year)?[^.\n]{{0,60}}\b{value}\b", text, re.IGNORECASE):
+        if states_fiscal_year(text, value):
             match = "exact"
         else:
             match = "fuzzy" if re.search(rf"\b{value}\b", text) else "none"

@@ -24,7 +24,6 @@ answer costs a few set lookups.
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +32,7 @@ from pipeline.extraction.examples import EXAMPLES, Example
 from pipeline.extraction.filed import company_key
 from pipeline.extraction.grounding import Source, normalise
 from pipeline.extraction.schemas import FilingExtraction
-from pipeline.extraction.signals import same_figure
+from pipeline.extraction.signals import same_figure, states_fiscal_year
 
 
 @dataclass(frozen=True)
@@ -138,7 +137,12 @@ class ExampleCopies:
         if len(kept) != len(answer.risk_factors):
             values["risk_factors"] = kept
         year = answer.fiscal_year
-        if copies and year is not None and (example := known.years.get(year)) and not self._fiscal(year):
+        if (
+            copies
+            and year is not None
+            and (example := known.years.get(year))
+            and not states_fiscal_year(self.source.text, year)
+        ):
             copies.append(Copy(chunk, stage, "fiscal_year", year, example))
             values["fiscal_year"] = None
         if not copies:
@@ -162,8 +166,3 @@ class ExampleCopies:
             return example
         value = answer.revenue_usd
         return next((number for figure, number in known.revenues if same_figure(value, figure)), None)
-
-    def _fiscal(self, year: int) -> bool:
-        """Whether the filing gives `year` as a fiscal year (as confidence's year match reads it)."""
-        pattern = rf"fiscal(?:\s+year)?[^.\n]{{0,60}}\b{year}\b"
-        return re.search(pattern, self.source.text, re.IGNORECASE) is not None

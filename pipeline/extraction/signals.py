@@ -67,6 +67,12 @@ def states_figure(quote: str, value: float) -> bool | None:
     return False
 
 
+def states_fiscal_year(text: str, year: int) -> bool:
+    """Whether `text` gives `year` as a fiscal year ("fiscal 2024", "fiscal year ended ... 2024"),
+    not only as a year among others."""
+    return re.search(rf"fiscal(?:\s+year)?[^.\n]{{0,60}}\b{year}\b", text, re.IGNORECASE) is not None
+
+
 def same_figure(a: float | None, b: float | None) -> bool:
     """Two figures within REVENUE_TOLERANCE of each other (relative)."""
     if a is None or b is None:
