@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 LONG_STRING_CHARS = 400
@@ -12,29 +13,27 @@ LONG_STRING_CHARS = 400
 shorter)."""
 
 
-def blank_one_item(instance: Any) -> Any:
-    """`instance` with one string of the first list of objects emptied (a schema that wants it
-    non-empty then refuses that item alone)."""
+def _change_one_item(instance: Any, change: Callable[[str], str]) -> Any:
+    """`instance` with `change` applied to the first string of the first list of objects."""
     if isinstance(instance, dict):
         for value in instance.values():
             if isinstance(value, list) and value and isinstance(value[0], dict):
                 for key, item in value[0].items():
                     if isinstance(item, str):
-                        value[0] = {**value[0], key: ""}
+                        value[0] = {**value[0], key: change(item)}
                         return instance
     return instance
+
+
+def blank_one_item(instance: Any) -> Any:
+    """`instance` with one string of the first list of objects emptied (a schema that wants it
+    non-empty then refuses that item alone)."""
+    return _change_one_item(instance, lambda _: "")
 
 
 def nul_in_one_item(instance: Any) -> Any:
     """`instance` with a NUL character inside the first string of the first list of objects."""
-    if isinstance(instance, dict):
-        for value in instance.values():
-            if isinstance(value, list) and value and isinstance(value[0], dict):
-                for key, item in value[0].items():
-                    if isinstance(item, str):
-                        value[0] = {**value[0], key: f"{item[:1]}\x00{item[1:]}"}
-                        return instance
-    return instance
+    return _change_one_item(instance, lambda item: f"{item[:1]}\x00{item[1:]}")
 
 
 def lengthen_first_string(instance: Any) -> Any:
