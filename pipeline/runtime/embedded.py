@@ -172,14 +172,25 @@ def wait_until_ready(children: Sequence[Child], timeout_s: float = START_TIMEOUT
 
 
 class Stack:
-    """Stops the children it holds, newest first."""
+    """Stops the children it holds, newest first; children added together (`add_together`,
+    the workers) are stopped together, as `stop_all` does: each worker's warm shutdown waits
+    for the documents it holds, and one after another those waits added up (up to
+    STOP_TIMEOUT_S each) before Redis and the simulator they still need were stopped."""
 
     def __init__(self) -> None:
-        self.children: list[Child] = []
+        self._groups: list[list[Child]] = []
+
+    @property
+    def children(self) -> list[Child]:
+        return [child for group in self._groups for child in group]
 
     def add(self, child: Child) -> Child:
-        self.children.append(child)
+        self._groups.append([child])
         return child
+
+    def add_together(self, children: Sequence[Child]) -> None:
+        """Children stopped together, after those added later and before those added earlier."""
+        self._groups.append(list(children))
 
     def problem(self) -> str | None:
         return next((p for c in self.children if (p := c.problem())), None)
@@ -190,8 +201,8 @@ class Stack:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        for child in reversed(self.children):
-            child.stop()
+        for group in reversed(self._groups):
+            stop_all(group)
 
 
 def child_env(overrides: Mapping[str, str]) -> dict[str, str]:
