@@ -7,6 +7,7 @@ it (extraction, runs, reporting)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -41,6 +42,9 @@ class Context:
     escalation: LLMClient | None = None
     """The escalation model's client when it has an endpoint of its own
     (PIPELINE_ESCALATE_BASE_URL); None: `llm` asks it."""
+    stopping: threading.Event = field(default_factory=threading.Event)
+    """Set when the process is asked to stop (a worker's warm shutdown): a document's calls in
+    flight finish and are stored, the chunks not begun go back to the queue with it."""
 
 
 def escalation_llm(ctx: Context) -> LLMClient:

@@ -6,7 +6,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import redis
-from celery.signals import worker_process_init
+from celery.signals import worker_process_init, worker_shutting_down
 
 from pipeline.context import Context
 from pipeline.core.constants import REDIS_CLIENT_OPTIONS
@@ -21,6 +21,8 @@ from workers.app import LOCAL_REDIS_URL
 _lock = threading.Lock()
 _context: Context | None = None
 _redis: redis.Redis | None = None
+_stopping = threading.Event()
+"""Set by the worker's warm (or cold) shutdown: its tasks stop taking up new chunks (Context.stopping)."""
 
 
 def worker_context() -> Context:
@@ -59,6 +61,7 @@ def worker_context() -> Context:
                     if escalation
                     else None
                 ),
+                stopping=_stopping,
             )
         return _context
 
@@ -88,3 +91,11 @@ def _reset_after_fork(**_: object) -> None:
         _context = None
         _redis = None
     dispose_engines(close=False)  # the parent's connections stay the parent's
+
+
+@worker_shutting_down.connect
+def _on_shutting_down(**_: object) -> None:
+    # In the worker's main process (under prefork, the children run their tasks to the end).
+    # A warm shutdown waits for the tasks running: with this set they end after the calls in
+    # flight, handing their documents back, instead of after every chunk of every document.
+    _stopping.set()

@@ -286,6 +286,8 @@ def _answer_chunks(ctx: Context, work: _Work, started: float) -> list[tuple[Base
         now = time.monotonic()
         if now - started > ctx.settings.task_time_budget_s:
             raise errors.Deferred("the task ran past its time budget; answered chunks kept", 0.0)
+        if ctx.stopping.is_set():  # a warm shutdown waits for the calls in flight, not whole documents
+            raise errors.Deferred("the worker is stopping; answered chunks kept", 0.0)
         if now - work.verified_at > ctx.leases.lease_s / 2:
             # Long since a write proved the lease (a pause, a long queue in the pool): prove it
             # before paying for a call whose answer would be refused.
