@@ -9,8 +9,9 @@ TCP proxy, which reads the wire protocol the client sends: a round trip is a sim
 or a Sync ('S') of the extended protocol, each answered by one ReadyForQuery. The CLI that
 submits goes through a proxy of its own, so the workers' figures and the producer's are apart.
 Background traffic (heartbeats, the broker's polls) is measured while idle and subtracted pro
-rata. Used by tests/test_round_trips.py; runs against any checkout of the project (its own
-`tests/` need not have this file: copy it).
+rata. Used by tests/test_round_trips.py; runs against any checkout of the project whose
+tests/conftest.py forks `pipeline` processes from its zygote (since 2026-12-05; its own `tests/`
+need not have this file: copy it).
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ import re
 import select
 import socket
 import struct
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -44,7 +43,7 @@ from sqlalchemy import select as sql_select
 from sqlalchemy.engine import make_url
 
 from pipeline.runtime import embedded
-from tests.conftest import new_database
+from tests.conftest import new_database, pipeline_child, run_cli, running_simulator
 
 ADMIN_POSTGRES = os.environ.get(
     "PIPELINE_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -442,13 +441,7 @@ class Measured:
 
 def _submit(files: Path, env: dict[str, str]) -> str:
     """`pipeline submit FILES --wait --fresh`; the run id."""
-    done = subprocess.run(
-        [sys.executable, "-m", "pipeline", "submit", str(files), "--wait", "--fresh"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = run_cli("submit", str(files), "--wait", "--fresh", env=env, timeout_s=600)
     if done.returncode != 0:
         raise RuntimeError(f"submit failed: {done.stderr[-2000:]}")
     return done.stdout.strip().splitlines()[-1]
@@ -505,10 +498,8 @@ def measure(
             producer_proxy = PgProxy((target.host or "127.0.0.1", target.port or 5432))
             redis_child, redis_url = embedded.start_redis(root / "redis")
             workers_redis, producer_redis = RedisProxy(redis_url), RedisProxy(redis_url)
-            sim_child, sim_url = embedded.start_simulator(
-                embedded.child_env({}), root, ["--p50", "0.01", "--p95", "0.05", "--seed", "1", *sim_args]
-            )
-            with redis_child, sim_child:
+            sim = running_simulator(root, "--p50", "0.01", "--p95", "0.05", "--seed", "1", *sim_args)
+            with redis_child, sim as sim_url:
                 env = {
                     "PIPELINE_DATABASE_URL": workers_proxy.url(database_url),
                     "PIPELINE_REDIS_URL": workers_redis.url,
@@ -522,9 +513,12 @@ def measure(
                 }
                 child_env = embedded.child_env(env)
                 logs = [root / f"worker-{i}.log" for i in range(workers)]
+                names = [f"rt-{i}-{uuid.uuid4().hex[:4]}@%h" for i in range(workers)]
                 children = [
-                    embedded.start_worker(child_env, log, concurrency, f"rt-{i}-{uuid.uuid4().hex[:4]}@%h")
-                    for i, log in enumerate(logs)
+                    pipeline_child(
+                        name, ["worker", "--concurrency", str(concurrency), "--name", name], child_env, log
+                    )
+                    for name, log in zip(names, logs, strict=True)
                 ]
                 client: redis.Redis = redis.Redis.from_url(redis_url)
                 tap, scripts = EventTap(client), ScriptTap(redis_url)
