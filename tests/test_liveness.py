@@ -35,6 +35,7 @@ from tests.conftest import (
     WORKER_READY_TIMEOUT_S,
     claimed_redis_db,
     eventually,
+    pipeline_child,
     run_cli,
     running_simulator,
     stored,
@@ -301,7 +302,12 @@ def test_a_worker_whose_limiter_never_answers_loses_its_document_to_another_with
         hung_env = {**env, "PIPELINE_LIMITER_REDIS_URL": f"redis://127.0.0.1:{silent.getsockname()[1]}/0"}
         tag = uuid.uuid4().hex[:6]
         stuck, other = children = [
-            embedded.start_worker(embedded.child_env(e), logs / f"{n}.log", 1, f"{n}-{tag}@%h")
+            pipeline_child(
+                f"{n}-{tag}@%h",
+                ["worker", "--concurrency", "1", "--name", f"{n}-{tag}@%h"],
+                embedded.child_env(e),
+                logs / f"{n}.log",
+            )
             for n, e in (("stuck", hung_env), ("other", env))
         ]
         try:

@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from subprocess import PIPE
 
 import pytest
 from celery import Celery
@@ -29,7 +26,7 @@ from pipeline.core.constants import REPORT_QUEUE
 from pipeline.core.settings import Settings, get_settings
 from pipeline.ingest.producer import prepare_run
 from pipeline.runs.retention import duration_words, parse_duration
-from pipeline.runtime.embedded import Child, child_env
+from pipeline.runtime.embedded import Child
 from pipeline.storage import clock, intake, retention
 from pipeline.storage.db import session_scope
 from pipeline.storage.models import (
@@ -43,6 +40,7 @@ from pipeline.storage.models import (
     Run,
 )
 from pipeline_dev.synth_filings import write_filings
+from tests.commands import outputs_of
 from tests.conftest import run_cli
 from workers.app import beat_schedule
 
@@ -63,19 +61,9 @@ class Runs:
 
 def _submit_together(env: dict[str, str], *directories: Path) -> list[str]:
     """`pipeline submit DIR --wait` of each directory at once, as separate processes: their runs' ids."""
-    command = [sys.executable, "-m", "pipeline", "submit"]
-    children = [
-        subprocess.Popen(
-            [*command, str(d), "--wait"], env=child_env(env), stdout=PIPE, stderr=PIPE, text=True
-        )
-        for d in directories
-    ]
-    ids = []
-    for child in children:
-        out, err = child.communicate(timeout=120)
-        assert child.returncode == 0, err
-        ids.append(out.strip().splitlines()[-1])
-    return ids
+    commands = [["submit", str(d), "--wait"] for d in directories]
+    outputs = outputs_of(env, commands, directories[0].parent)
+    return [out.strip().splitlines()[-1] for out, _ in outputs]
 
 
 def prune(*args: str) -> Result:

@@ -18,8 +18,6 @@ The API key has no provider's shape (no `sk-`): only the configured secret's own
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -41,14 +39,8 @@ from pipeline.storage.db import get_engine, session_scope, upgrade
 from pipeline.storage.models import Document, LLMBatch, LLMCall, Report, Run, RunStatus
 from pipeline_dev.sim.request import FAILING_STATUSES
 from pipeline_dev.synth_filings import generate_filing
-from tests.conftest import (
-    eventually,
-    forking,
-    new_database,
-    pipeline_child,
-    running_simulator,
-    running_workers,
-)
+from tests.commands import outputs_of
+from tests.conftest import eventually, new_database, pipeline_child, running_simulator, running_workers
 from tests.test_flower import Flower, node_name
 from tests.test_security import _message_bodies, _redis_texts
 
@@ -90,42 +82,6 @@ def _filings(folder: Path, hooks: list[str], seed: int) -> Path:
 
 def _sim(sim_url: str, path: str, body: dict[str, object]) -> None:
     httpx.post(sim_url.removesuffix("/v1") + path, json=body, timeout=10).raise_for_status()
-
-
-def _outputs(env: dict[str, str], commands: list[list[str]], folder: Path) -> list[tuple[str, str]]:
-    """What each `pipeline ARGS` printed (stdout, stderr), the commands run at once: forked from
-    the zygote (tests/cli_fork.py, no second of imports each), their output in files in `folder`."""
-    if not forking():
-        return _outputs_of_popen(env, commands)
-    started = []
-    for args in commands:
-        out, err = (folder / f"command-{uuid.uuid4().hex[:8]}.{kind}" for kind in ("out", "err"))
-        started.append((pipeline_child(args[0], args, embedded.child_env(env), err, out), out, err))
-    outputs = []
-    for args, (child, out, err) in zip(commands, started, strict=True):
-        assert child.process.wait(120) == 0, (args, err.read_text())
-        outputs.append((out.read_text(), err.read_text()))
-    return outputs
-
-
-def _outputs_of_popen(env: dict[str, str], commands: list[list[str]]) -> list[tuple[str, str]]:
-    """`_outputs` under PIPELINE_TEST_CLI_FORK=0: each command started by `subprocess`."""
-    started = [
-        subprocess.Popen(
-            [sys.executable, "-m", "pipeline", *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=embedded.child_env(env),
-        )
-        for args in commands
-    ]
-    outputs = []
-    for args, process in zip(commands, started, strict=True):
-        out, err = process.communicate(timeout=120)
-        assert process.returncode == 0, (args, err)
-        outputs.append((out, err))
-    return outputs
 
 
 def _handed_over(engine: Engine, run_id: str) -> bool:
@@ -227,7 +183,7 @@ def night(
         def submit(runs: dict[str, tuple[Path, str]]) -> None:
             """Submit each folder in its mode, the submits side by side."""
             commands = [["submit", str(folder), "--fresh", "--mode", mode] for folder, mode in runs.values()]
-            for name, (out, err) in zip(runs, _outputs(env, commands, root), strict=True):
+            for name, (out, err) in zip(runs, outputs_of(env, commands, root), strict=True):
                 night.outputs.append(out + err)
                 night.runs[name] = out.strip().splitlines()[-1]
 
@@ -253,7 +209,7 @@ def night(
         # and one as the HTML page (the run's failures, its calls), the commands side by side.
         reads = [["status", run_id, "--json"] for run_id in night.runs.values()]
         reads += [["report", night.runs["api"]], ["report", night.runs["sync"], "--format", "html"]]
-        night.outputs.extend(out + err for out, err in _outputs(env, reads, root))
+        night.outputs.extend(out + err for out, err in outputs_of(env, reads, root))
         yield night
 
 

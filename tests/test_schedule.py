@@ -8,7 +8,6 @@ import json
 import re
 import signal
 import socket
-import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -181,8 +180,7 @@ def beat(
     """`pipeline beat` sending the watchdog every second to the session's workers; their logs."""
     logs = tmp_path_factory.mktemp("beat")
     env = {**pipeline_env, "PIPELINE_WATCHDOG_INTERVAL_S": "1", "PIPELINE_DATA_DIR": str(logs)}
-    argv = [sys.executable, "-m", "pipeline", "beat"]
-    with Child("beat", argv, env=child_env(env), log_path=logs / "beat.log"):
+    with pipeline_child("beat", ["beat"], child_env(env), logs / "beat.log"):
         yield [w.log_path for w in workers if w.log_path is not None]
 
 
