@@ -10,7 +10,7 @@ import httpx
 import pytest
 from sqlalchemy import Engine, func, select
 
-from pipeline.core.constants import COMPACT_PROMPT_VERSION
+from pipeline.core.constants import COMPACT_PROMPT_VERSION, PROMPT_VERSION
 from pipeline.core.cost import parse_prices
 from pipeline.storage.db import session_scope
 from pipeline.storage.models import LLMCall, Run
@@ -228,9 +228,9 @@ def test_the_plan_learns_from_runs_of_its_own_prompt_layout(
     other = _plan({**env, "PIPELINE_PROMPT_LAYOUT": "cached"}, "--fresh", str(tmp_path))
 
     assert "of sim-1 in the compact layout (extract-v3)" in str(learned["history"])
-    assert "in the cached layout (extract-v5)" in str(other["history"]), other["history"]
+    assert f"in the cached layout ({PROMPT_VERSION})" in str(other["history"]), other["history"]
     compact_in, cached_in = ({m["mode"]: m for m in p["modes"]}["sync"] for p in (learned, other))  # type: ignore[attr-defined]
     assert learned["chunks"] == other["chunks"]
-    # The cached layout's instructions, examples and the filing's context on every call.
+    # The cached layout's instructions, guide and the filing's context on every call.
     assert cached_in["input_tokens"] - compact_in["input_tokens"] >= 300 * int(other["chunks"])  # type: ignore[call-overload]
     assert cached_in["cached_tokens"] < cached_in["input_tokens"]

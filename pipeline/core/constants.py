@@ -1,10 +1,11 @@
 """Fixed values and names, with their units in their names (settings' defaults are written in
 `pipeline.core.setting_groups`, once)."""
 
-PROMPT_VERSION = "extract-v5"
+PROMPT_VERSION = "extract-v6"
 """Bump when a prompt changes: stored answers are keyed on it. This is the cached layout's
-(PIPELINE_PROMPT_LAYOUT=cached: instructions and examples, then the filing's context, then the
-chunk; issue 50; v5: the schema only in response_format where the mode carries it)."""
+(PIPELINE_PROMPT_LAYOUT=cached: instructions and a guide to the form, then the filing's context,
+then the chunk; issue 50; v5: the schema only in response_format where the mode carries it; v6:
+a guide where worked examples were, which small models copied)."""
 COMPACT_PROMPT_VERSION = "extract-v3"
 """The compact layout's (PIPELINE_PROMPT_LAYOUT=compact: the prompt as it was before issue 50,
 byte for byte), so that its stored answers stay reusable."""
@@ -12,7 +13,7 @@ CACHED_LAYOUT_BREAK_EVEN = 0.8
 """The cached-input discount (1 - cached-input price / input price) above which the cached
 layout costs less per filing than the compact one: its extra prompt tokens per call over the
 tokens it is served from the cache (`pipeline.extraction.layout_choice.break_even_discount`
-counts it from the layout, 0.815 in o200k_base; tests/test_prompt_layout.py keeps the two
+counts it from the layout, 0.807 in o200k_base; tests/test_prompt_layout.py keeps the two
 within 0.03). PIPELINE_PROMPT_LAYOUT=auto takes the cached layout above it."""
 PROMPT_VERSIONS = {"cached": PROMPT_VERSION, "compact": COMPACT_PROMPT_VERSION}
 """A run's prompt version (`runs.prompt_version`) by its layout: the workers ask in the layout
@@ -27,7 +28,7 @@ EXTRACT_PROMPT_RESERVE_TOKENS = 600
 """The extraction prompt's instructions, section hint and JSON schema, around the chunk (the
 compact layout)."""
 CACHED_PROMPT_RESERVE_TOKENS = 2_000
-"""The same in the cached layout: its instructions, schema and worked examples (~1,100 tokens),
+"""The same in the cached layout: its instructions, guide and schema (~1,100 tokens),
 the filing's context (at most ~600) and the schema again in `response_format`."""
 MIN_CHUNK_TOKENS = 400
 DEFAULT_COMPRESS_MAX_TOKENS = 300

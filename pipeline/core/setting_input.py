@@ -80,7 +80,7 @@ class InputSettings(BaseSettings):
     prompt_layout: Literal["auto", "cached", "compact"] = Field(
         default="auto",
         description="how an extraction prompt is laid out; cached: the answer's schema, instructions and "
-        "worked examples (just over 1,024 tokens, the same for every call), then the filing's metadata, "
+        "a guide to the form (just over 1,024 tokens, the same for every call), then the filing's metadata, "
         "cover and contents (the same for its chunks), then the chunk, so that a provider's prompt cache "
         "serves what repeats; compact: the layout before issue 50 (~400 tokens around the chunk, nothing "
         "cached), for a model with a small context or a small cached-input discount; auto: cached where "

@@ -113,8 +113,6 @@ class Assessed:
     """Fields whose value came from the escalation model ('risk_factors' for risks)."""
     checks: dict[str, Any] = field(default_factory=dict)
     """The filing's own metadata against the model's answer, per field (`extraction.filed`)."""
-    copied: list[dict[str, Any]] = field(default_factory=list)
-    """The values dropped from the answers as copied from the worked examples (`extraction.copied`)."""
 
     def below(self, threshold: float) -> list[str]:
         """The fields scoring under `threshold` ('risk:N' for the Nth risk factor)."""

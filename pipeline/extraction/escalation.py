@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Protocol
 
 from pydantic import BaseModel
@@ -24,7 +23,6 @@ from pipeline.context import Context, escalation_llm, spending
 from pipeline.core import errors
 from pipeline.extraction import filed
 from pipeline.extraction.confidence import SCALAR_FIELDS, Assessed, Assessor
-from pipeline.extraction.copied import ExampleCopies
 from pipeline.extraction.grounding import Source
 from pipeline.extraction.prompting import cache_key, chunk_messages
 from pipeline.extraction.schemas import FilingExtraction
@@ -60,10 +58,8 @@ class Started(Protocol):
 def assess_document(ctx: Context, work: Started, answers: Sequence[BaseModel]) -> Assessed:
     """The merged extraction of `answers` (one per chunk) with a confidence per field, after the
     verification sample's second answers and the escalation of fields scoring too low."""
-    source = Source(work.text)
-    copies = ExampleCopies(source)  # what an answer recited from the worked examples goes first
-    parts = copies.clean_all([a for a in answers if isinstance(a, FilingExtraction)])
-    assessor = Assessor(source, [(c.char_start, c.char_end) for c in work.chunks])
+    parts = [a for a in answers if isinstance(a, FilingExtraction)]
+    assessor = Assessor(Source(work.text), [(c.char_start, c.char_end) for c in work.chunks])
     token_p = [c.token_p for c in work.chunks]
     assessed = assessor.assess(parts, token_p=token_p)
     settings = ctx.settings
@@ -73,7 +69,6 @@ def assess_document(ctx: Context, work: Started, answers: Sequence[BaseModel]) -
         # A second model, or the same one sampled (at temperature 0 it would only repeat itself).
         model = settings.escalate_model or ctx.llm.model
         second = _ask(ctx, work, sorted(chunks), model, "verify", 0.0 if settings.escalate_model else SAMPLED)
-        second = copies.clean_by_chunk(second, "verify")
         assessed = assessor.assess(parts, second, token_p)
     assessed = filed.check_revenue(assessed, work.xbrl_revenue)  # a disagreement is escalated
     if settings.escalate_model:
@@ -85,7 +80,6 @@ def assess_document(ctx: Context, work: Started, answers: Sequence[BaseModel]) -
         if low:
             chunks = assessed.chunks_of(low, _home_chunks(work.chunks))
             better = _ask(ctx, work, sorted(chunks), settings.escalate_model, "escalate")
-            better = copies.clean_by_chunk(better, "escalate")
             assessed = assessor.escalate(assessed, low, parts, better)
             log.info(
                 "document %s: escalated %s of %s doubtful fields (%s chunks asked of %s)",
@@ -99,16 +93,7 @@ def assess_document(ctx: Context, work: Started, answers: Sequence[BaseModel]) -
     doc = work.doc
     sources = (doc.intake or {}).get("metadata_source") or {}
     where = ", ".join(sorted({sources.get("company", ""), sources.get("fiscal_year", "")} - {""}))
-    assessed = filed.cross_check(assessed, doc.company_name, doc.fiscal_year, where or "the filing")
-    if not copies.dropped:
-        return assessed
-    log.info(
-        "document %s: %s values copied from the worked examples dropped (%s)",
-        doc.id,
-        len(copies.dropped),
-        ", ".join(sorted({c.field for c in copies.dropped})),
-    )
-    return replace(assessed, copied=[c.as_json() for c in copies.dropped])
+    return filed.cross_check(assessed, doc.company_name, doc.fiscal_year, where or "the filing")
 
 
 def in_sample(document_id: int, share: float) -> bool:

@@ -1,7 +1,7 @@
 """PIPELINE_PROMPT_LAYOUT=auto (issue 50): the cached layout for a run whose model's cached input
 is discounted enough for it to cost less than the compact one, the compact one otherwise.
 
-The cached layout sends more prompt tokens per call than the compact one (worked examples, the
+The cached layout sends more prompt tokens per call than the compact one (a guide to the form, the
 filing's context: `extra`) so that a prefix of each call is served from the provider's cache
 (`served`) at the cached-input price. Per call, in tokens at the input price, at a discount d
 (1 - cached-input price / input price):

@@ -49,7 +49,7 @@ def chunk_messages(
 
 def warm_up(version: str) -> None:
     """Build at a worker's start what the first chunk prompt of a run in `version` builds on its
-    way: in the cached layout, the system message (the worked examples rendered) and the token
+    way: in the cached layout, the system message and the token
     encoding the filing's context is counted with (~0.3-0.7 s, and ~50 MB: a compact-layout
     worker does not load it)."""
     if compact(version):

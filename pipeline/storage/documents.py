@@ -226,8 +226,7 @@ def save_extraction(
         session,
         doc,
         data=extraction.model_dump(mode="json")
-        | ({"_filing_metadata": assessed.checks} if assessed.checks else {})
-        | ({"_copied_from_examples": assessed.copied} if assessed.copied else {}),
+        | ({"_filing_metadata": assessed.checks} if assessed.checks else {}),
         model=model,
         prompt_version=prompt_version,
         quotes_total=checked.quotes_total,

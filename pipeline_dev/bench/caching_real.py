@@ -245,7 +245,7 @@ def _measured(database_url: str, run_id: str, files: Path, answers: list[dict[st
 
     from pipeline.reporting.evaluate import evaluate, load_run, load_truth
     from pipeline.storage.db import get_engine, session_scope
-    from pipeline.storage.models import Chunk, Document, Extraction, LLMCall
+    from pipeline.storage.models import Chunk, Document, LLMCall
 
     engine = get_engine(database_url)
     with session_scope(engine) as session:
@@ -265,8 +265,6 @@ def _measured(database_url: str, run_id: str, files: Path, answers: list[dict[st
         chunks, answered = session.execute(
             select(func.count(), func.count(Chunk.result)).where(Chunk.run_id == run_id)
         ).one()
-        stored = session.scalars(select(Extraction.data).where(Extraction.run_id == run_id)).all()
-    copied = [d for data in stored for d in (data or {}).get("_copied_from_examples", [])]
     by_stage: Counter[str] = Counter()
     mended = 0
     for stage, status, error, *_ in calls:
@@ -302,11 +300,6 @@ def _measured(database_url: str, run_id: str, files: Path, answers: list[dict[st
         "ledger_not_served": sum((ledger - served).values()),
         "served_not_in_ledger": sum((served - ledger).values()),
         "accuracy": overall,
-        # What the answers copied from the worked examples and the filings do not hold (dropped).
-        "dropped_as_copied": dict(sorted(Counter(d["field"] for d in copied).items())),
-        "documents_with_copies_dropped": len(
-            [data for data in stored if (data or {}).get("_copied_from_examples")]
-        ),
     }
 
 

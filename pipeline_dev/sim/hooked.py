@@ -3,7 +3,6 @@ database refuses them."""
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from typing import Any
@@ -52,33 +51,3 @@ def raw_newline_in_a_string(content: str) -> str:
     if "\\n" in content:
         return content.replace("\\n", "\n\t", 1)
     return re.sub(r'(:\s*"[^"\\]{2})', lambda m: m.group(1) + "\n\t", content, count=1)
-
-
-_EXAMPLE_ANSWER = re.compile(r"^Answer: (\{.*\})$", re.MULTILINE)
-"""A worked example's answer, as a prompt shows it after the example's text (one line of JSON)."""
-
-
-def recite_examples(instance: Any, messages: list[dict[str, Any]]) -> Any:
-    """`instance` as a model that recites the prompt's worked examples writes it (SmolLM2-135M
-    named every filing after an example's company, docs/benchmarks.md): each of its fields from
-    the first example answer in the system messages that states it, its lists those of every
-    example; unchanged where the prompt shows no example (the compact layout)."""
-    shown = [m.get("content") for m in messages if m.get("role") == "system"]
-    answers = []
-    for text in shown:
-        for found in _EXAMPLE_ANSWER.finditer(text if isinstance(text, str) else ""):
-            try:
-                answer = json.loads(found.group(1))
-            except ValueError:
-                continue
-            answers += [answer] if isinstance(answer, dict) else []
-    if not answers or not isinstance(instance, dict):
-        return instance
-    recited = dict(instance)
-    for key in instance:
-        stated = [a[key] for a in answers if a.get(key) not in (None, [], "")]
-        if stated and isinstance(stated[0], list):
-            recited[key] = [item for items in stated if isinstance(items, list) for item in items]
-        elif stated:
-            recited[key] = stated[0]
-    return recited

@@ -18,7 +18,6 @@ from pipeline_dev.sim.hooked import (
     lengthen_first_string,
     nul_in_one_item,
     raw_newline_in_a_string,
-    recite_examples,
 )
 from pipeline_dev.sim.replies import build_text_answer, malformed_json, truncate, violate_schema
 from pipeline_dev.sim.ungrounded import change_figures, make_up_items, replace_quotes
@@ -37,15 +36,13 @@ HOOKS = (
     "nulchar",
     "longstring",
     "slowcopy",
-    "recite",
     *(f"fail-{status}" for status in FAILING_STATUSES),
 )
 """What a prompt can ask for with `[[sim:NAME]]`: a schema violation, a 5xx, broken JSON, a 401
 that echoes the key, and as small models write: a raw control character inside a string, one
 list item that breaks the schema (an empty string), an answer cut off at max_tokens mid-item;
 and answers valid JSON and schema allow but a database refuses: a NUL character (`\\u0000`) in
-one list item's string, a first string field of `hooked.LONG_STRING_CHARS` characters; `recite`:
-an answer that recites the prompt's worked examples (`hooked.recite_examples`); and `slowcopy`:
+one list item's string, a first string field of `hooked.LONG_STRING_CHARS` characters; and `slowcopy`:
 a request the simulator has had before (the same model and messages) is answered SLOW_COPY_S
 later, as the slower of hedged copies is. `fail-NNN`: OpenAI's documented error of that status
 (`pipeline_dev.sim.errors.DOCUMENTED`), on the chat endpoint and in a batch's lines."""
@@ -326,8 +323,6 @@ def compose(
             instance = nul_in_one_item(instance)
         if "longstring" in chat.hooks:
             instance = lengthen_first_string(instance)
-        if "recite" in chat.hooks:
-            instance = recite_examples(instance, chat.messages)
         content = json.dumps(instance, ensure_ascii=False)
         if "ctrlchar" in chat.hooks:
             content = raw_newline_in_a_string(content)
