@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import signal
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,12 +25,19 @@ from pipeline.core.settings import get_settings
 from pipeline.ingest.producer import prepare_run
 from pipeline.llm import circuit
 from pipeline.recovery import deliveries
-from pipeline.runtime.embedded import Child, free_port, start_redis, wait_for_port
+from pipeline.runtime.embedded import Child, child_env, free_port, start_redis, wait_for_port
 from pipeline.storage.db import get_engine, session_scope, upgrade
 from pipeline.storage.models import Chunk, Document, Extraction, LLMBatch, LLMCall, Report, Run
 from pipeline_dev.bench.procs import sim_configure, sim_stats
 from pipeline_dev.synth_filings import write_filings
-from tests.conftest import claimed_redis_db, eventually, run_cli, running_simulator, running_workers
+from tests.conftest import (
+    claimed_redis_db,
+    eventually,
+    pipeline_child,
+    run_cli,
+    running_simulator,
+    running_workers,
+)
 from tests.servers import private_postgres
 
 LEASE_S = 3.0
@@ -360,7 +366,7 @@ def test_the_run_completes_after_the_llm_endpoint_was_down(
     logs = tmp_path_factory.mktemp("outage")
     write_filings(tmp_path, FILINGS, seed=53, sizes=[30_000] * FILINGS)
     port = free_port()
-    argv = [sys.executable, "-m", "pipeline", "sim", "--port", str(port), *SIM_LATENCY]
+    args = ["sim", "--port", str(port), *SIM_LATENCY]
     url = f"http://127.0.0.1:{port}/v1"
     engine = get_engine(pipeline_env["PIPELINE_DATABASE_URL"])
     with claimed_redis_db(redis_base) as redis_url:
@@ -374,7 +380,7 @@ def test_the_run_completes_after_the_llm_endpoint_was_down(
         }
         client = redis.Redis.from_url(redis_url)
         with (
-            Child("sim", argv, log_path=logs / "sim.log") as sim,
+            pipeline_child("sim", args, child_env({}), logs / "sim.log") as sim,
             running_workers(env, logs, count=1, concurrency=THREADS) as (worker,),
         ):
             wait_for_port(port)
@@ -383,7 +389,7 @@ def test_the_run_completes_after_the_llm_endpoint_was_down(
             sim.stop()  # the provider goes away mid-run ...
             assert unfinished(engine, run_id) > 0
             eventually("the endpoint's circuit open", lambda: circuit.state(client, url).state != "closed")
-            with Child("sim", argv, log_path=logs / "sim2.log"):  # ... and comes back
+            with pipeline_child("sim", args, child_env({}), logs / "sim2.log"):  # ... and comes back
                 status = wait_for_end(engine, run_id)
             assert worker.problem() is None
         client.close()
