@@ -83,3 +83,30 @@ def test_a_sigterm_whose_exception_python_swallowed_is_raised_at_the_next_poll()
         raise_if_terminated()  # raised once only
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+def test_a_sigterm_wrapped_in_another_error_still_exits_as_a_stop() -> None:
+    """A handler's exception that lands in a class's creation (a lazy import of rich.progress
+    under SIGTERM) comes out as a RuntimeError caused by it: the command says it was stopped and
+    exits 130, not 70 with an internal error."""
+    import click
+    from click.testing import CliRunner
+
+    from pipeline.cli.base import PipelineGroup, Terminated
+    from pipeline.core import exits
+
+    class Descriptor:
+        def __set_name__(self, owner: type, name: str) -> None:
+            raise Terminated  # where the signal's exception lands
+
+    @click.group(cls=PipelineGroup)
+    def group() -> None:
+        pass
+
+    @group.command()
+    def lazy() -> None:
+        type("Task", (), {"stop_time": Descriptor()})  # Python wraps it in a RuntimeError
+
+    result = CliRunner().invoke(group, ["lazy"])
+    assert result.exit_code == exits.INTERRUPTED, result.output
+    assert "stopped by SIGTERM" in result.output and "internal error" not in result.output

@@ -177,6 +177,21 @@ def stopped_by(exc: KeyboardInterrupt) -> str:
     return "SIGTERM" if isinstance(exc, Terminated) else "Ctrl-C (SIGINT)"
 
 
+def interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C or SIGTERM that `exc` was raised from or while handling. A signal handler's
+    exception that lands in a class's creation (a descriptor's `__set_name__`, as a lazy import
+    builds classes) comes out as a RuntimeError ("Error calling `__set_name__` ...") caused by it:
+    a `pipeline run` stopped so exited 70, an internal error, instead of 130."""
+    seen: set[int] = set()
+    found: BaseException | None = exc
+    while found is not None and id(found) not in seen:
+        if isinstance(found, KeyboardInterrupt):
+            return found
+        seen.add(id(found))
+        found = found.__cause__ or found.__context__
+    return None
+
+
 HELP_SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Run a batch", ("run", "submit", "status", "report", "runs", "eval", "review")),
     ("Repair a run", ("resume", "retry", "cancel")),
@@ -239,6 +254,9 @@ class PipelineGroup(click.Group):
         except Exception as exc:
             if ctx.meta.get("pipeline.debug"):
                 raise
+            interrupt = interrupt_behind(exc)
+            if interrupt is not None:
+                fail(f"stopped by {stopped_by(interrupt)}", exits.INTERRUPTED)
             from pipeline.cli.explain import explain
 
             try:
