@@ -172,8 +172,8 @@ def wait_until_ready(children: Sequence[Child], timeout_s: float = START_TIMEOUT
 
 
 class Stack:
-    """Stops the children it holds, newest first; children added together (`add_together`,
-    the workers) are stopped together, as `stop_all` does: each worker's warm shutdown waits
+    """Stops the children it holds, newest first; the children of a group (`group`, the
+    workers) are stopped together, as `stop_all` does: each worker's warm shutdown waits
     for the documents it holds, and one after another those waits added up (up to
     STOP_TIMEOUT_S each) before Redis and the simulator they still need were stopped."""
 
@@ -188,9 +188,13 @@ class Stack:
         self._groups.append([child])
         return child
 
-    def add_together(self, children: Sequence[Child]) -> None:
-        """Children stopped together, after those added later and before those added earlier."""
-        self._groups.append(list(children))
+    def group(self) -> list[Child]:
+        """A group stopped together, after the children added later and before those added
+        earlier: append each child to it as it starts, so that one failing to start leaves
+        none started before it running."""
+        members: list[Child] = []
+        self._groups.append(members)
+        return members
 
     def problem(self) -> str | None:
         return next((p for c in self.children if (p := c.problem())), None)

@@ -53,13 +53,12 @@ def local_stack(settings: Settings, worker_count: int, console: Console) -> Iter
         effective = get_settings()
         ensure_schema(effective.resolved_database_url)
         env = embedded.child_env({})
-        stack.add_together(
-            [
+        workers = stack.group()
+        for i in range(worker_count):
+            workers.append(
                 embedded.start_worker(
                     env, logs / f"worker-{i}.log", effective.worker_concurrency, f"local-{i}-{os.getpid()}@%h"
                 )
-                for i in range(worker_count)
-            ]
-        )
+            )
         console.print(f"started {worker_count} local workers (logs in {logs})")
         yield LocalParts(effective, stack, simulated)
