@@ -110,3 +110,16 @@ def test_a_sigterm_wrapped_in_another_error_still_exits_as_a_stop() -> None:
     result = CliRunner().invoke(group, ["lazy"])
     assert result.exit_code == exits.INTERRUPTED, result.output
     assert "stopped by SIGTERM" in result.output and "internal error" not in result.output
+
+
+def test_a_wrapped_stop_reaches_the_command_s_own_handler_and_other_errors_pass() -> None:
+    """Inside `interrupts_unwrapped` the command's `except KeyboardInterrupt` (which marks its
+    run) sees the stop itself; an error with no stop behind it is raised unchanged."""
+    from pipeline.cli.base import Terminated, interrupts_unwrapped
+
+    stop = Terminated()
+    with pytest.raises(Terminated) as caught, interrupts_unwrapped():
+        raise RuntimeError("Error calling __set_name__") from stop
+    assert caught.value is stop
+    with pytest.raises(RuntimeError, match="its own"), interrupts_unwrapped():
+        raise RuntimeError("its own")

@@ -7,6 +7,8 @@ import os
 import re
 import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 from urllib.parse import urlsplit
@@ -177,11 +179,8 @@ def stopped_by(exc: KeyboardInterrupt) -> str:
     return "SIGTERM" if isinstance(exc, Terminated) else "Ctrl-C (SIGINT)"
 
 
-def interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
-    """The Ctrl-C or SIGTERM that `exc` was raised from or while handling. A signal handler's
-    exception that lands in a class's creation (a descriptor's `__set_name__`, as a lazy import
-    builds classes) comes out as a RuntimeError ("Error calling `__set_name__` ...") caused by it:
-    a `pipeline run` stopped so exited 70, an internal error, instead of 130."""
+def _interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C or SIGTERM that `exc` was raised from or while handling."""
     seen: set[int] = set()
     found: BaseException | None = exc
     while found is not None and id(found) not in seen:
@@ -190,6 +189,22 @@ def interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
         seen.add(id(found))
         found = found.__cause__ or found.__context__
     return None
+
+
+@contextmanager
+def interrupts_unwrapped() -> Iterator[None]:
+    """Raise again as itself a Ctrl-C or SIGTERM that Python wrapped in another error, so that
+    the `except KeyboardInterrupt` around this block ends what the command started. A signal
+    handler's exception that lands in a class's creation (a descriptor's `__set_name__`, as a
+    lazy import builds classes) comes out as a RuntimeError ("Error calling `__set_name__` ...")
+    caused by it: a `pipeline run` stopped so exited 70, an internal error, its run unmarked."""
+    try:
+        yield
+    except Exception as exc:
+        interrupt = _interrupt_behind(exc)
+        if interrupt is None:
+            raise
+        raise interrupt from None
 
 
 HELP_SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -246,7 +261,8 @@ class PipelineGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> object:
         try:
-            return super().invoke(ctx)
+            with interrupts_unwrapped():
+                return super().invoke(ctx)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
         except KeyboardInterrupt as exc:
@@ -254,9 +270,6 @@ class PipelineGroup(click.Group):
         except Exception as exc:
             if ctx.meta.get("pipeline.debug"):
                 raise
-            interrupt = interrupt_behind(exc)
-            if interrupt is not None:
-                fail(f"stopped by {stopped_by(interrupt)}", exits.INTERRUPTED)
             from pipeline.cli.explain import explain
 
             try:

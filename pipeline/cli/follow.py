@@ -9,7 +9,14 @@ from typing import TYPE_CHECKING
 
 from rich.markup import escape
 
-from pipeline.cli.base import console, open_engine, outcome, raise_if_terminated, stopped_by
+from pipeline.cli.base import (
+    console,
+    interrupts_unwrapped,
+    open_engine,
+    outcome,
+    raise_if_terminated,
+    stopped_by,
+)
 from pipeline.core import exits
 from pipeline.core.settings import Settings, get_settings
 
@@ -21,14 +28,19 @@ def follow(engine: Engine, run_id: str, check: Callable[[], str | None] | None =
     """Show the run's progress until it ends (or the user stops waiting); the exit code: 4 when
     the run is stuck (its workers go on with it, and `pipeline status` follows it). `check` is
     the embedded stack's (`pipeline run`), whose workers stop when this command ends."""
-    from pipeline.runs.progress import WaitAborted, WaitStuck, wait_for_run
+    try:
+        with interrupts_unwrapped():  # rich.progress builds classes: a signal can land there
+            from pipeline.runs.progress import WaitAborted, WaitStuck, wait_for_run
+    except KeyboardInterrupt as exc:
+        return _stopped_waiting(run_id, check, exc)
 
     def checked() -> str | None:
         raise_if_terminated()
         return check() if check is not None else None
 
     try:
-        view = wait_for_run(engine, run_id, console, get_settings(), check=checked)
+        with interrupts_unwrapped():
+            view = wait_for_run(engine, run_id, console, get_settings(), check=checked)
     except WaitStuck as exc:
         console.print(f"[bold red]error:[/] run {run_id} is stuck: {escape(str(exc))}")
         goes_on = "the run goes on" if check is None else "the local workers stop with this command"
@@ -38,16 +50,20 @@ def follow(engine: Engine, run_id: str, check: Callable[[], str | None] | None =
         console.print(f"[bold red]error:[/] {escape(str(exc))}")
         return 1
     except KeyboardInterrupt as exc:
-        if check is not None:  # `pipeline run`: its workers stop with it, and it marks the run
-            raise RunInterrupted(run_id, stopped_by(exc)) from None
-        console.print(f"stopped waiting ({stopped_by(exc)}); the run goes on: pipeline status {run_id}")
-        return exits.INTERRUPTED
+        return _stopped_waiting(run_id, check, exc)
     from pipeline.runs.failures import run_failures
 
     code = outcome(view, run_failures(engine, run_id))
     if check is None and view.has_report:  # `pipeline run` writes its own, with its embedded parts
         write_report_files(get_settings(), run_id, page=False)
     return code
+
+
+def _stopped_waiting(run_id: str, check: Callable[[], str | None] | None, exc: KeyboardInterrupt) -> int:
+    if check is not None:  # `pipeline run`: its workers stop with it, and it marks the run
+        raise RunInterrupted(run_id, stopped_by(exc)) from None
+    console.print(f"stopped waiting ({stopped_by(exc)}); the run goes on: pipeline status {run_id}")
+    return exits.INTERRUPTED
 
 
 class RunInterrupted(KeyboardInterrupt):

@@ -9,7 +9,16 @@ from urllib.parse import urlsplit
 import click
 from rich.markup import escape
 
-from pipeline.cli.base import console, fail, main, open_engine, setting_source, stop_on_sigterm, stopped_by
+from pipeline.cli.base import (
+    console,
+    fail,
+    interrupts_unwrapped,
+    main,
+    open_engine,
+    setting_source,
+    stop_on_sigterm,
+    stopped_by,
+)
 from pipeline.cli.follow import RunInterrupted, write_report_files
 from pipeline.cli.submit import links_option, mode_options, submit_and_wait, with_links, with_mode
 from pipeline.core import exits
@@ -58,7 +67,7 @@ def run(
         _check_endpoint(settings, yes)
     stop_on_sigterm()
     try:
-        with local_stack(settings, worker_count, console) as parts:
+        with interrupts_unwrapped(), local_stack(settings, worker_count, console) as parts:
             code, run_id = submit_and_wait(
                 with_links(with_mode(parts.settings, mode, deadline), follow_links),
                 list(paths),

@@ -15,6 +15,7 @@ from pipeline.cli.base import (
     console,
     deployment_settings,
     fail,
+    interrupts_unwrapped,
     main,
     open_engine,
     ping_broker,
@@ -156,22 +157,23 @@ def submit_and_wait(
     settings = fix_deadline(engine, settings, deadline_source(settings))
     run_id = new_run_id()
     try:
-        plan = prepare_run(
-            engine,
-            settings,
-            paths,
-            query=query,
-            name=name,
-            simulated=simulated,
-            reuse_answers=not fresh,
-            only_new=new_only,
-            schema=schema,
-            on_early=enqueue_early
-            if settings.llm_mode in SENT_AT_ONCE
-            else None,  # batch: one file, at the end
-            run_id=run_id,
-            reader=reading_pool.reader(settings),
-        )
+        with interrupts_unwrapped():
+            plan = prepare_run(
+                engine,
+                settings,
+                paths,
+                query=query,
+                name=name,
+                simulated=simulated,
+                reuse_answers=not fresh,
+                only_new=new_only,
+                schema=schema,
+                on_early=enqueue_early
+                if settings.llm_mode in SENT_AT_ONCE
+                else None,  # batch: one file, at the end
+                run_id=run_id,
+                reader=reading_pool.reader(settings),
+            )
     except KeyboardInterrupt as exc:
         _abandon(engine, run_id, f"`pipeline submit`, stopped by {stopped_by(exc)} as it stored its files")
         raise
@@ -181,21 +183,22 @@ def submit_and_wait(
             _discard(engine, plan.run_id)
         return refused
     try:
-        mode = start_run(engine, settings, plan)
-        _say_layout(settings)
-        submitted = f"submitted {plan.submitted} documents" + (" (batch mode)" if mode == "batch" else "")
-        if not wait:
-            console.print(submitted)
-            _warn_without_workers(settings, plan.run_id)
-            click.echo(plan.run_id)
-            return 0, plan.run_id
-        # Followed, the run id is on stderr at once (to follow it elsewhere) and on stdout last,
-        # after the summary: the last line, as when not followed, and stdout's only one.
-        console.print(f"{submitted}: run {plan.run_id}")
-        try:
-            return follow(engine, plan.run_id, check), plan.run_id
-        finally:
-            click.echo(plan.run_id)
+        with interrupts_unwrapped():
+            mode = start_run(engine, settings, plan)
+            _say_layout(settings)
+            submitted = f"submitted {plan.submitted} documents" + (" (batch mode)" if mode == "batch" else "")
+            if not wait:
+                console.print(submitted)
+                _warn_without_workers(settings, plan.run_id)
+                click.echo(plan.run_id)
+                return 0, plan.run_id
+            # Followed, the run id is on stderr at once (to follow it elsewhere) and on stdout last,
+            # after the summary: the last line, as when not followed, and stdout's only one.
+            console.print(f"{submitted}: run {plan.run_id}")
+            try:
+                return follow(engine, plan.run_id, check), plan.run_id
+            finally:
+                click.echo(plan.run_id)
     except KeyboardInterrupt as exc:
         if check is None or isinstance(exc, RunInterrupted):
             raise
